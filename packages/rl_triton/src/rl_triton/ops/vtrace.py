@@ -1,0 +1,93 @@
+"""V-trace targets and advantages (IMPALA)."""
+
+from __future__ import annotations
+
+import torch
+
+from rl_triton import _checks, reference
+from rl_triton._kernels.vtrace import vtrace_kernel
+from rl_triton._launch import PATH_REFERENCE, launch, on_reference, or_placeholder, select_path
+
+
+def compute_vtrace(
+    log_pi_target: torch.Tensor,
+    log_pi_behavior: torch.Tensor,
+    values: torch.Tensor,
+    rewards: torch.Tensor,
+    terminateds: torch.Tensor,
+    truncateds: torch.Tensor | None = None,
+    gamma: float = 0.99,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    bootstrap_values: torch.Tensor | None = None,
+    last_value: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """V-trace targets and advantages via a backward associative scan.
+
+    Recurrence (Espeholt et al. 2018)::
+
+        Δ[t] = δ[t] + γ c[t](1 - done[t]) Δ[t+1],   Δ[T] = 0
+        δ[t] = ρ[t] (r[t] + γ v_next[t](1 - terminated[t]) - V(s_t))
+        ρ[t] = min(ρ̄, π_target/π_behavior),  c[t] = min(c̄, π_target/π_behavior)
+        vs[t] = Δ[t] + V(s_t)
+        A[t]  = ρ[t] (r[t] + γ next_vs[t](1 - terminated[t]) - V(s_t))
+
+    ``v_next[t]`` (and ``next_vs[t]``) is the bootstrap where ``truncated[t]``
+    or ``t = T-1``, else ``V(s_{t+1})`` (``vs[t+1]``).
+
+    Args:
+        log_pi_target: log π_target(a_t|s_t), ``[E, T]``.
+        log_pi_behavior: log π_behavior(a_t|s_t), ``[E, T]``.
+        values: ``V(s_t)``, ``[E, T]``.
+        rewards: per-step rewards, ``[E, T]``.
+        terminateds: true episode ends, ``[E, T]``, nonzero = terminated.
+        truncateds: time-limit truncations, ``[E, T]``; ``None`` means none.
+        gamma: discount factor in [0, 1].
+        rho_bar: clip of ρ, > 0.
+        c_bar: clip of c, > 0.
+        bootstrap_values: ``V(s_{t+1}^true)`` at truncated steps and ``t = T-1``, ``[E, T]``.
+        last_value: ``V(s_T)`` per env, ``[E]``; excludes ``bootstrap_values`` and ``truncateds``.
+
+    Returns:
+        ``(vs, advantages)``, each ``[E, T]`` float32.
+
+    Raises:
+        TypeError: an argument has the wrong type or dtype.
+        ValueError: shapes, devices or hyper-parameters are inconsistent.
+    """
+    num_envs, seq_len = _checks.sequence("log_pi_target", log_pi_target)
+    ref = log_pi_target.contiguous()
+    log_pi_behavior = _checks.like("log_pi_behavior", log_pi_behavior, ref, "log_pi_target", "float")
+    values = _checks.like("values", values, ref, "log_pi_target", "float")
+    rewards = _checks.like("rewards", rewards, ref, "log_pi_target", "float")
+    terminateds = _checks.like("terminateds", terminateds, ref, "log_pi_target", "flag")
+    if truncateds is not None:
+        truncateds = _checks.like("truncateds", truncateds, ref, "log_pi_target", "flag")
+    _checks.exclusive(last_value=last_value, bootstrap_values=bootstrap_values)
+    _checks.exclusive(last_value=last_value, truncateds=truncateds)
+    if bootstrap_values is not None:
+        bootstrap_values = _checks.like("bootstrap_values", bootstrap_values, ref, "log_pi_target", "float")
+    if last_value is not None:
+        last_value = _checks.like("last_value", last_value, ref, "log_pi_target", "float", (num_envs,))
+    gamma = _checks.unit_interval("gamma", gamma)
+    rho_bar = _checks.positive("rho_bar", rho_bar)
+    c_bar = _checks.positive("c_bar", c_bar)
+    if _checks.correctness_warnings_enabled():
+        _checks.warn_data(terminateds=terminateds, truncateds=truncateds,
+                          bootstrap_values=bootstrap_values)
+
+    if select_path(ref.device) == PATH_REFERENCE:
+        return on_reference(reference.vtrace, ref.device, ref, log_pi_behavior, values, rewards,
+                            terminateds, truncateds, gamma, rho_bar, c_bar, bootstrap_values, last_value)
+    vs = torch.empty((num_envs, seq_len), dtype=torch.float32, device=ref.device)
+    advantages = torch.empty_like(vs)
+    boot = last_value if last_value is not None else bootstrap_values
+    launch(
+        vtrace_kernel,
+        (ref, log_pi_behavior, values, rewards, terminateds, or_placeholder(truncateds, terminateds),
+         or_placeholder(boot, ref), vs, advantages),
+        num_envs, seq_len, ref.device,
+        gamma=gamma, rho_bar=rho_bar, c_bar=c_bar, HAS_TRUNC=truncateds is not None,
+        BOOT=2 if last_value is not None else int(bootstrap_values is not None),
+    )
+    return vs, advantages
