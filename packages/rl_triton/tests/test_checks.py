@@ -1,0 +1,118 @@
+"""Bad input: a clear TypeError/ValueError naming the argument, raised before any work."""
+
+import warnings
+
+import pytest
+import torch
+
+import rl_triton
+from rollouts import OPS, rollout
+
+E, T = 3, 8
+
+
+def f(*shape, dtype=torch.float32, device="cpu"):
+    return torch.zeros(*shape, dtype=dtype, device=device)
+
+
+def gae(**over):
+    args = dict(rewards=f(E, T), values=f(E, T), terminateds=f(E, T))
+    args.update(over)
+    return rl_triton.compute_gae(**args)
+
+
+@pytest.mark.parametrize("over,error,match", [
+    (dict(rewards=[[0.0]]), TypeError, "rewards must be a torch.Tensor"),
+    (dict(rewards=f(E, T, dtype=torch.int32)), TypeError, "rewards must have a floating-point dtype"),
+    (dict(rewards=f(E)), ValueError, r"rewards must have shape \[num_envs, seq_len\]"),
+    (dict(rewards=f(E, 0)), ValueError, "seq_len >= 1"),
+    (dict(values=f(E, T + 1)), ValueError, r"values must have shape \[3, 8\]"),
+    (dict(terminateds=f(E, T, dtype=torch.complex64)), TypeError, "terminateds must have"),
+    (dict(values=f(E, T, device="meta")), ValueError, "values must be on rewards's device"),
+    (dict(last_value=f(E), bootstrap_values=f(E, T)), ValueError, "mutually exclusive"),
+    (dict(last_value=f(E), truncateds=f(E, T)), ValueError, "last_value and truncateds"),
+    (dict(last_value=f(E + 1)), ValueError, r"last_value must have shape \[3\]"),
+    (dict(gamma=1.5), ValueError, r"gamma must be in \[0, 1\]"),
+    (dict(lambda_=float("nan")), ValueError, "lambda_ must not be NaN"),
+    (dict(gamma="0.9"), TypeError, "gamma must be a Python float"),
+])
+def test_gae_rejects(over, error, match):
+    with pytest.raises(error, match=match):
+        gae(**over)
+
+
+def test_a_rejected_call_changes_nothing():
+    rl_triton.compute_gae(f(E, T), f(E, T), f(E, T))
+    before = rl_triton.last_path()
+    r = torch.randn(E, T)
+    snapshot = r.clone()
+    with pytest.raises(ValueError):
+        rl_triton.compute_gae(r, f(E, T + 1), f(E, T))
+    assert rl_triton.last_path() == before
+    assert torch.equal(r, snapshot)
+
+
+def test_vtrace_rejects_bad_clip():
+    x = f(E, T)
+    with pytest.raises(ValueError, match="rho_bar must be > 0"):
+        rl_triton.compute_vtrace(x, x, x, x, x, rho_bar=0.0)
+    with pytest.raises(ValueError, match="log_pi_behavior must have shape"):
+        rl_triton.compute_vtrace(x, f(E, 2), x, x, x)
+
+
+def test_retrace_rejects_bad_shapes_and_actions():
+    x, p = f(E, T), f(E, T, 4)
+    a = torch.zeros(E, T, dtype=torch.int64)
+    with pytest.raises(ValueError, match="action_probs_target must have shape"):
+        rl_triton.compute_retrace(x, x, x, p, a, x, x, None, 0.9)
+    with pytest.raises(ValueError, match=r"next_q_values_all must have shape \[3, 8, 4\]"):
+        rl_triton.compute_retrace(p, x, x, f(E, T, 5), a, x, x, None, 0.9)
+    with pytest.raises(TypeError, match="actions must have an integer dtype"):
+        rl_triton.compute_retrace(p, x, x, p, x, x, x, None, 0.9)
+
+
+def test_returns_and_scans_reject():
+    x = f(E, T)
+    with pytest.raises(ValueError, match="next_values must have shape"):
+        rl_triton.compute_lambda_returns(x, f(E, 1), x)
+    with pytest.raises(ValueError, match="bootstrap_values must have shape"):
+        rl_triton.compute_discounted_returns(x, x, bootstrap_values=f(E))
+    with pytest.raises(ValueError, match=r"seed_values must have shape \[3\]"):
+        rl_triton.compute_eligibility_traces(x, x, 0.9, 0.9, seed_values=f(E, 1))
+    with pytest.raises(ValueError, match="boundary must be 'ends_at' or 'starts_at'"):
+        rl_triton.compute_episodic_prefix_sum(x, x, boundary="start")
+    with pytest.raises(ValueError, match="dones must have shape"):
+        rl_triton.compute_episodic_prefix_sum(x, f(T))
+
+
+def test_launch_config_is_validated():
+    with pytest.raises(ValueError, match="block_t must be a power of two"):
+        rl_triton.LaunchConfig(block_t=12)
+    with pytest.raises(ValueError, match="chunk_t must be a multiple of block_t"):
+        rl_triton.LaunchConfig(block_t=16, chunk_t=24)
+
+
+def test_correctness_warnings_only_with_the_flag(monkeypatch):
+    term = torch.zeros(E, T)
+    trunc = torch.zeros(E, T)
+    term[0, 2] = trunc[0, 2] = 1  # both at one step
+    boot = torch.zeros(E, T)
+    boot[1, 3] = 5.0  # interior, not truncated
+    args = (f(E, T), f(E, T), term, trunc)
+    monkeypatch.delenv("RL_TRITON_CORRECTNESS_WARNINGS", raising=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rl_triton.compute_gae(*args, bootstrap_values=boot)
+    monkeypatch.setenv("RL_TRITON_CORRECTNESS_WARNINGS", "1")
+    with pytest.warns(RuntimeWarning) as record:
+        rl_triton.compute_gae(*args, bootstrap_values=boot)
+    messages = " ".join(str(w.message) for w in record)
+    assert "terminateds and truncateds are both set" in messages
+    assert "bootstrap_values is nonzero at interior" in messages
+    nv = torch.ones(E, T)
+    with pytest.warns(RuntimeWarning, match="next_values is nonzero at truncated steps"):
+        rl_triton.compute_lambda_returns(f(E, T), nv, f(E, T), trunc)
+    batch = rollout(2, 5)
+    batch.actions[0, 0] = 7
+    with pytest.warns(RuntimeWarning, match="actions has entries outside"):
+        OPS["retrace"](batch, "cpu")

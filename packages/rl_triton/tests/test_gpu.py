@@ -1,0 +1,62 @@
+"""CUDA-only behaviour: graph capture, no host synchronisation, sequences past 131072."""
+
+import numpy as np
+import pytest
+import torch
+
+import rl_triton
+from rollouts import OPS, REFERENCES, assert_matches, rollout, run
+
+pytestmark = pytest.mark.gpu
+
+ALL_OPS = sorted(OPS)
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+@pytest.mark.parametrize("chunk_t", [None, 256])
+def test_op_replays_in_a_cuda_graph(op, chunk_t, cuda):
+    """Captured once, replayed on new data written into the same input buffers."""
+    static, first, second = rollout(64, 1000, seed=1), rollout(64, 1000, seed=1), rollout(64, 1000, seed=2)
+    config = {} if chunk_t is None else {"chunk_t": chunk_t}
+    with rl_triton.launch_config(**config):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            OPS[op](static, cuda)  # compile outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outputs = OPS[op](static, cuda)
+    for batch in (first, second):
+        for f in batch.arrays():
+            static.t(f, cuda).copy_(batch.t(f, "cpu"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_matches(tuple(o.cpu().numpy() for o in outputs), REFERENCES[op](batch))
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_no_host_synchronisation(op, cuda):
+    batch = rollout(8, 300, seed=4)
+    with rl_triton.launch_config(chunk_t=64):
+        OPS[op](batch, cuda)  # compile, and move the inputs once
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            OPS[op](batch, cuda)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_long_sequences_past_131072(op, cuda):
+    """The planned (chunked) path on few long rows against the reference."""
+    batch = rollout(2, 200_003, seed=6, p_term=1e-4, p_trunc=1e-4)
+    assert_matches(run(op, batch, cuda), REFERENCES[op](batch), rtol=1e-4)
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+@pytest.mark.parametrize("shape", [(4096, 33), (65536, 32), (3, 4097)])
+def test_benchmark_shapes_against_reference(op, shape, cuda):
+    batch = rollout(*shape, seed=8)
+    assert_matches(run(op, batch, cuda), REFERENCES[op](batch))
