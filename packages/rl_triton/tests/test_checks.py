@@ -88,8 +88,8 @@ def test_returns_and_scans_reject():
 def test_launch_config_is_validated():
     with pytest.raises(ValueError, match="block_t must be a power of two"):
         rl_triton.LaunchConfig(block_t=12)
-    with pytest.raises(ValueError, match="chunk_t must be a multiple of block_t"):
-        rl_triton.LaunchConfig(block_t=16, chunk_t=24)
+    with pytest.raises(ValueError, match="chunked must be a bool"):
+        rl_triton.LaunchConfig(chunked=1)
 
 
 def test_correctness_warnings_only_with_the_flag(monkeypatch):

@@ -13,12 +13,11 @@ ALL_OPS = sorted(OPS)
 
 
 @pytest.mark.parametrize("op", ALL_OPS)
-@pytest.mark.parametrize("chunk_t", [None, 256])
-def test_op_replays_in_a_cuda_graph(op, chunk_t, cuda):
+@pytest.mark.parametrize("chunked", [False, True])
+def test_op_replays_in_a_cuda_graph(op, chunked, cuda):
     """Captured once, replayed on new data written into the same input buffers."""
     static, first, second = rollout(64, 1000, seed=1), rollout(64, 1000, seed=1), rollout(64, 1000, seed=2)
-    config = {} if chunk_t is None else {"chunk_t": chunk_t}
-    with rl_triton.launch_config(**config):
+    with rl_triton.launch_config(chunked=chunked, block_t=128):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -38,7 +37,7 @@ def test_op_replays_in_a_cuda_graph(op, chunk_t, cuda):
 @pytest.mark.parametrize("op", ALL_OPS)
 def test_no_host_synchronisation(op, cuda):
     batch = rollout(8, 300, seed=4)
-    with rl_triton.launch_config(chunk_t=64):
+    with rl_triton.launch_config(chunked=True, block_t=64):
         OPS[op](batch, cuda)  # compile, and move the inputs once
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")

@@ -15,8 +15,8 @@ ALL_OPS = sorted(OPS)
 CONFIGS = {
     "planned": {},
     "tiles": {"block_t": 8},
-    "chunked": {"block_t": 8, "chunk_t": 16},
-    "chunked_rows": {"block_e": 2, "block_t": 4, "chunk_t": 4},
+    "chunked": {"block_t": 8, "chunked": True},
+    "chunked_rows": {"block_e": 2, "block_t": 4, "chunked": True},
 }
 
 
@@ -47,7 +47,7 @@ def test_edge_cases(op, case, kernel_device):
         "dense_boundaries": dict(p_term=0.4, p_trunc=0.4),
     }[case]
     batch = rollout(4, 45, seed=7, **kw)
-    with rl_triton.launch_config(block_t=8, chunk_t=16):
+    with rl_triton.launch_config(block_t=8, chunked=True):
         check(op, batch, kernel_device)
 
 
@@ -62,9 +62,9 @@ def test_extreme_discounts(op, gamma, lam, kernel_device):
 def test_chunked_path_matches_fused_path(op, kernel_device):
     """A long row cut into many chunks gives the fused path's result."""
     batch = rollout(2, 1500, seed=11, p_term=0.01, p_trunc=0.01)
-    with rl_triton.launch_config(block_t=64, chunk_t=64):
+    with rl_triton.launch_config(block_t=64, chunked=True):
         chunked = run(op, batch, kernel_device)
-    with rl_triton.launch_config(block_t=64, chunk_t=2048):
+    with rl_triton.launch_config(block_t=64, chunked=False):
         fused = run(op, batch, kernel_device)
     for c, f in zip(chunked, fused):
         np.testing.assert_allclose(c, f, rtol=2e-5, atol=2e-5 * max(1.0, float(np.abs(f).max())))

@@ -8,12 +8,12 @@ Paths (``rl_triton.last_path()`` tells which one ran last):
 - ``"reference"``: CPU tensors otherwise; the NumPy references of
   ``rl_triton.reference`` answer, in float64, cast to float32.
 
-Launch plan: a program owns ``block_e`` rows and one chunk of ``chunk_t``
-steps, walked in tiles of ``block_t``. When the rows alone give the GPU enough
-programs the whole sequence is one chunk (the fused path: one launch). When
-they do not (few, long rows), the sequence is cut into chunks: one launch
-stores each chunk's affine map, a second composes them into its carry and
-writes the outputs (the chunked path). There is no length limit on either.
+Launch plan: a program owns ``block_e`` rows. When the rows alone give the
+GPU enough programs, each program walks its rows' whole sequence in tiles of
+``block_t`` (the fused path). When they do not (few, long rows), each
+program takes one tile-sized chunk and the chunks chain their carries through
+a decoupled scan in the same launch (the chunked path): one pass over the
+data either way, and no sequence-length limit.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 import triton
+from triton import knobs
+from triton.runtime import driver as _driver
 
 PATH_TRITON = "triton"
 PATH_INTERPRETER = "triton-interpreter"
@@ -36,14 +38,16 @@ PATH_REFERENCE = "reference"
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
-#: Elements of one tile per input tensor (``block_e * block_t * width``).
-TILE_ELEMENTS = 2048
+#: Elements of one tile per input tensor (``block_e * block_t * width``),
+#: and elements per warp: measured best on an H200 (``benchmarks/rl_triton/sweep.py``).
+TILE_ELEMENTS = 1024
+ELEMENTS_PER_WARP = 256
 #: Longest tile along time.
 MAX_BLOCK_T = 1024
-#: Programs per streaming multiprocessor the plan aims for before it cuts chunks.
+#: Programs per streaming multiprocessor the plan aims for before it chunks.
 PROGRAMS_PER_SM = 8
-#: Most chunks per row (bounds the carry composition's width).
-MAX_CHUNKS = 1024
+#: Most chunks per row block on the chunked path (the width of the carry composition).
+MAX_CHUNKS = 4096
 
 _last_path: str | None = None
 
@@ -73,14 +77,14 @@ class LaunchConfig:
     Attributes:
         block_e: rows (environments) per program, a power of two.
         block_t: time steps per tile, a power of two.
-        chunk_t: time steps per chunk, a multiple of ``block_t``; a value
-            below ``seq_len`` forces the chunked path.
-        num_warps: warps per program.
+        chunked: ``True`` forces the chunked path (one tile per chunk),
+            ``False`` the fused path.
+        num_warps: warps per program, a power of two.
     """
 
     block_e: int | None = None
     block_t: int | None = None
-    chunk_t: int | None = None
+    chunked: bool | None = None
     num_warps: int | None = None
 
     def __post_init__(self) -> None:
@@ -88,12 +92,8 @@ class LaunchConfig:
             v = getattr(self, field)
             if v is not None and (not isinstance(v, int) or v < 1 or v & (v - 1)):
                 raise ValueError(f"{field} must be a power of two >= 1, got {v!r}")
-        if self.chunk_t is not None:
-            if not isinstance(self.chunk_t, int) or self.chunk_t < 1:
-                raise ValueError(f"chunk_t must be a positive int, got {self.chunk_t!r}")
-            if self.block_t is not None and self.chunk_t % self.block_t:
-                raise ValueError(
-                    f"chunk_t must be a multiple of block_t, got {self.chunk_t} and {self.block_t}")
+        if self.chunked is not None and not isinstance(self.chunked, bool):
+            raise ValueError(f"chunked must be a bool, got {self.chunked!r}")
 
 
 _override: contextvars.ContextVar[LaunchConfig] = contextvars.ContextVar(
@@ -124,6 +124,10 @@ class Plan:
     num_warps: int
 
     @property
+    def chunked(self) -> bool:
+        return self.num_chunks > 1
+
+    @property
     def nc_pad(self) -> int:
         return triton.next_power_of_2(self.num_chunks)
 
@@ -145,23 +149,61 @@ def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
          config: LaunchConfig) -> Plan:
     """The launch plan for ``[num_envs, seq_len]`` inputs whose tiles carry
     ``width`` values per step (1, or the padded action count for Retrace)."""
-    block_t = config.block_t or min(triton.next_power_of_2(seq_len), MAX_BLOCK_T)
     tile = max(TILE_ELEMENTS // width, 1)
+    block_t = config.block_t or min(triton.next_power_of_2(seq_len), MAX_BLOCK_T, tile)
     block_e = config.block_e or max(1, min(tile // block_t, triton.next_power_of_2(num_envs)))
     tiles = triton.cdiv(seq_len, block_t)
-    if config.chunk_t is not None:
-        chunk_t = max(config.chunk_t, block_t)
-    else:
-        row_programs = triton.cdiv(num_envs, block_e)
-        wanted = max(1, triton.cdiv(target_programs, row_programs))
-        tiles_per_chunk = max(triton.cdiv(tiles, wanted), triton.cdiv(tiles, MAX_CHUNKS))
-        chunk_t = tiles_per_chunk * block_t
-    num_chunks = triton.cdiv(seq_len, chunk_t)
-    if num_chunks == 1:
-        chunk_t = tiles * block_t
+    chunked = config.chunked
+    if chunked is None:
+        few_rows = triton.cdiv(num_envs, block_e) < target_programs
+        chunked = few_rows and 1 < tiles <= MAX_CHUNKS
+    chunked = chunked and tiles > 1
+    chunk_t = block_t if chunked else tiles * block_t
     elements = block_e * block_t * width
-    num_warps = config.num_warps or (8 if elements >= 2048 else 4 if elements >= 512 else 1)
-    return Plan(block_e, block_t, chunk_t, num_chunks, num_warps)
+    num_warps = config.num_warps or triton.next_power_of_2(max(1, elements // ELEMENTS_PER_WARP))
+    return Plan(block_e, block_t, chunk_t, triton.cdiv(seq_len, chunk_t), num_warps)
+
+
+class _Launcher:
+    """Launches one jitted kernel, paying Triton's argument binding only once
+    per specialisation.
+
+    Triton specialises a kernel on each pointer's dtype and 16-byte alignment,
+    on each integer's size, divisibility by 16 and equality to 1, and on the
+    constexpr values. The first launch of a specialisation goes through
+    ``kernel[grid](...)`` (compiling if needed); later launches with the same
+    key call the compiled kernel directly, which takes a third of the host time.
+    """
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        params = kernel.params
+        self.pointers = [i for i, p in enumerate(params) if p.name.endswith("_ptr")]
+        self.ints = [i for i, p in enumerate(params) if p.name in _INT_ARGS]
+        self.constexprs = [i for i, p in enumerate(params) if p.is_constexpr]
+        self.compiled: dict[tuple, Any] = {}
+
+    def __call__(self, grid: tuple[int, int], args: list[Any], num_warps: int, device: int) -> None:
+        key = (device, num_warps,
+               *[(args[i].dtype, args[i].data_ptr() & 15 == 0) for i in self.pointers],
+               *[(args[i] == 1, args[i] & 15 == 0, args[i] < 2**31) for i in self.ints],
+               *[args[i] for i in self.constexprs])
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            compiled = self.kernel[grid](*args, num_warps=num_warps)
+            if all(hasattr(compiled, a) for a in _COMPILED_ATTRS):
+                self.compiled[key] = compiled
+            return
+        stream = _driver.active.get_current_stream(device)
+        compiled.run(grid[0], grid[1], 1, stream, compiled.function, compiled.packed_metadata,
+                     compiled.launch_metadata(grid, stream, *args),
+                     knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)
+
+
+#: Integer (non-constexpr) kernel arguments; every other non-pointer is a float.
+_INT_ARGS = ("E", "T", "A", "CHUNK_T", "NUM_CHUNKS")
+_COMPILED_ATTRS = ("run", "function", "packed_metadata", "launch_metadata")
+_launchers: dict[Any, _Launcher] = {}
 
 
 def launch(
@@ -173,24 +215,28 @@ def launch(
     width: int = 1,
     **params: Any,
 ) -> None:
-    """Launch ``kernel`` over ``[num_envs, seq_len]``: the aggregate pass first
-    when the plan has several chunks, then the output pass.
+    """Launch ``kernel`` over ``[num_envs, seq_len]`` with the planned path.
 
     ``args`` are the kernel's leading pointer arguments; ``params`` its
-    op-specific scalars and constexprs, by name.
+    remaining scalars and constexprs by name, except the launch plan's own.
     """
+    index = device.index if device.index is not None else 0
     p = plan(num_envs, seq_len, width, _target_programs(device), _override.get())
-    if p.num_chunks > 1:
+    row_blocks = triton.cdiv(num_envs, p.block_e)
+    if p.chunked:
         agg = torch.empty((2, num_envs, p.num_chunks), dtype=torch.float32, device=device)
+        sync = torch.zeros(row_blocks * (p.num_chunks + 1), dtype=torch.int32, device=device)
     else:
-        agg = args[0]
-    grid = (triton.cdiv(num_envs, p.block_e), p.num_chunks)
-    common = dict(E=num_envs, T=seq_len, CHUNK_T=p.chunk_t, NUM_CHUNKS=p.num_chunks,
-                  NC_PAD=p.nc_pad, BLOCK_E=p.block_e, BLOCK_T=p.block_t,
-                  num_warps=p.num_warps, **params)
-    if p.num_chunks > 1:
-        kernel[grid](*args, agg, AGGREGATE=True, **common)
-    kernel[grid](*args, agg, AGGREGATE=False, **common)
+        agg = sync = args[0]
+    named = dict(E=num_envs, T=seq_len, CHUNK_T=p.chunk_t, NUM_CHUNKS=p.num_chunks,
+                 CHUNKED=p.chunked, NC_PAD=p.nc_pad, BLOCK_E=p.block_e, BLOCK_T=p.block_t, **params)
+    values = [*args, agg, sync, *(named[name] for name in kernel.arg_names[len(args) + 2:])]
+    grid = (row_blocks, p.num_chunks)
+    if _INTERPRET:
+        kernel[grid](*values, num_warps=p.num_warps)
+        return
+    launcher = _launchers.get(kernel) or _launchers.setdefault(kernel, _Launcher(kernel))
+    launcher(grid, values, p.num_warps, index)
 
 
 def or_placeholder(x: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:

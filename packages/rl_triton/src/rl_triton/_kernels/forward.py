@@ -5,28 +5,26 @@ import triton
 import triton.language as tl
 
 from rl_triton._kernels.scan import (
-    entering_carry, load_f32, load_flag, program_rows, row_value, scan_tile,
-    store_aggregate, tile_count, tile_times,
+    chunk_of_program, load_f32, load_flag, program_rows, row_value, scan_maps,
+    resolve, tile_count, tile_times,
 )
 
 
 @triton.jit
 def forward_kernel(
-    x_ptr, done_ptr, seed_ptr, out_ptr, agg_ptr,
+    x_ptr, done_ptr, seed_ptr, out_ptr, agg_ptr, sync_ptr,
     E, T, CHUNK_T, NUM_CHUNKS, decay,
-    SHIFT: tl.constexpr, HAS_SEED: tl.constexpr, AGGREGATE: tl.constexpr,
+    SHIFT: tl.constexpr, HAS_SEED: tl.constexpr, CHUNKED: tl.constexpr,
     NC_PAD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
     """``SHIFT`` 1: the boundary flag of the previous step severs the carry
     (``ends_at``); 0: the step's own flag does (``starts_at``)."""
     rows, row_ok = program_rows(E, BLOCK_E)
-    chunk = tl.program_id(1)
+    chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, False)
     cols = tl.arange(0, BLOCK_T)
     row_off = rows.to(tl.int64)[:, None] * T
     seed = row_value(seed_ptr, rows, row_ok, HAS_SEED)
-    carry = entering_carry(agg_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, seed,
-                           AGGREGATE, NC_PAD, False)
-    prod = 1.0 + 0.0 * seed
+    carry = seed
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
         t = tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, False)
@@ -35,10 +33,7 @@ def forward_kernel(
         x = load_f32(x_ptr, off, m, 0.0)
         severed = load_flag(done_ptr, off - SHIFT, m & (t >= SHIFT)[None, :])
         keep = tl.where(m, tl.where(severed, 0.0, decay), 1.0)
-        y, carry, tile_prod = scan_tile(x, keep, carry, cols, BLOCK_T, False)
-        if AGGREGATE:
-            prod = prod * tile_prod
-        else:
-            tl.store(out_ptr + off, y, mask=m)
-    if AGGREGATE:
-        store_aggregate(agg_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, carry, prod)
+        y0, prod = scan_maps(x, keep, False)
+        y, _, carry = resolve(y0, prod, carry, cols, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
+                      CHUNKED, NC_PAD, BLOCK_T, False)
+        tl.store(out_ptr + off, y, mask=m)

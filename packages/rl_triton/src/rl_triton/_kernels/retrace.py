@@ -4,27 +4,25 @@ import triton
 import triton.language as tl
 
 from rl_triton._kernels.scan import (
-    entering_carry, load_f32, load_flag, program_rows, scan_tile_with_previous,
-    store_aggregate, tile_count, tile_times,
+    chunk_of_program, load_f32, load_flag, program_rows, scan_maps_with_previous,
+    resolve, tile_count, tile_times,
 )
 
 
 @triton.jit
 def retrace_kernel(
-    pt_ptr, pb_ptr, q_ptr, nq_ptr, act_ptr, r_ptr, term_ptr, trunc_ptr, qret_ptr, adv_ptr, agg_ptr,
+    pt_ptr, pb_ptr, q_ptr, nq_ptr, act_ptr, r_ptr, term_ptr, trunc_ptr, qret_ptr, adv_ptr, agg_ptr, sync_ptr,
     E, T, A, CHUNK_T, NUM_CHUNKS, gamma, lam, c_bar, rho_bar,
-    HAS_TRUNC: tl.constexpr, AGGREGATE: tl.constexpr, NC_PAD: tl.constexpr,
+    HAS_TRUNC: tl.constexpr, CHUNKED: tl.constexpr, NC_PAD: tl.constexpr,
     BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, A_PAD: tl.constexpr,
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
-    chunk = tl.program_id(1)
+    chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
     cols = tl.arange(0, BLOCK_T)
     acts = tl.arange(0, A_PAD)
     row_off = rows.to(tl.int64)[:, None] * T
     zero = tl.zeros([BLOCK_E], tl.float32)
-    carry = entering_carry(agg_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, zero,
-                           AGGREGATE, NC_PAD, True)
-    prod = zero + 1.0
+    carry = zero
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
         t = tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, True)
@@ -52,14 +50,12 @@ def retrace_kernel(
             done = term
         delta = tl.where(m, r + tl.where(term, 0.0, gamma * expected_next_q) - q, 0.0)
         decay = tl.where(m, tl.where(done, 0.0, gamma * c1), 1.0)
-        d, d_next, carry, tile_prod = scan_tile_with_previous(delta, decay, carry, cols, BLOCK_T, True)
-        if AGGREGATE:
-            prod = prod * tile_prod
-        else:
-            # Q_ret[t+1] = Q[t+1] + Δ[t+1]; past the buffer both are 0.
-            q_ret_next = load_f32(q_ptr, off + 1, m1, 0.0) + d_next
-            adv = rho * (r + tl.where(term, 0.0, gamma * q_ret_next) - q)
-            tl.store(qret_ptr + off, q + d, mask=m)
-            tl.store(adv_ptr + off, adv, mask=m)
-    if AGGREGATE:
-        store_aggregate(agg_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, carry, prod)
+        y0, prod, prev0, prev_prod = scan_maps_with_previous(delta, decay, True)
+        d, carry_in, carry = resolve(y0, prod, carry, cols, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
+                              CHUNKED, NC_PAD, BLOCK_T, True)
+        d_next = prev0 + prev_prod * carry_in[:, None]
+        # Q_ret[t+1] = Q[t+1] + Δ[t+1]; past the buffer both are 0.
+        q_ret_next = load_f32(q_ptr, off + 1, m1, 0.0) + d_next
+        adv = rho * (r + tl.where(term, 0.0, gamma * q_ret_next) - q)
+        tl.store(qret_ptr + off, q + d, mask=m)
+        tl.store(adv_ptr + off, adv, mask=m)

@@ -5,21 +5,21 @@ import triton
 import triton.language as tl
 
 from rl_triton._kernels.scan import (
-    entering_carry, load_f32, load_flag, program_rows, scan_tile, store_aggregate,
+    chunk_of_program, load_f32, load_flag, program_rows, resolve, scan_maps,
     tile_count, tile_times,
 )
 
 
 @triton.jit
 def returns_kernel(
-    r_ptr, nv_ptr, term_ptr, trunc_ptr, boot_ptr, out_ptr, agg_ptr,
+    r_ptr, nv_ptr, term_ptr, trunc_ptr, boot_ptr, out_ptr, agg_ptr, sync_ptr,
     E, T, CHUNK_T, NUM_CHUNKS, gamma, lam,
     HAS_NEXT_VALUES: tl.constexpr, HAS_TRUNC: tl.constexpr, HAS_BOOT: tl.constexpr,
-    AGGREGATE: tl.constexpr, NC_PAD: tl.constexpr,
+    CHUNKED: tl.constexpr, NC_PAD: tl.constexpr,
     BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
-    chunk = tl.program_id(1)
+    chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
     cols = tl.arange(0, BLOCK_T)
     row_off = rows.to(tl.int64)[:, None] * T
     # The carry past the buffer is G[T] = bootstrap_values[:, -1].
@@ -28,9 +28,7 @@ def returns_kernel(
         boundary = boundary.to(tl.float32)
     else:
         boundary = tl.zeros([BLOCK_E], tl.float32)
-    carry = entering_carry(agg_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, boundary,
-                           AGGREGATE, NC_PAD, True)
-    prod = 1.0 + 0.0 * boundary
+    carry = boundary
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
         t = tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, True)
@@ -47,10 +45,7 @@ def returns_kernel(
             g += tl.where(done, 0.0, gamma * (1.0 - lam) * load_f32(nv_ptr, off, m, 0.0))
         g = tl.where(m, g, 0.0)
         decay = tl.where(m, tl.where(done, 0.0, gamma * lam), 1.0)
-        out, carry, tile_prod = scan_tile(g, decay, carry, cols, BLOCK_T, True)
-        if AGGREGATE:
-            prod = prod * tile_prod
-        else:
-            tl.store(out_ptr + off, out, mask=m)
-    if AGGREGATE:
-        store_aggregate(agg_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, carry, prod)
+        y0, prod = scan_maps(g, decay, True)
+        out, _, carry = resolve(y0, prod, carry, cols, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
+                        CHUNKED, NC_PAD, BLOCK_T, True)
+        tl.store(out_ptr + off, out, mask=m)

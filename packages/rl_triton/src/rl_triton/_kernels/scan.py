@@ -1,15 +1,15 @@
 """Triton building blocks shared by every op: affine maps, tile scans, chunk carries.
 
 Every recurrence here is ``y[t] = a[t] + b[t] * y[t±1]``: an affine map
-``x -> a + b x`` per step. A scan composes those maps in order; the element
+``x -> a + b x`` per step. A scan composes those maps in order; the value
 that enters a tile from the neighbouring tile (or chunk) is the carry.
 
-Layout: a program owns ``BLOCK_E`` rows (environments) and one chunk of
-``CHUNK_T`` time steps, walked in tiles of ``BLOCK_T``. Backward ops
-(``REVERSE``) walk from the chunk's last tile to its first. With several
-chunks, an aggregate pass stores each chunk's map ``(A, B)`` (shape
-``[2, E, NUM_CHUNKS]``) and the output pass composes the maps of the chunks
-that come before it in scan order to get its carry.
+Layout: a program owns ``BLOCK_E`` rows (environments). Fused path: it walks
+the whole sequence in tiles of ``BLOCK_T``, carrying from tile to tile
+(backward ops, ``REVERSE``, from the last tile to the first). Chunked path:
+it owns one tile (a chunk), scans it from a zero carry, publishes the tile's
+map, composes the maps of the chunks before it in scan order (decoupled, one
+pass over the data) and fixes its values up with the resulting carry.
 """
 
 import triton
@@ -36,44 +36,127 @@ def pick(x, cols, index):
 
 
 @triton.jit
-def scan_tile(a, b, carry, cols, N: tl.constexpr, REVERSE: tl.constexpr):
-    """Scan a [BLOCK_E, N] tile of maps along axis 1 starting from ``carry``.
+def scan_maps(a, b, REVERSE: tl.constexpr):
+    """Scan a [BLOCK_E, N] tile of maps along axis 1 from a zero carry.
 
-    Returns the values ``y`` of the tile, the value leaving the tile (the carry
-    for the next tile) and the product of ``b`` over the tile.
+    Returns ``(y0, prod)``: the values with nothing entering the tile, and the
+    product of ``b`` from the tile's entry up to each step, so that with a
+    carry ``c`` entering the tile the values are ``y0 + prod * c``.
     """
-    if REVERSE:
-        entry = N - 1
-        exit = 0
-    else:
-        entry = 0
-        exit = N - 1
-    a = tl.where(cols[None, :] == entry, a + b * carry[:, None], a)
-    y, prod = tl.associative_scan((a, b), 1, compose, reverse=REVERSE)
-    return y, pick(y, cols, exit), pick(prod, cols, exit)
+    return tl.associative_scan((a, b), 1, compose, reverse=REVERSE)
 
 
 @triton.jit
-def scan_tile_with_previous(a, b, carry, cols, N: tl.constexpr, REVERSE: tl.constexpr):
-    """``scan_tile`` that also returns ``y`` one step earlier in scan order
-    (``y[t+1]`` for a backward scan): the carry at the tile's entry column."""
+def scan_maps_with_previous(a, b, REVERSE: tl.constexpr):
+    """``scan_maps`` plus ``(p, q)``: the value one step earlier in scan order
+    (``y[t+1]`` for a backward scan) is ``p + q * c``."""
+    zero = 0.0 * a
+    return tl.associative_scan((a, b, zero, zero + 1.0), 1, compose_with_previous, reverse=REVERSE)
+
+
+@triton.jit
+def exit_column(N: tl.constexpr, REVERSE: tl.constexpr):
+    """The tile column whose value leaves the tile (the earliest step when backward)."""
     if REVERSE:
-        entry = N - 1
-        exit = 0
+        col = 0
+    else:
+        col = N - 1
+    return col
+
+
+@triton.jit
+def chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED: tl.constexpr, REVERSE: tl.constexpr):
+    """The chunk this program scans.
+
+    Chunked: programs take tickets in the order they start, and the first
+    ticket gets the first chunk in scan order, so a program only ever waits
+    for programs that started before it (no deadlock, on the GPU or in the
+    interpreter, which runs programs one after another).
+    """
+    if CHUNKED:
+        ticket = tl.atomic_add(sync_ptr + tl.num_programs(0) * NUM_CHUNKS + tl.program_id(0), 1)
+        if REVERSE:
+            chunk = NUM_CHUNKS - 1 - ticket
+        else:
+            chunk = ticket
+    else:
+        chunk = tl.program_id(1)
+    return chunk
+
+
+@triton.jit
+def resolve(
+    y0, prod, carry, cols, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
+    CHUNKED: tl.constexpr, NC_PAD: tl.constexpr, N: tl.constexpr, REVERSE: tl.constexpr,
+):
+    """The tile's values from its zero-carry scan ``(y0, prod)``.
+
+    Fused: ``carry`` is the value entering from the previous tile. Chunked:
+    ``carry`` is the value from outside the sequence, and the carry entering
+    the chunk comes from ``chained_carry``.
+
+    Returns ``(y, carry_in, carry_out)``: the values, the carry that entered
+    the tile, and the carry for the next tile.
+    """
+    exit = exit_column(N, REVERSE)
+    if CHUNKED:
+        carry = chained_carry(agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, carry,
+                              pick(y0, cols, exit), pick(prod, cols, exit), NC_PAD, REVERSE)
+    y = y0 + prod * carry[:, None]
+    if CHUNKED:
+        carry_out = carry
+    else:
+        carry_out = pick(y, cols, exit)
+    return y, carry, carry_out
+
+
+@triton.jit
+def chained_carry(
+    agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, boundary, a, b,
+    NC_PAD: tl.constexpr, REVERSE: tl.constexpr,
+):
+    """Publish this chunk's map ``(a, b)`` ([BLOCK_E] each), wait until every
+    chunk before it in scan order has published, and return the carry entering
+    this chunk: their maps composed and applied to ``boundary``.
+
+    ``agg_ptr``: float32 ``[2, E, NUM_CHUNKS]``; ``sync_ptr``: int32, zeroed,
+    ``[row blocks, NUM_CHUNKS]`` ready flags then ``[row blocks]`` tickets.
+    """
+    off = rows.to(tl.int64) * NUM_CHUNKS + chunk
+    tl.store(agg_ptr + off, a, mask=row_ok)
+    tl.store(agg_ptr + E * NUM_CHUNKS + off, b, mask=row_ok)
+    # Every thread's stores are ordered before the release of the flag.
+    tl.debug_barrier()
+    flags = sync_ptr + tl.program_id(0) * NUM_CHUNKS
+    tl.atomic_xchg(flags + chunk, 1, sem="release")
+    ks = tl.arange(0, NC_PAD)
+    if REVERSE:
+        before = (ks > chunk) & (ks < NUM_CHUNKS)
+    else:
+        before = ks < chunk
+    waiting = tl.sum(tl.where(before, 1 - tl.atomic_add(flags + ks, 0, mask=before, sem="acquire"), 0))
+    while waiting > 0:
+        waiting = tl.sum(tl.where(before, 1 - tl.atomic_add(flags + ks, 0, mask=before, sem="acquire"), 0))
+    tl.debug_barrier()
+    m = row_ok[:, None] & before[None, :]
+    maps = rows.to(tl.int64)[:, None] * NUM_CHUNKS + ks[None, :]
+    ma = tl.load(agg_ptr + maps, mask=m, other=0.0, cache_modifier=".cg")
+    mb = tl.load(agg_ptr + E * NUM_CHUNKS + maps, mask=m, other=1.0, cache_modifier=".cg")
+    # The boundary enters at the first chunk in scan order; masked chunks are identities.
+    if REVERSE:
+        entry = NC_PAD - 1
     else:
         entry = 0
-        exit = N - 1
-    at_entry = cols[None, :] == entry
-    a = tl.where(at_entry, a + b * carry[:, None], a)
-    p = tl.where(at_entry, carry[:, None] + 0.0 * a, 0.0 * a)
-    q = 1.0 + 0.0 * a
-    y, prod, y_prev, _ = tl.associative_scan((a, b, p, q), 1, compose_with_previous, reverse=REVERSE)
-    return y, y_prev, pick(y, cols, exit), pick(prod, cols, exit)
+    ma = tl.where(ks[None, :] == entry, ma + mb * boundary[:, None], ma)
+    y, _ = scan_maps(ma, mb, REVERSE)
+    return pick(y, ks, exit_column(NC_PAD, REVERSE))
 
 
 @triton.jit
 def tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T: tl.constexpr, REVERSE: tl.constexpr):
-    """Time indices [BLOCK_T] of the ``i``-th tile a program visits in its chunk."""
+    """Time indices [BLOCK_T] of the ``i``-th tile a program visits in its chunk
+    (backward ops visit the last tile first). Tiles always lie in increasing
+    time, so loads and stores stay vectorised."""
     if REVERSE:
         tile = n_tiles - 1 - i
     else:
@@ -85,44 +168,6 @@ def tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T: tl.constexpr, REVERSE: tl.co
 def tile_count(chunk, T, CHUNK_T, BLOCK_T: tl.constexpr):
     """Number of tiles in ``chunk`` (the last chunk may be shorter)."""
     return tl.cdiv(tl.minimum(CHUNK_T, T - chunk * CHUNK_T), BLOCK_T)
-
-
-@triton.jit
-def entering_carry(
-    agg_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, boundary,
-    AGGREGATE: tl.constexpr, NC_PAD: tl.constexpr, REVERSE: tl.constexpr,
-):
-    """The carry entering this program's chunk.
-
-    ``boundary`` [BLOCK_E] is the value from outside the sequence (``y[T]`` or
-    ``y[-1]``). The aggregate pass computes pure chunk maps (carry 0); a single
-    chunk starts from ``boundary``; otherwise the maps of the chunks before this
-    one in scan order are composed and applied to ``boundary``.
-    """
-    if AGGREGATE:
-        carry = 0.0 * boundary
-    elif NC_PAD == 1:
-        carry = boundary
-    else:
-        ks = tl.arange(0, NC_PAD)
-        if REVERSE:
-            before = (ks > chunk) & (ks < NUM_CHUNKS)
-        else:
-            before = ks < chunk
-        m = row_ok[:, None] & before[None, :]
-        off = rows.to(tl.int64)[:, None] * NUM_CHUNKS + ks[None, :]
-        a = tl.load(agg_ptr + off, mask=m, other=0.0)
-        b = tl.load(agg_ptr + E * NUM_CHUNKS + off, mask=m, other=1.0)
-        _, carry, _ = scan_tile(a, b, boundary, ks, NC_PAD, REVERSE)
-    return carry
-
-
-@triton.jit
-def store_aggregate(agg_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, a, b):
-    """Store this chunk's map ``(a, b)`` ([BLOCK_E] each) for the output pass."""
-    off = rows.to(tl.int64) * NUM_CHUNKS + chunk
-    tl.store(agg_ptr + off, a, mask=row_ok)
-    tl.store(agg_ptr + E * NUM_CHUNKS + off, b, mask=row_ok)
 
 
 @triton.jit

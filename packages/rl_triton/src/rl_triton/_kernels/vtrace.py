@@ -4,26 +4,24 @@ import triton
 import triton.language as tl
 
 from rl_triton._kernels.scan import (
-    entering_carry, load_f32, load_flag, next_state_value, program_rows, row_value,
-    scan_tile_with_previous, store_aggregate, tile_count, tile_times,
+    chunk_of_program, load_f32, load_flag, next_state_value, program_rows, row_value,
+    scan_maps_with_previous, resolve, tile_count, tile_times,
 )
 
 
 @triton.jit
 def vtrace_kernel(
-    lt_ptr, lb_ptr, v_ptr, r_ptr, term_ptr, trunc_ptr, boot_ptr, vs_ptr, adv_ptr, agg_ptr,
+    lt_ptr, lb_ptr, v_ptr, r_ptr, term_ptr, trunc_ptr, boot_ptr, vs_ptr, adv_ptr, agg_ptr, sync_ptr,
     E, T, CHUNK_T, NUM_CHUNKS, gamma, rho_bar, c_bar,
-    HAS_TRUNC: tl.constexpr, BOOT: tl.constexpr, AGGREGATE: tl.constexpr,
+    HAS_TRUNC: tl.constexpr, BOOT: tl.constexpr, CHUNKED: tl.constexpr,
     NC_PAD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
-    chunk = tl.program_id(1)
+    chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
     cols = tl.arange(0, BLOCK_T)
     row_off = rows.to(tl.int64)[:, None] * T
     last = row_value(boot_ptr, rows, row_ok, BOOT == 2)
-    carry = entering_carry(agg_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, 0.0 * last,
-                           AGGREGATE, NC_PAD, True)
-    prod = 1.0 + 0.0 * last
+    carry = 0.0 * last
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
         t = tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, True)
@@ -42,14 +40,12 @@ def vtrace_kernel(
         v_next = next_state_value(v_ptr, boot_ptr, last, off, t, m, T, trunc, BOOT)
         delta = tl.where(m, rho * (r + tl.where(term, 0.0, gamma * v_next) - v), 0.0)
         decay = tl.where(m, tl.where(term | trunc, 0.0, gamma * c), 1.0)
-        d, d_next, carry, tile_prod = scan_tile_with_previous(delta, decay, carry, cols, BLOCK_T, True)
-        if AGGREGATE:
-            prod = prod * tile_prod
-        else:
-            at_edge = trunc | (t == T - 1)[None, :]
-            next_vs = v_next + tl.where(at_edge, 0.0, d_next)
-            adv = rho * (r + tl.where(term, 0.0, gamma * next_vs) - v)
-            tl.store(vs_ptr + off, d + v, mask=m)
-            tl.store(adv_ptr + off, adv, mask=m)
-    if AGGREGATE:
-        store_aggregate(agg_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, carry, prod)
+        y0, prod, prev0, prev_prod = scan_maps_with_previous(delta, decay, True)
+        d, carry_in, carry = resolve(y0, prod, carry, cols, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
+                              CHUNKED, NC_PAD, BLOCK_T, True)
+        d_next = prev0 + prev_prod * carry_in[:, None]
+        at_edge = trunc | (t == T - 1)[None, :]
+        next_vs = v_next + tl.where(at_edge, 0.0, d_next)
+        adv = rho * (r + tl.where(term, 0.0, gamma * next_vs) - v)
+        tl.store(vs_ptr + off, d + v, mask=m)
+        tl.store(adv_ptr + off, adv, mask=m)

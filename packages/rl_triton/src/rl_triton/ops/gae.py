@@ -59,8 +59,9 @@ def compute_gae(
     terminateds = _checks.like("terminateds", terminateds, rewards, "rewards", "flag")
     if truncateds is not None:
         truncateds = _checks.like("truncateds", truncateds, rewards, "rewards", "flag")
-    _checks.exclusive(last_value=last_value, bootstrap_values=bootstrap_values)
-    _checks.exclusive(last_value=last_value, truncateds=truncateds)
+    if last_value is not None:
+        _checks.exclusive(last_value=last_value, bootstrap_values=bootstrap_values)
+        _checks.exclusive(last_value=last_value, truncateds=truncateds)
     if bootstrap_values is not None:
         bootstrap_values = _checks.like("bootstrap_values", bootstrap_values, rewards, "rewards", "float")
     if last_value is not None:

@@ -63,8 +63,9 @@ def compute_vtrace(
     terminateds = _checks.like("terminateds", terminateds, ref, "log_pi_target", "flag")
     if truncateds is not None:
         truncateds = _checks.like("truncateds", truncateds, ref, "log_pi_target", "flag")
-    _checks.exclusive(last_value=last_value, bootstrap_values=bootstrap_values)
-    _checks.exclusive(last_value=last_value, truncateds=truncateds)
+    if last_value is not None:
+        _checks.exclusive(last_value=last_value, bootstrap_values=bootstrap_values)
+        _checks.exclusive(last_value=last_value, truncateds=truncateds)
     if bootstrap_values is not None:
         bootstrap_values = _checks.like("bootstrap_values", bootstrap_values, ref, "log_pi_target", "float")
     if last_value is not None:

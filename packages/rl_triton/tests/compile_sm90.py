@@ -1,0 +1,75 @@
+"""Compile every kernel variant for an sm_90 (Hopper) target, without a GPU.
+
+    python compile_sm90.py [OP ...]
+
+Triton compiles to a cubin with the ptxas it ships, so compiler crashes show
+up on a CPU machine. Exits non-zero (or aborts, as the compiler does) on the
+first failure; prints one line per variant.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from rl_triton._kernels.forward import forward_kernel
+from rl_triton._kernels.gae import gae_kernel
+from rl_triton._kernels.retrace import retrace_kernel
+from rl_triton._kernels.returns import returns_kernel
+from rl_triton._kernels.vtrace import vtrace_kernel
+
+INTS = {"E", "T", "A", "CHUNK_T", "NUM_CHUNKS"}
+FLOATS = {"gamma", "lam", "rho_bar", "c_bar", "decay"}
+POINTER_TYPES = {"act_ptr": "*i64", "sync_ptr": "*i32"}
+# (block_e, block_t, num_warps) tiles the plan and the tests use.
+TILES = [(1, 2048, 8), (1, 1024, 4), (64, 32, 8), (2, 8, 1), (2, 4, 1), (1, 64, 1), (1, 128, 4)]
+OPS = {
+    "gae": (gae_kernel, dict(HAS_TRUNC=(False, True), BOOT=(0, 1, 2))),
+    "vtrace": (vtrace_kernel, dict(HAS_TRUNC=(False, True), BOOT=(0, 1, 2))),
+    "retrace": (retrace_kernel, dict(HAS_TRUNC=(False, True), A_PAD=(8,))),
+    "returns": (returns_kernel, dict(HAS_NEXT_VALUES=(False, True), HAS_TRUNC=(False, True),
+                                     HAS_BOOT=(False, True))),
+    "forward": (forward_kernel, dict(SHIFT=(0, 1), HAS_SEED=(False, True))),
+}
+
+
+def compile_variant(kernel, constexprs: dict, num_warps: int) -> None:
+    signature = {}
+    for name in kernel.arg_names:
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in INTS:
+            signature[name] = "i32"
+        elif name in FLOATS:
+            signature[name] = "fp32"
+        else:
+            signature[name] = POINTER_TYPES.get(name, "*fp32")
+    # As at launch: pointers and sizes divisible by 16 (aligned, vectorisable).
+    aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
+               if signature[name][0] == "*" or name in ("T", "CHUNK_T")}
+    src = ASTSource(kernel, signature, constexprs=constexprs, attrs=aligned)
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+
+
+def main(ops: list[str]) -> None:
+    for op in ops:
+        kernel, flags = OPS[op]
+        names = list(flags)
+        for values in itertools.product(*flags.values()):
+            for (block_e, block_t, warps), chunked in itertools.product(TILES, (False, True)):
+                if op == "retrace":
+                    block_t = max(4, block_t // 8)
+                c = dict(zip(names, values), CHUNKED=chunked, NC_PAD=128 if chunked else 1,
+                         BLOCK_E=block_e, BLOCK_T=block_t)
+                if not chunked:
+                    c["NUM_CHUNKS"] = 1  # an int argument equal to 1 is specialised as a constant
+                compile_variant(kernel, c, warps)
+                print(op, c, warps, "ok", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or list(OPS))
