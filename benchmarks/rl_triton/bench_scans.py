@@ -28,6 +28,7 @@ Gates (one H200):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -69,17 +70,22 @@ def sync(device: str) -> None:
 
 def per_call_seconds(fn: Callable[[], Any], device: str, calls: int, reps: int,
                      wait: Callable[[Any], Any] | None = None) -> float:
-    """Median over ``reps`` of the wall time of ``calls`` back-to-back calls, per call."""
+    """Median over ``reps`` of the wall time of ``calls`` back-to-back calls, per call
+    (garbage collection off while timing, as ``timeit`` does)."""
     out = fn()
     (wait or (lambda _: sync(device)))(out)
     times = []
-    for _ in range(reps):
-        sync(device)
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            out = fn()
-        (wait or (lambda _: sync(device)))(out)
-        times.append((time.perf_counter() - t0) / calls)
+    gc.disable()
+    try:
+        for _ in range(reps):
+            sync(device)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                out = fn()
+            (wait or (lambda _: sync(device)))(out)
+            times.append((time.perf_counter() - t0) / calls)
+    finally:
+        gc.enable()
     return statistics.median(times)
 
 
@@ -293,8 +299,6 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(results))
         return
 
-    if not args.no_peers:
-        check_peers()
     report: dict[str, Any] = {"benchmark": "rl_triton scans", "environment": environment(device),
                               "rl_triton_version": rl_triton.__version__, "dtype": "float32",
                               "timing": {"per_call": "median wall time of back-to-back eager calls",
@@ -317,11 +321,16 @@ def main() -> None:
                 row["floor_us"] = 1e6 * row["rl_triton"]["bytes"] / bandwidth
             if peer:
                 row["public_rl_triton"] = peer.get(f"{op}:{shape[0]}x{shape[1]}")
-            if not args.no_peers:
-                row.update(time_peers(op, shape, device))
             rows.append(row)
             log(f"  {json.dumps({k: v for k, v in row.items() if k != 'op'})}")
             torch.cuda.empty_cache() if device == "cuda" else None
+    # The peers run after every measurement of ours: JAX's runtime threads
+    # would otherwise share the host with our eager calls.
+    if not args.no_peers:
+        for row in rows:
+            log(f"peers: {row['op']} {row['num_envs']}x{row['seq_len']} ...")
+            row.update(time_peers(row["op"], (row["num_envs"], row["seq_len"]), device))
+        check_peers()
     report["results"] = rows
     report["gates"] = gates(rows)
     out = Path(args.out)

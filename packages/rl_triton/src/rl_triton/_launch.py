@@ -38,12 +38,14 @@ PATH_REFERENCE = "reference"
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
-#: Elements of one tile per input tensor (``block_e * block_t * width``),
-#: and elements per warp: measured best on an H200 (``benchmarks/rl_triton/sweep.py``).
-TILE_ELEMENTS = 1024
-ELEMENTS_PER_WARP = 256
-#: Longest tile along time.
-MAX_BLOCK_T = 1024
+# Tile shapes measured best on an H200 (``benchmarks/rl_triton/sweep.py``).
+#: Fused path: elements per tile (steps x rows x width), and steps per tile at most.
+FUSED_TILE = 512
+FUSED_MAX_BLOCK_T = 512
+#: Chunked path: elements per tile (one tile is one chunk).
+CHUNK_TILE = 2048
+#: Shortest tile along time (backward ops group steps by 4).
+MIN_BLOCK_T = 4
 #: Programs per streaming multiprocessor the plan aims for before it chunks.
 PROGRAMS_PER_SM = 8
 #: Most chunks per row block on the chunked path (the width of the carry composition).
@@ -76,7 +78,7 @@ class LaunchConfig:
 
     Attributes:
         block_e: rows (environments) per program, a power of two.
-        block_t: time steps per tile, a power of two.
+        block_t: time steps per tile, a power of two >= 4.
         chunked: ``True`` forces the chunked path (one tile per chunk),
             ``False`` the fused path.
         num_warps: warps per program, a power of two.
@@ -88,10 +90,10 @@ class LaunchConfig:
     num_warps: int | None = None
 
     def __post_init__(self) -> None:
-        for field in ("block_e", "block_t", "num_warps"):
+        for field, least in (("block_e", 1), ("block_t", MIN_BLOCK_T), ("num_warps", 1)):
             v = getattr(self, field)
-            if v is not None and (not isinstance(v, int) or v < 1 or v & (v - 1)):
-                raise ValueError(f"{field} must be a power of two >= 1, got {v!r}")
+            if v is not None and (not isinstance(v, int) or v < least or v & (v - 1)):
+                raise ValueError(f"{field} must be a power of two >= {least}, got {v!r}")
         if self.chunked is not None and not isinstance(self.chunked, bool):
             raise ValueError(f"chunked must be a bool, got {self.chunked!r}")
 
@@ -148,20 +150,33 @@ def _target_programs(device: torch.device) -> int:
 def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
          config: LaunchConfig) -> Plan:
     """The launch plan for ``[num_envs, seq_len]`` inputs whose tiles carry
-    ``width`` values per step (1, or the padded action count for Retrace)."""
-    tile = max(TILE_ELEMENTS // width, 1)
-    block_t = config.block_t or min(triton.next_power_of_2(seq_len), MAX_BLOCK_T, tile)
-    block_e = config.block_e or max(1, min(tile // block_t, triton.next_power_of_2(num_envs)))
-    tiles = triton.cdiv(seq_len, block_t)
+    ``width`` values per step (1, or the padded action count for Retrace).
+
+    Fused when the rows alone give ``target_programs`` programs (or the
+    sequence fits one tile), chunked otherwise.
+    """
+    steps = triton.next_power_of_2(seq_len)
+    fused_tile = FUSED_TILE * min(width, 2)
+    fused_t = max(MIN_BLOCK_T, min(steps, FUSED_MAX_BLOCK_T, fused_tile // width))
+    chunk_t = max(MIN_BLOCK_T, min(steps, CHUNK_TILE // width))
     chunked = config.chunked
     if chunked is None:
+        block_e = max(1, min(fused_tile // (fused_t * width), triton.next_power_of_2(num_envs)))
         few_rows = triton.cdiv(num_envs, block_e) < target_programs
-        chunked = few_rows and 1 < tiles <= MAX_CHUNKS
+        chunked = few_rows and 1 < triton.cdiv(seq_len, chunk_t) <= MAX_CHUNKS
+    block_t = config.block_t or (chunk_t if chunked else fused_t)
+    tiles = triton.cdiv(seq_len, block_t)
     chunked = chunked and tiles > 1
-    chunk_t = block_t if chunked else tiles * block_t
-    elements = block_e * block_t * width
-    num_warps = config.num_warps or triton.next_power_of_2(max(1, elements // ELEMENTS_PER_WARP))
-    return Plan(block_e, block_t, chunk_t, triton.cdiv(seq_len, chunk_t), num_warps)
+    tile = CHUNK_TILE if chunked else fused_tile
+    block_e = config.block_e or max(1, min(tile // (block_t * width), triton.next_power_of_2(num_envs)))
+    if config.num_warps:
+        num_warps = config.num_warps
+    elif chunked:
+        num_warps = 4 if width == 1 else 2
+    else:
+        num_warps = 4 if block_t * width >= 256 else 2
+    span = block_t if chunked else tiles * block_t
+    return Plan(block_e, block_t, span, triton.cdiv(seq_len, span), num_warps)
 
 
 class _Launcher:

@@ -5,8 +5,8 @@ import triton
 import triton.language as tl
 
 from rl_triton._kernels.scan import (
-    chunk_of_program, load_f32, load_flag, program_rows, row_value, scan_maps,
-    resolve, tile_count, tile_times,
+    chunk_of_program, forward_tile_times, load_f32, load_flag, program_rows, row_value,
+    scan_forward, tile_carry, tile_count,
 )
 
 
@@ -21,19 +21,17 @@ def forward_kernel(
     (``ends_at``); 0: the step's own flag does (``starts_at``)."""
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, False)
-    cols = tl.arange(0, BLOCK_T)
     row_off = rows.to(tl.int64)[:, None] * T
-    seed = row_value(seed_ptr, rows, row_ok, HAS_SEED)
-    carry = seed
+    carry = row_value(seed_ptr, rows, row_ok, HAS_SEED)
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
-        t = tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, False)
-        m = row_ok[:, None] & (t < T)[None, :]
-        off = row_off + t[None, :]
+        t = forward_tile_times(chunk, i, CHUNK_T, BLOCK_T)[None, :]
+        m = row_ok[:, None] & (t < T)
+        off = row_off + t
         x = load_f32(x_ptr, off, m, 0.0)
-        severed = load_flag(done_ptr, off - SHIFT, m & (t >= SHIFT)[None, :])
+        severed = load_flag(done_ptr, off - SHIFT, m & (t >= SHIFT))
         keep = tl.where(m, tl.where(severed, 0.0, decay), 1.0)
-        y0, prod = scan_maps(x, keep, False)
-        y, _, carry = resolve(y0, prod, carry, cols, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
-                      CHUNKED, NC_PAD, BLOCK_T, False)
-        tl.store(out_ptr + off, y, mask=m)
+        y0, prod, exit_y0, exit_prod = scan_forward(x, keep)
+        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
+                                     chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, False)
+        tl.store(out_ptr + off, y0 + prod * carry_in[:, None], mask=m)

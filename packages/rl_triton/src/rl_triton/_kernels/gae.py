@@ -4,8 +4,8 @@ import triton
 import triton.language as tl
 
 from rl_triton._kernels.scan import (
-    chunk_of_program, load_f32, load_flag, next_state_value, program_rows, row_value,
-    scan_maps, resolve, tile_count, tile_times,
+    backward_tile_times, chunk_of_program, load_f32, load_flag, next_state_value, program_rows,
+    row_value, scan_backward, tile_carry, tile_count,
 )
 
 
@@ -18,15 +18,14 @@ def gae_kernel(
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
-    cols = tl.arange(0, BLOCK_T)
-    row_off = rows.to(tl.int64)[:, None] * T
+    row_off = rows.to(tl.int64)[:, None, None] * T
     last = row_value(boot_ptr, rows, row_ok, BOOT == 2)
     carry = 0.0 * last
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
-        t = tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, True)
-        m = row_ok[:, None] & (t < T)[None, :]
-        off = row_off + t[None, :]
+        t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T)
+        m = row_ok[:, None, None] & (t < T)
+        off = row_off + t
         r = load_f32(r_ptr, off, m, 0.0)
         v = load_f32(v_ptr, off, m, 0.0)
         term = load_flag(term_ptr, off, m)
@@ -34,10 +33,10 @@ def gae_kernel(
             trunc = load_flag(trunc_ptr, off, m)
         else:
             trunc = term
-        v_next = next_state_value(v_ptr, boot_ptr, last, off, t, m, T, trunc, BOOT)
+        v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], off, t, m, T, trunc, BOOT)
         delta = tl.where(m, r + tl.where(term, 0.0, gamma * v_next) - v, 0.0)
         decay = tl.where(m, tl.where(term | trunc, 0.0, gamma * lam), 1.0)
-        y0, prod = scan_maps(delta, decay, True)
-        adv, _, carry = resolve(y0, prod, carry, cols, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
-                        CHUNKED, NC_PAD, BLOCK_T, True)
-        tl.store(adv_ptr + off, adv, mask=m)
+        y0, prod, _, _, exit_y0, exit_prod = scan_backward(delta, decay)
+        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
+                                     chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
+        tl.store(adv_ptr + off, y0 + prod * carry_in[:, None, None], mask=m)

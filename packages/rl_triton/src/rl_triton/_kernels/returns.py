@@ -5,8 +5,8 @@ import triton
 import triton.language as tl
 
 from rl_triton._kernels.scan import (
-    chunk_of_program, load_f32, load_flag, program_rows, resolve, scan_maps,
-    tile_count, tile_times,
+    backward_tile_times, chunk_of_program, load_f32, load_flag, program_rows, scan_backward,
+    tile_carry, tile_count,
 )
 
 
@@ -20,20 +20,17 @@ def returns_kernel(
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
-    cols = tl.arange(0, BLOCK_T)
-    row_off = rows.to(tl.int64)[:, None] * T
+    row_off = rows.to(tl.int64)[:, None, None] * T
     # The carry past the buffer is G[T] = bootstrap_values[:, -1].
     if HAS_BOOT:
-        boundary = tl.load(boot_ptr + rows.to(tl.int64) * T + T - 1, mask=row_ok, other=0.0)
-        boundary = boundary.to(tl.float32)
+        carry = load_f32(boot_ptr, rows.to(tl.int64) * T + T - 1, row_ok, 0.0)
     else:
-        boundary = tl.zeros([BLOCK_E], tl.float32)
-    carry = boundary
+        carry = tl.zeros([BLOCK_E], tl.float32)
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
-        t = tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, True)
-        m = row_ok[:, None] & (t < T)[None, :]
-        off = row_off + t[None, :]
+        t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T)
+        m = row_ok[:, None, None] & (t < T)
+        off = row_off + t
         g = load_f32(r_ptr, off, m, 0.0)
         done = load_flag(term_ptr, off, m)
         if HAS_TRUNC:
@@ -45,7 +42,7 @@ def returns_kernel(
             g += tl.where(done, 0.0, gamma * (1.0 - lam) * load_f32(nv_ptr, off, m, 0.0))
         g = tl.where(m, g, 0.0)
         decay = tl.where(m, tl.where(done, 0.0, gamma * lam), 1.0)
-        y0, prod = scan_maps(g, decay, True)
-        out, _, carry = resolve(y0, prod, carry, cols, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
-                        CHUNKED, NC_PAD, BLOCK_T, True)
-        tl.store(out_ptr + off, out, mask=m)
+        y0, prod, _, _, exit_y0, exit_prod = scan_backward(g, decay)
+        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
+                                     chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
+        tl.store(out_ptr + off, y0 + prod * carry_in[:, None, None], mask=m)

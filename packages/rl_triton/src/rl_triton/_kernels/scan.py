@@ -5,11 +5,17 @@ Every recurrence here is ``y[t] = a[t] + b[t] * y[t±1]``: an affine map
 that enters a tile from the neighbouring tile (or chunk) is the carry.
 
 Layout: a program owns ``BLOCK_E`` rows (environments). Fused path: it walks
-the whole sequence in tiles of ``BLOCK_T``, carrying from tile to tile
-(backward ops, ``REVERSE``, from the last tile to the first). Chunked path:
-it owns one tile (a chunk), scans it from a zero carry, publishes the tile's
-map, composes the maps of the chunks before it in scan order (decoupled, one
-pass over the data) and fixes its values up with the resulting carry.
+the whole sequence in tiles of ``BLOCK_T`` steps, carrying from tile to tile.
+Chunked path: it owns one tile (a chunk), scans it from a zero carry,
+publishes the tile's map, composes the maps of the chunks before it in scan
+order (decoupled, one pass over the data) and fixes its values up.
+
+Forward ops scan ``[BLOCK_E, BLOCK_T]`` tiles along time. Backward ops use
+``[BLOCK_E, R, 4]`` tiles: ``R = BLOCK_T / 4`` groups of 4 consecutive steps,
+the groups in decreasing time. Each thread composes its own 4 steps backward
+in registers, then one forward scan over the groups finishes the tile: loads
+and stores stay 16-byte vectors, and no reverse scan is needed (Triton's costs
+several times more shuffles).
 """
 
 import triton
@@ -36,32 +42,93 @@ def pick(x, cols, index):
 
 
 @triton.jit
-def scan_maps(a, b, REVERSE: tl.constexpr):
-    """Scan a [BLOCK_E, N] tile of maps along axis 1 from a zero carry.
+def scan_forward(a, b):
+    """Scan a [BLOCK_E, BLOCK_T] tile of maps forward in time from a zero carry.
 
-    Returns ``(y0, prod)``: the values with nothing entering the tile, and the
-    product of ``b`` from the tile's entry up to each step, so that with a
-    carry ``c`` entering the tile the values are ``y0 + prod * c``.
+    Returns ``(y0, prod, exit_y0, exit_prod)``: the values with nothing
+    entering the tile, the product of ``b`` from the tile's entry up to each
+    step (with a carry ``c`` entering, the values are ``y0 + prod * c``), and
+    both at the tile's last step: the tile's own map.
     """
-    return tl.associative_scan((a, b), 1, compose, reverse=REVERSE)
+    y0, prod = tl.associative_scan((a, b), 1, compose)
+    cols = tl.arange(0, a.shape[1])
+    return y0, prod, pick(y0, cols, a.shape[1] - 1), pick(prod, cols, a.shape[1] - 1)
 
 
 @triton.jit
-def scan_maps_with_previous(a, b, REVERSE: tl.constexpr):
-    """``scan_maps`` plus ``(p, q)``: the value one step earlier in scan order
-    (``y[t+1]`` for a backward scan) is ``p + q * c``."""
-    zero = 0.0 * a
-    return tl.associative_scan((a, b, zero, zero + 1.0), 1, compose_with_previous, reverse=REVERSE)
+def _columns(x):
+    """The 4 steps of a [BLOCK_E, R, 4] tile as [BLOCK_E, R] tensors."""
+    x = tl.reshape(x, [x.shape[0], x.shape[1], 2, 2])
+    x02, x13 = tl.split(x)
+    x0, x2 = tl.split(x02)
+    x1, x3 = tl.split(x13)
+    return x0, x1, x2, x3
 
 
 @triton.jit
-def exit_column(N: tl.constexpr, REVERSE: tl.constexpr):
-    """The tile column whose value leaves the tile (the earliest step when backward)."""
-    if REVERSE:
-        col = 0
-    else:
-        col = N - 1
-    return col
+def _tile(x0, x1, x2, x3):
+    """The inverse of ``_columns``."""
+    x = tl.join(tl.join(x0, x2), tl.join(x1, x3))
+    return tl.reshape(x, [x0.shape[0], x0.shape[1], 4])
+
+
+@triton.jit
+def scan_backward(a, b):
+    """Scan a [BLOCK_E, R, 4] tile of maps backward in time from a zero carry.
+
+    Returns ``(y0, prod, next0, next_prod, exit_y0, exit_prod)``: as
+    ``scan_forward``, plus the value one step later in time (``y[t+1]`` is
+    ``next0 + next_prod * c``; the step after the tile's latest is the carry).
+    The exit is the tile's earliest step.
+    """
+    a0, a1, a2, a3 = _columns(a)
+    b0, b1, b2, b3 = _columns(b)
+    # Within each group of 4, backward from its latest step, from a zero carry.
+    y3 = a3
+    p3 = b3
+    y2 = a2 + b2 * y3
+    p2 = b2 * p3
+    y1 = a1 + b1 * y2
+    p1 = b1 * p2
+    y0 = a0 + b0 * y1
+    p0 = b0 * p1
+    # Across groups (latest group first): the carry entering each group is
+    # ``enter + enter_prod * c``.
+    zero = 0.0 * y0
+    all_y, all_p, enter, enter_prod = tl.associative_scan(
+        (y0, p0, zero, zero + 1.0), 1, compose_with_previous)
+    groups = tl.arange(0, a.shape[1])
+    return (
+        _tile(y0 + p0 * enter, y1 + p1 * enter, y2 + p2 * enter, y3 + p3 * enter),
+        _tile(p0 * enter_prod, p1 * enter_prod, p2 * enter_prod, p3 * enter_prod),
+        _tile(y1 + p1 * enter, y2 + p2 * enter, y3 + p3 * enter, enter),
+        _tile(p1 * enter_prod, p2 * enter_prod, p3 * enter_prod, enter_prod),
+        pick(all_y, groups, a.shape[1] - 1),
+        pick(all_p, groups, a.shape[1] - 1),
+    )
+
+
+@triton.jit
+def backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T: tl.constexpr):
+    """Time indices [1, R, 4] of the ``i``-th tile a backward program visits
+    (the last tile first): groups of 4 increasing steps, groups decreasing."""
+    R: tl.constexpr = BLOCK_T // 4
+    group = tl.arange(0, R)[:, None]
+    step = tl.arange(0, 4)[None, :]
+    start = chunk * CHUNK_T + (n_tiles - 1 - i) * BLOCK_T
+    return (start + (R - 1 - group) * 4 + step)[None, :, :]
+
+
+@triton.jit
+def forward_tile_times(chunk, i, CHUNK_T, BLOCK_T: tl.constexpr):
+    """Time indices [BLOCK_T] of the ``i``-th tile a forward program visits."""
+    return chunk * CHUNK_T + i * BLOCK_T + tl.arange(0, BLOCK_T)
+
+
+@triton.jit
+def tile_count(chunk, T, CHUNK_T, BLOCK_T: tl.constexpr):
+    """Number of tiles in ``chunk`` (the last chunk may be shorter)."""
+    return tl.cdiv(tl.minimum(CHUNK_T, T - chunk * CHUNK_T), BLOCK_T)
 
 
 @triton.jit
@@ -85,29 +152,21 @@ def chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED: tl.constexpr, REVERSE: tl.co
 
 
 @triton.jit
-def resolve(
-    y0, prod, carry, cols, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
-    CHUNKED: tl.constexpr, NC_PAD: tl.constexpr, N: tl.constexpr, REVERSE: tl.constexpr,
+def tile_carry(
+    exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
+    CHUNKED: tl.constexpr, NC_PAD: tl.constexpr, REVERSE: tl.constexpr,
 ):
-    """The tile's values from its zero-carry scan ``(y0, prod)``.
+    """The carry entering a tile, and the one leaving it.
 
-    Fused: ``carry`` is the value entering from the previous tile. Chunked:
-    ``carry`` is the value from outside the sequence, and the carry entering
-    the chunk comes from ``chained_carry``.
-
-    Returns ``(y, carry_in, carry_out)``: the values, the carry that entered
-    the tile, and the carry for the next tile.
+    ``(exit_y0, exit_prod)`` is the tile's map ([BLOCK_E] each). Fused:
+    ``carry`` is the value entering from the previous tile. Chunked: ``carry``
+    is the value from outside the sequence, and the carry entering the chunk
+    comes from ``chained_carry``.
     """
-    exit = exit_column(N, REVERSE)
     if CHUNKED:
         carry = chained_carry(agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, carry,
-                              pick(y0, cols, exit), pick(prod, cols, exit), NC_PAD, REVERSE)
-    y = y0 + prod * carry[:, None]
-    if CHUNKED:
-        carry_out = carry
-    else:
-        carry_out = pick(y, cols, exit)
-    return y, carry, carry_out
+                              exit_y0, exit_prod, NC_PAD, REVERSE)
+    return carry, exit_y0 + exit_prod * carry
 
 
 @triton.jit
@@ -129,10 +188,13 @@ def chained_carry(
     tl.debug_barrier()
     flags = sync_ptr + tl.program_id(0) * NUM_CHUNKS
     tl.atomic_xchg(flags + chunk, 1, sem="release")
-    ks = tl.arange(0, NC_PAD)
+    # Position k of the composition is the k-th chunk in scan order.
+    position = tl.arange(0, NC_PAD)
     if REVERSE:
-        before = (ks > chunk) & (ks < NUM_CHUNKS)
+        ks = NUM_CHUNKS - 1 - position
+        before = ks > chunk
     else:
+        ks = position
         before = ks < chunk
     waiting = tl.sum(tl.where(before, 1 - tl.atomic_add(flags + ks, 0, mask=before, sem="acquire"), 0))
     while waiting > 0:
@@ -143,31 +205,9 @@ def chained_carry(
     ma = tl.load(agg_ptr + maps, mask=m, other=0.0, cache_modifier=".cg")
     mb = tl.load(agg_ptr + E * NUM_CHUNKS + maps, mask=m, other=1.0, cache_modifier=".cg")
     # The boundary enters at the first chunk in scan order; masked chunks are identities.
-    if REVERSE:
-        entry = NC_PAD - 1
-    else:
-        entry = 0
-    ma = tl.where(ks[None, :] == entry, ma + mb * boundary[:, None], ma)
-    y, _ = scan_maps(ma, mb, REVERSE)
-    return pick(y, ks, exit_column(NC_PAD, REVERSE))
-
-
-@triton.jit
-def tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T: tl.constexpr, REVERSE: tl.constexpr):
-    """Time indices [BLOCK_T] of the ``i``-th tile a program visits in its chunk
-    (backward ops visit the last tile first). Tiles always lie in increasing
-    time, so loads and stores stay vectorised."""
-    if REVERSE:
-        tile = n_tiles - 1 - i
-    else:
-        tile = i
-    return chunk * CHUNK_T + tile * BLOCK_T + tl.arange(0, BLOCK_T)
-
-
-@triton.jit
-def tile_count(chunk, T, CHUNK_T, BLOCK_T: tl.constexpr):
-    """Number of tiles in ``chunk`` (the last chunk may be shorter)."""
-    return tl.cdiv(tl.minimum(CHUNK_T, T - chunk * CHUNK_T), BLOCK_T)
+    ma = tl.where(position[None, :] == 0, ma + mb * boundary[:, None], ma)
+    _, _, carry, _ = scan_forward(ma, mb)
+    return carry
 
 
 @triton.jit
@@ -186,15 +226,16 @@ def next_state_value(v_ptr, boot_ptr, last, off, t, m, T, trunc, BOOT: tl.conste
     """``v_next[t]``: the bootstrap where truncated or ``t = T-1``, else ``v[t+1]``.
 
     ``BOOT``: 0 no bootstrap (zeros), 1 a ``[E, T]`` ``bootstrap_values``,
-    2 a ``[E]`` ``last_value`` (``last``; no truncations allowed with it).
+    2 a ``[E]`` ``last_value`` (``last``, shaped to broadcast against the
+    tile; no truncations allowed with it).
     """
-    at_end = (t == T - 1)[None, :]
-    v1 = load_f32(v_ptr, off + 1, m & (t < T - 1)[None, :], 0.0)
+    at_end = t == T - 1
+    v1 = load_f32(v_ptr, off + 1, m & (t < T - 1), 0.0)
     if BOOT == 1:
         boot = load_f32(boot_ptr, off, m, 0.0)
         v_next = tl.where(trunc | at_end, boot, v1)
     elif BOOT == 2:
-        v_next = tl.where(at_end, last[:, None], tl.where(trunc, 0.0, v1))
+        v_next = tl.where(at_end, last, tl.where(trunc, 0.0, v1))
     else:
         v_next = tl.where(trunc | at_end, 0.0, v1)
     return v_next

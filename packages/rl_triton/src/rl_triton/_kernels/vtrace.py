@@ -4,8 +4,8 @@ import triton
 import triton.language as tl
 
 from rl_triton._kernels.scan import (
-    chunk_of_program, load_f32, load_flag, next_state_value, program_rows, row_value,
-    scan_maps_with_previous, resolve, tile_count, tile_times,
+    backward_tile_times, chunk_of_program, load_f32, load_flag, next_state_value, program_rows,
+    row_value, scan_backward, tile_carry, tile_count,
 )
 
 
@@ -18,15 +18,14 @@ def vtrace_kernel(
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
-    cols = tl.arange(0, BLOCK_T)
-    row_off = rows.to(tl.int64)[:, None] * T
+    row_off = rows.to(tl.int64)[:, None, None] * T
     last = row_value(boot_ptr, rows, row_ok, BOOT == 2)
     carry = 0.0 * last
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
-        t = tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, True)
-        m = row_ok[:, None] & (t < T)[None, :]
-        off = row_off + t[None, :]
+        t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T)
+        m = row_ok[:, None, None] & (t < T)
+        off = row_off + t
         ratio = tl.exp(load_f32(lt_ptr, off, m, 0.0) - load_f32(lb_ptr, off, m, 0.0))
         rho = tl.minimum(rho_bar, ratio)
         c = tl.minimum(c_bar, ratio)
@@ -37,15 +36,15 @@ def vtrace_kernel(
             trunc = load_flag(trunc_ptr, off, m)
         else:
             trunc = term
-        v_next = next_state_value(v_ptr, boot_ptr, last, off, t, m, T, trunc, BOOT)
+        v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], off, t, m, T, trunc, BOOT)
         delta = tl.where(m, rho * (r + tl.where(term, 0.0, gamma * v_next) - v), 0.0)
         decay = tl.where(m, tl.where(term | trunc, 0.0, gamma * c), 1.0)
-        y0, prod, prev0, prev_prod = scan_maps_with_previous(delta, decay, True)
-        d, carry_in, carry = resolve(y0, prod, carry, cols, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
-                              CHUNKED, NC_PAD, BLOCK_T, True)
-        d_next = prev0 + prev_prod * carry_in[:, None]
-        at_edge = trunc | (t == T - 1)[None, :]
-        next_vs = v_next + tl.where(at_edge, 0.0, d_next)
+        y0, prod, next0, next_prod, exit_y0, exit_prod = scan_backward(delta, decay)
+        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
+                                     chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
+        d = y0 + prod * carry_in[:, None, None]
+        d_next = next0 + next_prod * carry_in[:, None, None]
+        next_vs = v_next + tl.where(trunc | (t == T - 1), 0.0, d_next)
         adv = rho * (r + tl.where(term, 0.0, gamma * next_vs) - v)
         tl.store(vs_ptr + off, d + v, mask=m)
         tl.store(adv_ptr + off, adv, mask=m)

@@ -1,0 +1,71 @@
+# The pip path: the pixi tasks of pixi.toml, target for target, for machines
+# without conda (CI uses it). The first target that needs it creates .venv.
+#
+#   make tests                 every package's CPU tests and the integration tests
+#   make benchmark-rl-triton   the rl_triton benchmark (full report on a CUDA GPU)
+
+PYTHON ?= python3
+VENV ?= .venv
+# The CPU build of torch (this project's machines carry it on disk).
+TORCH ?= torch==2.13.0
+PACKAGES := rl_triton track_gen racing_env racing_stack
+PY := $(abspath $(VENV))/bin/python
+STAMP := $(VENV)/.installed
+DEV := pytest>=8 hypothesis>=6.100 "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+
+.PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
+        test-integration docs benchmark-rl-triton matrix clean
+
+$(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q "$(TORCH)" $(DEV) \
+		$(foreach p,$(PACKAGES),-e packages/$(p))
+	touch $@
+
+tests: test-rl-triton test-track-gen test-racing-env test-racing-stack test-integration
+
+test-rl-triton: $(STAMP)
+	cd packages/rl_triton && $(PY) -m pytest -q -m 'not kernels and not gpu' \
+		&& TRITON_INTERPRET=1 $(PY) -m pytest -q -m kernels
+
+test-track-gen: $(STAMP)
+	cd packages/track_gen && $(PY) -m pytest -q -m 'not gpu'
+
+test-racing-env: $(STAMP)
+	cd packages/racing_env && $(PY) -m pytest -q -m 'not gpu'
+
+test-racing-stack: $(STAMP)
+	cd packages/racing_stack && $(PY) -m pytest -q -m 'not gpu'
+
+test-integration: $(STAMP)
+	$(PY) -m pytest -q tests-integration
+
+gpu-tests: $(STAMP)
+	$(PY) -m pytest -q packages/rl_triton/tests -m 'kernels or gpu'
+
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
+
+benchmark-rl-triton: $(STAMP)
+	$(PY) benchmarks/rl_triton/bench_scans.py
+
+# Each package installed alone in its own environment, with its own tests:
+# proves that its pyproject.toml declares everything it needs.
+matrix:
+	@set -e; for p in $(PACKAGES); do \
+		env=$(abspath .venv-matrix)/$$p; rm -rf $$env; $(PYTHON) -m venv $$env; \
+		deps="./packages/$$p[test]"; \
+		if [ $$p = rl_triton ]; then deps="$$deps $(TORCH)"; fi; \
+		if [ $$p = racing_stack ]; then deps="$$deps ./packages/rl_triton ./packages/track_gen ./packages/racing_env $(TORCH)"; fi; \
+		echo "== $$p alone: pip install $$deps"; \
+		$$env/bin/python -m pip install -q $$deps; \
+		if [ $$p = rl_triton ]; then \
+			(cd packages/$$p && $$env/bin/python -m pytest -q -m 'not kernels and not gpu' \
+				&& TRITON_INTERPRET=1 $$env/bin/python -m pytest -q -m kernels); \
+		else \
+			(cd packages/$$p && $$env/bin/python -m pytest -q -m 'not gpu'); \
+		fi; \
+	done
+
+clean:
+	rm -rf $(VENV) .venv-matrix site

@@ -1,0 +1,17 @@
+"""The known-good set of the three packages, and the joins between them."""
+
+from importlib.metadata import version
+
+__version__ = "0.1.0"
+
+#: Distribution name -> the exact version known to work with the others.
+PINS: dict[str, str] = {
+    "track-gen": "0.1.0",
+    "racing-env": "0.1.0",
+    "rl-triton": "0.1.0",
+}
+
+
+def installed_versions() -> dict[str, str]:
+    """The installed version of each pinned distribution."""
+    return {name: version(name) for name in PINS}

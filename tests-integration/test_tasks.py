@@ -1,0 +1,41 @@
+"""Every pixi task has a pip-path twin: a Makefile target of the same name."""
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+
+
+def pixi_tasks() -> set[str]:
+    manifest = tomllib.loads((ROOT / "pixi.toml").read_text())
+    tasks = set(manifest.get("tasks", {}))
+    for feature in manifest.get("feature", {}).values():
+        tasks |= set(feature.get("tasks", {}))
+    return tasks
+
+
+def make_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text()
+    return set(re.findall(r"^([A-Za-z0-9_-]+):", text, flags=re.M))
+
+
+def test_every_pixi_task_has_a_make_twin():
+    tasks = pixi_tasks()
+    assert {"tests", "gpu-tests", "docs", "benchmark-rl-triton"} <= tasks
+    missing = tasks - make_targets()
+    assert not missing, f"pixi tasks without a Makefile twin: {sorted(missing)}"
+
+
+def test_each_package_has_its_own_test_task():
+    packages = {p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").exists()}
+    assert packages == {"rl_triton", "track_gen", "racing_env", "racing_stack"}
+    for name in packages:
+        assert f"test-{name.replace('_', '-')}" in pixi_tasks()
+
+
+def test_readme_names_the_two_commands():
+    readme = (ROOT / "README.md").read_text()
+    for command in ("pixi run tests", "make tests", "pixi run benchmark-rl-triton",
+                    "make benchmark-rl-triton"):
+        assert command in readme
