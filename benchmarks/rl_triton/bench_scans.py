@@ -308,7 +308,6 @@ def main() -> None:
     bandwidth = copy_bandwidth() if device == "cuda" else None
     if bandwidth:
         report["copy_bandwidth_gbps"] = bandwidth / 1e9
-    peer = run_peer_library(args.peer_src, shapes, ops) if args.peer_src and device == "cuda" else {}
     rows = []
     for op in ops:
         for shape in shapes:
@@ -319,13 +318,16 @@ def main() -> None:
             row["path"] = rl_triton.last_path()
             if bandwidth:
                 row["floor_us"] = 1e6 * row["rl_triton"]["bytes"] / bandwidth
-            if peer:
-                row["public_rl_triton"] = peer.get(f"{op}:{shape[0]}x{shape[1]}")
             rows.append(row)
             log(f"  {json.dumps({k: v for k, v in row.items() if k != 'op'})}")
             torch.cuda.empty_cache() if device == "cuda" else None
-    # The peers run after every measurement of ours: JAX's runtime threads
-    # would otherwise share the host with our eager calls.
+    # The peers run after every measurement of ours, so that nothing they
+    # leave behind (JAX's runtime threads, a subprocess) shares the host with
+    # our eager calls.
+    if args.peer_src and device == "cuda":
+        peer = run_peer_library(args.peer_src, shapes, ops)
+        for row in rows:
+            row["public_rl_triton"] = peer.get(f"{row['op']}:{row['num_envs']}x{row['seq_len']}")
     if not args.no_peers:
         for row in rows:
             log(f"peers: {row['op']} {row['num_envs']}x{row['seq_len']} ...")
