@@ -11,7 +11,7 @@ TORCH ?= torch==2.13.0
 PACKAGES := rl_triton track_gen racing_env racing_stack
 PY := $(abspath $(VENV))/bin/python
 STAMP := $(VENV)/.installed
-DEV := pytest>=8 hypothesis>=6.100 "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+DEV := pytest>=8 hypothesis>=6.100 matplotlib>=3.8 "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
 .PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
         test-integration docs benchmark-rl-triton matrix clean
@@ -47,7 +47,7 @@ docs: $(STAMP)
 	$(PY) -m mkdocs build --strict
 
 benchmark-rl-triton: $(STAMP)
-	$(PY) benchmarks/rl_triton/bench_scans.py
+	$(PY) benchmarks/rl_triton/bench_scans.py && $(PY) benchmarks/rl_triton/plot.py
 
 # Each package installed alone in its own environment, with its own tests:
 # proves that its pyproject.toml declares everything it needs.

@@ -99,6 +99,31 @@ def exclusive(**named: object) -> None:
         raise ValueError(f"{' and '.join(given)} are mutually exclusive: pass one of them")
 
 
+def episode_ends(
+    ref: torch.Tensor, ref_name: str, terminateds: object, truncateds: object,
+    bootstrap_values: object, last_value: object = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Check the episode-boundary arguments shared by the backward ops.
+
+    ``terminateds`` (and ``truncateds``) are ``[E, T]`` flags like ``ref``;
+    ``bootstrap_values`` is ``[E, T]``; ``last_value`` is ``[E]`` and excludes
+    both ``bootstrap_values`` and ``truncateds``. Runs the data checks when the
+    correctness flag is on. Returns the four, contiguous.
+    """
+    terminateds = like("terminateds", terminateds, ref, ref_name, "flag")
+    if truncateds is not None:
+        truncateds = like("truncateds", truncateds, ref, ref_name, "flag")
+    if last_value is not None:
+        exclusive(last_value=last_value, bootstrap_values=bootstrap_values)
+        exclusive(last_value=last_value, truncateds=truncateds)
+        last_value = like("last_value", last_value, ref, ref_name, "float", (ref.shape[0],))
+    if bootstrap_values is not None:
+        bootstrap_values = like("bootstrap_values", bootstrap_values, ref, ref_name, "float")
+    if correctness_warnings_enabled():
+        warn_data(terminateds=terminateds, truncateds=truncateds, bootstrap_values=bootstrap_values)
+    return terminateds, truncateds, bootstrap_values, last_value
+
+
 def boundary_mode(value: object) -> str:
     if value not in ("ends_at", "starts_at"):
         raise ValueError(f"boundary must be 'ends_at' or 'starts_at', got {value!r}")

@@ -56,21 +56,10 @@ def compute_gae(
     num_envs, seq_len = _checks.sequence("rewards", rewards)
     rewards = rewards.contiguous()
     values = _checks.like("values", values, rewards, "rewards", "float")
-    terminateds = _checks.like("terminateds", terminateds, rewards, "rewards", "flag")
-    if truncateds is not None:
-        truncateds = _checks.like("truncateds", truncateds, rewards, "rewards", "flag")
-    if last_value is not None:
-        _checks.exclusive(last_value=last_value, bootstrap_values=bootstrap_values)
-        _checks.exclusive(last_value=last_value, truncateds=truncateds)
-    if bootstrap_values is not None:
-        bootstrap_values = _checks.like("bootstrap_values", bootstrap_values, rewards, "rewards", "float")
-    if last_value is not None:
-        last_value = _checks.like("last_value", last_value, rewards, "rewards", "float", (num_envs,))
     gamma = _checks.unit_interval("gamma", gamma)
     lambda_ = _checks.unit_interval("lambda_", lambda_)
-    if _checks.correctness_warnings_enabled():
-        _checks.warn_data(terminateds=terminateds, truncateds=truncateds,
-                          bootstrap_values=bootstrap_values)
+    terminateds, truncateds, bootstrap_values, last_value = _checks.episode_ends(
+        rewards, "rewards", terminateds, truncateds, bootstrap_values, last_value)
 
     if select_path(rewards.device) == PATH_REFERENCE:
         return on_reference(reference.gae, rewards.device, rewards, values, terminateds, truncateds,

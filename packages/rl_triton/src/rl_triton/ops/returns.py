@@ -97,16 +97,11 @@ def _returns(
 ) -> torch.Tensor:
     """λ-returns; ``next_values=None`` with λ = 1 is the discounted return."""
     num_envs, seq_len = rewards.shape
-    terminateds = _checks.like("terminateds", terminateds, rewards, "rewards", "flag")
-    if truncateds is not None:
-        truncateds = _checks.like("truncateds", truncateds, rewards, "rewards", "flag")
-    if bootstrap_values is not None:
-        bootstrap_values = _checks.like("bootstrap_values", bootstrap_values, rewards, "rewards", "float")
     gamma = _checks.unit_interval("gamma", gamma)
-    if _checks.correctness_warnings_enabled():
-        _checks.warn_data(
-            terminateds=terminateds, truncateds=truncateds, bootstrap_values=bootstrap_values,
-            truncation_zeroed=None if next_values is None else ("next_values", next_values))
+    terminateds, truncateds, bootstrap_values, _ = _checks.episode_ends(
+        rewards, "rewards", terminateds, truncateds, bootstrap_values)
+    if next_values is not None and truncateds is not None and _checks.correctness_warnings_enabled():
+        _checks.warn_data(truncateds=truncateds, truncation_zeroed=("next_values", next_values))
 
     if select_path(rewards.device) == PATH_REFERENCE:
         if next_values is None:

@@ -60,22 +60,11 @@ def compute_vtrace(
     log_pi_behavior = _checks.like("log_pi_behavior", log_pi_behavior, ref, "log_pi_target", "float")
     values = _checks.like("values", values, ref, "log_pi_target", "float")
     rewards = _checks.like("rewards", rewards, ref, "log_pi_target", "float")
-    terminateds = _checks.like("terminateds", terminateds, ref, "log_pi_target", "flag")
-    if truncateds is not None:
-        truncateds = _checks.like("truncateds", truncateds, ref, "log_pi_target", "flag")
-    if last_value is not None:
-        _checks.exclusive(last_value=last_value, bootstrap_values=bootstrap_values)
-        _checks.exclusive(last_value=last_value, truncateds=truncateds)
-    if bootstrap_values is not None:
-        bootstrap_values = _checks.like("bootstrap_values", bootstrap_values, ref, "log_pi_target", "float")
-    if last_value is not None:
-        last_value = _checks.like("last_value", last_value, ref, "log_pi_target", "float", (num_envs,))
     gamma = _checks.unit_interval("gamma", gamma)
     rho_bar = _checks.positive("rho_bar", rho_bar)
     c_bar = _checks.positive("c_bar", c_bar)
-    if _checks.correctness_warnings_enabled():
-        _checks.warn_data(terminateds=terminateds, truncateds=truncateds,
-                          bootstrap_values=bootstrap_values)
+    terminateds, truncateds, bootstrap_values, last_value = _checks.episode_ends(
+        ref, "log_pi_target", terminateds, truncateds, bootstrap_values, last_value)
 
     if select_path(ref.device) == PATH_REFERENCE:
         return on_reference(reference.vtrace, ref.device, ref, log_pi_behavior, values, rewards,
