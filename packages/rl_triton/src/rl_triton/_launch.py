@@ -103,11 +103,12 @@ _override: contextvars.ContextVar[LaunchConfig] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def launch_config(**fields: int) -> Iterator[LaunchConfig]:
-    """Override launch parameters inside a ``with`` block (tests, tuning).
+def launch_config(**fields: int | bool) -> Iterator[LaunchConfig]:
+    """Override launch parameters (the fields of ``LaunchConfig``) inside a
+    ``with`` block, for tests and tuning.
 
-    ``with rl_triton.launch_config(block_t=16, chunk_t=32): ...`` runs every op
-    with 16-step tiles and 32-step chunks, so short inputs exercise the chunked path.
+    ``with rl_triton.launch_config(block_t=16, chunked=True): ...`` runs every
+    op in 16-step chunks, so short inputs exercise the chunked path.
     """
     config = LaunchConfig(**fields)
     token = _override.set(config)
