@@ -61,12 +61,17 @@ def effective_seed(seed: int, epoch: int) -> int:
     return _fmix32(int(seed) ^ _fmix32((int(epoch) * _M1 + _GOLDEN) & _MASK))
 
 
+_M1_WP = wp.constant(wp.uint32(_M1))
+_M2_WP = wp.constant(wp.uint32(_M2))
+_GOLDEN_WP = wp.constant(wp.uint32(_GOLDEN))
+
+
 @wp.func
 def fmix32(h: wp.uint32) -> wp.uint32:
     h = h ^ (h >> wp.uint32(16))
-    h = h * wp.uint32(0x85EBCA6B)
+    h = h * _M1_WP
     h = h ^ (h >> wp.uint32(13))
-    h = h * wp.uint32(0xC2B2AE35)
+    h = h * _M2_WP
     h = h ^ (h >> wp.uint32(16))
     return h
 
@@ -76,7 +81,7 @@ def effective_seed_wp(seed: wp.uint32, epoch: wp.int32) -> wp.uint32:
     """``effective_seed`` inside Warp kernels (the same bits)."""
     if epoch == 0:
         return seed
-    mixed = wp.uint32(epoch) * wp.uint32(0x85EBCA6B) + wp.uint32(0x9E3779B9)
+    mixed = wp.uint32(epoch) * _M1_WP + _GOLDEN_WP
     return fmix32(seed ^ fmix32(mixed))
 
 

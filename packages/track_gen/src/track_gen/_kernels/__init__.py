@@ -1,0 +1,1 @@
+"""Warp kernels (inputs first, outputs last), one module per course kind."""

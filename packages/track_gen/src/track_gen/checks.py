@@ -1,0 +1,27 @@
+"""Validity checks: the fail bits of ``result.fail_mask``.
+
+An env is valid (``result.valid[e] == 1``) when its ``fail_mask`` is 0. The
+"Invalid envs" page gives each bit's rate at default settings and the knob
+that lowers it.
+"""
+
+import warp as wp
+
+#: Tracks: the loop's total turning is not ±2π, or two non-adjacent segments
+#: of the course line cross.
+FAIL_TURNING = wp.constant(1)
+#: Tracks: a radius of curvature below the half-width, or two
+#: non-neighbouring course-line points closer than the width (the boundaries
+#: would overlap).
+FAIL_THICKNESS = wp.constant(2)
+#: Tracks: the course needs more than ``N_max`` course-line points.
+FAIL_TRUNCATION = wp.constant(4)
+#: Gates: two gates' bars intersect.
+FAIL_CROSSING_BARS = wp.constant(8)
+
+NAMES = {1: "turning", 2: "thickness", 4: "truncation", 8: "crossing bars"}
+
+
+def describe(fail_mask: int) -> list[str]:
+    """The names of the bits set in one env's ``fail_mask``."""
+    return [name for bit, name in NAMES.items() if fail_mask & bit]

@@ -1,0 +1,1 @@
+"""Ready-made course specifications (``presets``)."""

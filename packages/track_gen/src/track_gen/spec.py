@@ -1,0 +1,64 @@
+"""Course specifications: the static shape of a generator and its defaults.
+
+Units: metres, at small-robot scale (an agent box of 4 x 2 cm, gates of
+10 cm): a default track's lap is about 10 m, its width 0.3 m.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import warp as wp
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackSpec:
+    """A batch of closed-loop tracks.
+
+    Static fields fix the array shapes; the float fields are the defaults of
+    the generator's dynamic per-env ``params`` (which a curriculum may change
+    between regenerations).
+
+    Attributes:
+        num_envs: ``E``, envs in the batch.
+        device: Warp device, ``"cpu"`` or ``"cuda:N"``.
+        n_control: ``K``, control points of the closed spline.
+        samples_per_segment: spline samples per control segment (arc-length table).
+        ds: course-line spacing (m).
+        n_max: ``N_max``, course-line capacity (points).
+        sdf_resolution: bake grid cells per side.
+        sdf_margin: bake grid margin around the course line (m).
+        radius: mean control-point radius (m).
+        radius_jitter: control radii vary by up to this fraction.
+        angle_jitter: control angles vary by up to this fraction of a step.
+        width: track width (m).
+    """
+
+    num_envs: int
+    device: str = "cpu"
+    n_control: int = 8
+    samples_per_segment: int = 32
+    ds: float = 0.05
+    n_max: int = 512
+    sdf_resolution: int = 64
+    sdf_margin: float = 0.5
+    radius: float = 1.5
+    radius_jitter: float = 0.25
+    angle_jitter: float = 0.3
+    width: float = 0.3
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "n_control", "samples_per_segment", "n_max", "sdf_resolution"):
+            value = getattr(self, name)
+            least = 3 if name == "n_control" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        for name in ("ds", "radius", "width"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("sdf_margin", "radius_jitter", "angle_jitter"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.radius_jitter >= 1:
+            raise ValueError(f"radius_jitter must be < 1, got {self.radius_jitter!r}")
+        wp.get_device(self.device)  # raises for an unknown device

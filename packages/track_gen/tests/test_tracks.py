@@ -1,0 +1,126 @@
+"""Tracks: generation, validity checks and bakes against an independent NumPy oracle."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import oracle
+from track_gen.checks import FAIL_THICKNESS, FAIL_TRUNCATION, FAIL_TURNING, describe
+from track_gen.course import Course
+from track_gen.pipeline import presets
+
+DEVICE = "cpu"
+
+
+def build(num_envs=32, seeds=0, **spec):
+    return Course.track(presets.track(num_envs=num_envs, device=DEVICE, **spec), seeds=seeds)
+
+
+def env_line(course, e):
+    r = course.result
+    return oracle.course_line(r.center.numpy()[e], int(r.count.numpy()[e]))
+
+
+def check_against_oracle(course):
+    """Valid courses are closed, evenly spaced, simple, wide enough and inside
+    their capacity; every env's bits agree with what the oracle can decide."""
+    spec = course.generator.spec
+    r = course.result
+    center, count, length = r.center.numpy(), r.count.numpy(), r.length.numpy()
+    fail, valid, width = r.fail_mask.numpy(), r.valid.numpy(), r.width.numpy()
+    assert np.array_equal(valid, (fail == 0).astype(np.int32))
+    for e in range(course.num_envs):
+        n = int(count[e])
+        needed = math.ceil(float(length[e]) / spec.ds)
+        assert bool(fail[e] & FAIL_TRUNCATION) == (needed > spec.n_max)
+        assert n == min(needed, spec.n_max)
+        assert np.isnan(center[e, n:]).all() and np.isfinite(center[e, :n]).all()
+        p = oracle.course_line(center[e], n)
+        crossing = oracle.segments_cross(p)
+        turning = abs(abs(oracle.total_turning(p)) - 2 * np.pi) > 0.1
+        if not fail[e] & FAIL_TRUNCATION:
+            assert bool(fail[e] & FAIL_TURNING) == (crossing or turning), describe(int(fail[e]))
+        if valid[e]:
+            steps = np.linalg.norm(np.diff(p, axis=0), axis=1)
+            np.testing.assert_allclose(steps, spec.ds, rtol=0.02)  # evenly spaced
+            seam = np.linalg.norm(p[0] - p[-1])
+            assert 0 < seam <= spec.ds * 1.02  # closed: the last point joins the first
+            assert not crossing and not turning
+            half = 0.5 * float(width[e])
+            assert oracle.min_circumradius(p) >= 0.9 * half
+            assert oracle.min_far_distance(p, 0.5 * np.pi * width[e], spec.ds) >= width[e] * (1 - 1e-4)
+
+
+def test_default_batch_is_mostly_valid_and_agrees_with_the_oracle():
+    course = build(64, seeds=3)
+    check_against_oracle(course)
+    assert course.result.valid.numpy().mean() >= 0.9
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), num_envs=st.integers(1, 12),
+       n_control=st.integers(5, 10), width=st.floats(0.1, 0.6))
+def test_property_random_batches_agree_with_the_oracle(seed, num_envs, n_control, width):
+    check_against_oracle(build(num_envs, seeds=seed, n_control=n_control, width=width))
+
+
+def test_truncation_bit_is_forced_by_a_small_capacity():
+    course = build(8, n_max=40)
+    assert (course.result.fail_mask.numpy() & FAIL_TRUNCATION).all()
+    check_against_oracle(course)
+
+
+def test_thickness_bit_is_forced_by_a_wide_track():
+    course = build(8, width=2.5)
+    assert (course.result.fail_mask.numpy() & FAIL_THICKNESS).all()
+    check_against_oracle(course)
+
+
+def test_turning_bit_is_forced_by_scrambled_control_points():
+    course = build(64, angle_jitter=4.0, radius_jitter=0.6)
+    fail = course.result.fail_mask.numpy()
+    assert (fail & FAIL_TURNING).any()
+    check_against_oracle(course)
+
+
+def test_boundaries_frames_arc_and_checkpoints():
+    course = build(4, seeds=11)
+    r = course.result
+    spec = course.generator.spec
+    for e in range(4):
+        n = int(r.count.numpy()[e])
+        c, t, nl = r.center.numpy()[e, :n], r.tangent.numpy()[e, :n], r.normal.numpy()[e, :n]
+        np.testing.assert_allclose(np.linalg.norm(t, axis=1), 1, atol=1e-5)
+        np.testing.assert_allclose(np.sum(t * nl, axis=1), 0, atol=1e-5)
+        np.testing.assert_allclose(t[:, 0] * nl[:, 1] - t[:, 1] * nl[:, 0], 1, atol=1e-5)  # normal to the left
+        half = 0.5 * r.width.numpy()[e]
+        np.testing.assert_allclose(np.linalg.norm(r.left.numpy()[e, :n] - c, axis=1), half, rtol=1e-5)
+        np.testing.assert_allclose(np.linalg.norm(r.right.numpy()[e, :n] - c, axis=1), half, rtol=1e-5)
+        np.testing.assert_allclose(r.arc.numpy()[e, :n], np.arange(n) * spec.ds, rtol=1e-6)
+        k = int(r.num_checkpoints.numpy()[e])
+        assert k == math.floor(r.length.numpy()[e] / course.generator.checkpoint_spacing)
+        cp = r.checkpoints.numpy()[e]
+        np.testing.assert_array_equal(cp[:k], np.round(np.arange(k) * 0.6 / spec.ds).astype(int))
+        assert (cp[k:] == -1).all()
+
+
+def test_sdf_is_negative_exactly_on_the_track():
+    course = build(2, seeds=5, sdf_resolution=24)
+    r = course.result
+    for e in range(2):
+        p = env_line(course, e)
+        res = r.sdf.shape[1]
+        cell = float(r.sdf_cell.numpy()[e])
+        origin = r.sdf_origin.numpy()[e]
+        ij = (np.stack(np.meshgrid(np.arange(res), np.arange(res), indexing="xy"), -1) + 0.5) * cell + origin
+        q = ij.reshape(-1, 2)
+        a, b = p, np.roll(p, -1, axis=0)
+        ab = b - a
+        t = np.clip(np.einsum("qnk,nk->qn", q[:, None] - a[None], ab) / np.sum(ab * ab, 1), 0, 1)
+        d = np.linalg.norm(q[:, None] - (a[None] + t[..., None] * ab[None]), axis=-1).min(1)
+        want = (d - 0.5 * r.width.numpy()[e]).reshape(res, res)
+        np.testing.assert_allclose(r.sdf.numpy()[e], want, atol=1e-4)
+        assert (r.height.numpy()[e] == 0).all()  # flat by default
