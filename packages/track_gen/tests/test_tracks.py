@@ -107,7 +107,7 @@ def test_boundaries_frames_arc_and_checkpoints():
         assert (cp[k:] == -1).all()
 
 
-def test_sdf_is_negative_exactly_on_the_track():
+def test_sdf_is_the_clamped_signed_distance_to_the_track():
     course = build(2, seeds=5, sdf_resolution=24)
     r = course.result
     for e in range(2):
@@ -121,6 +121,7 @@ def test_sdf_is_negative_exactly_on_the_track():
         ab = b - a
         t = np.clip(np.einsum("qnk,nk->qn", q[:, None] - a[None], ab) / np.sum(ab * ab, 1), 0, 1)
         d = np.linalg.norm(q[:, None] - (a[None] + t[..., None] * ab[None]), axis=-1).min(1)
-        want = (d - 0.5 * r.width.numpy()[e]).reshape(res, res)
+        w = r.width.numpy()[e]
+        want = (np.minimum(d, w) - 0.5 * w).reshape(res, res)  # clamped a width from the line
         np.testing.assert_allclose(r.sdf.numpy()[e], want, atol=1e-4)
         assert (r.height.numpy()[e] == 0).all()  # flat by default

@@ -59,6 +59,9 @@ class TrackGenerator:
         self._crossings = wp.zeros(e, dtype=wp.int32, device=device)
         self._too_close = wp.zeros(e, dtype=wp.int32, device=device)
         self._tight = wp.zeros(e, dtype=wp.int32, device=device)
+        chunks = (n + k.CHUNK - 1) // k.CHUNK
+        self._chunk_lo = wp.zeros((e, chunks), dtype=wp.vec2, device=device)
+        self._chunk_hi = wp.zeros((e, chunks), dtype=wp.vec2, device=device)
         capacity = math.ceil(n * spec.ds / self.checkpoint_spacing) + 1
 
         def line(dtype: type) -> wp.array:
@@ -122,8 +125,10 @@ class TrackGenerator:
         launch(k.reset_counts, e, [active, self._crossings, self._too_close, self._tight])
         launch(k.spline_curvature, (e, self._dense.shape[1]),
                [active, self._ctrl, s.samples_per_segment, res.width, self._tight])
-        launch(k.pair_checks, (e, n), [active, res.center, res.count, res.width, s.ds, self._crossings,
-                                       self._too_close])
+        launch(k.chunk_bounds, (e, self._chunk_lo.shape[1]),
+               [active, res.center, res.count, self._chunk_lo, self._chunk_hi])
+        launch(k.pair_checks, (e, n), [active, res.center, res.count, res.width, s.ds, self._chunk_lo,
+                                       self._chunk_hi, self._crossings, self._too_close])
         launch(k.loop_checks, e, [active, res.center, res.count, self._truncated, self._crossings,
                                   self._too_close, self._tight, self.rng.epochs, res.fail_mask, res.valid,
                                   res.generation])
@@ -132,8 +137,11 @@ class TrackGenerator:
                 res.num_checkpoints])
         launch(k.bake_bounds, e, [active, res.center, res.count, s.sdf_margin, s.sdf_resolution,
                                   res.sdf_origin, res.sdf_cell])
-        launch(k.bake_sdf, (e, s.sdf_resolution, s.sdf_resolution),
-               [active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell, res.sdf])
+        grid = (e, s.sdf_resolution, s.sdf_resolution)
+        launch(k.fill_sdf, grid, [active, res.width, res.sdf])
+        launch(k.splat_sdf, (e, n), [active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell,
+                                     res.sdf])
+        launch(k.finish_sdf, grid, [active, res.width, res.sdf])
 
     def reseed(self, seeds: int | ArrayLike) -> None:
         """Write new seeds for every env and zero every epoch (no generation)."""

@@ -26,9 +26,11 @@ class TrackResult:
         checkpoints: ``[E, C]`` int32, course-line index of checkpoint ``k``
             (every ``checkpoint_spacing`` of arc), -1 past ``num_checkpoints``.
         num_checkpoints: ``[E]`` int32.
-        sdf: ``[E, R, R]`` float32, signed distance to the track region
-            (negative on the track) at cell centres; ``sdf_origin`` ``[E]`` vec2 is
-            the grid's lower corner and ``sdf_cell`` ``[E]`` float32 its cell size.
+        sdf: ``[E, R, R]`` float32, signed distance to the track region at
+            cell centres (negative on the track), exact up to half a width
+            outside the track and clamped at ``+width / 2`` beyond;
+            ``sdf_origin`` ``[E]`` vec2 is the grid's lower corner and
+            ``sdf_cell`` ``[E]`` float32 its cell size.
         height: ``[E, R, R]`` float32, ground height on the same grid (0 flat).
         valid: ``[E]`` int32, 1 when ``fail_mask`` is 0.
         fail_mask: ``[E]`` int32, the bits of ``track_gen.checks``.

@@ -225,6 +225,43 @@ def _xy(v: wp.vec3) -> wp.vec2:
     return wp.vec2(v[0], v[1])
 
 
+CHUNK = wp.constant(16)
+
+
+@wp.kernel
+def chunk_bounds(
+    active: wp.array(dtype=wp.int32),
+    center: wp.array2d(dtype=wp.vec3),
+    count: wp.array(dtype=wp.int32),
+    lo: wp.array2d(dtype=wp.vec2),
+    hi: wp.array2d(dtype=wp.vec2),
+):
+    """Bounding box of the segments of chunk ``c`` (points ``16c .. 16c+16``,
+    each with the point after it): the broad phase of ``pair_checks``."""
+    e, c = wp.tid()
+    if active[e] == 0:
+        return
+    n = count[e]
+    box_lo = wp.vec2(1.0e30, 1.0e30)
+    box_hi = wp.vec2(-1.0e30, -1.0e30)
+    first = c * CHUNK
+    for i in range(first, wp.min(first + CHUNK, n)):
+        for q in range(2):
+            p = _xy(center[e, (i + q) % n])
+            box_lo = wp.min(box_lo, p)
+            box_hi = wp.max(box_hi, p)
+    lo[e, c] = box_lo
+    hi[e, c] = box_hi
+
+
+@wp.func
+def _box_gap(lo_a: wp.vec2, hi_a: wp.vec2, lo_b: wp.vec2, hi_b: wp.vec2) -> float:
+    """Distance between two axis-aligned boxes (0 when they overlap)."""
+    dx = wp.max(wp.max(lo_b[0] - hi_a[0], lo_a[0] - hi_b[0]), 0.0)
+    dy = wp.max(wp.max(lo_b[1] - hi_a[1], lo_a[1] - hi_b[1]), 0.0)
+    return wp.sqrt(dx * dx + dy * dy)
+
+
 @wp.kernel
 def pair_checks(
     active: wp.array(dtype=wp.int32),
@@ -232,13 +269,16 @@ def pair_checks(
     count: wp.array(dtype=wp.int32),
     width: wp.array(dtype=wp.float32),
     ds: float,
+    lo: wp.array2d(dtype=wp.vec2),
+    hi: wp.array2d(dtype=wp.vec2),
     crossings: wp.array(dtype=wp.int32),
     too_close: wp.array(dtype=wp.int32),
 ):
     """For course-line point ``i``: does its segment cross a non-adjacent
     segment, and is a non-neighbouring point (more than ``π w / 2`` of arc
     away) closer than the width ``w``? Counts go to ``crossings`` and
-    ``too_close`` (zeroed by ``reset_counts``)."""
+    ``too_close`` (zeroed by ``reset_counts``). Chunks whose box lies farther
+    than ``w`` from the segment's box are skipped: neither can happen there."""
     e, i = wp.tid()
     if active[e] == 0:
         return
@@ -249,17 +289,21 @@ def pair_checks(
     window = 0.5 * 3.141592653589793 * w
     p = _xy(center[e, i])
     p2 = _xy(center[e, (i + 1) % n])
+    seg_lo = wp.min(p, p2)
+    seg_hi = wp.max(p, p2)
     hits = int(0)
     close = int(0)
-    for j in range(n):
-        gap = wp.abs(j - i)
-        gap = wp.min(gap, n - gap)
-        if gap >= 2:
-            if _segments_cross(p, p2, _xy(center[e, j]), _xy(center[e, (j + 1) % n])):
-                hits = hits + 1
-        if float(gap) * ds > window:
-            if wp.length(_xy(center[e, j]) - p) < w:
-                close = close + 1
+    for c in range((n + CHUNK - 1) // CHUNK):
+        if _box_gap(seg_lo, seg_hi, lo[e, c], hi[e, c]) <= w:
+            for j in range(c * CHUNK, wp.min(c * CHUNK + CHUNK, n)):
+                gap = wp.abs(j - i)
+                gap = wp.min(gap, n - gap)
+                if gap >= 2:
+                    if _segments_cross(p, p2, _xy(center[e, j]), _xy(center[e, (j + 1) % n])):
+                        hits = hits + 1
+                if float(gap) * ds > window:
+                    if wp.length(_xy(center[e, j]) - p) < w:
+                        close = close + 1
     if hits > 0:
         wp.atomic_add(crossings, e, hits)
     if close > 0:
@@ -375,26 +419,60 @@ def _segment_distance(p: wp.vec2, a: wp.vec2, b: wp.vec2) -> float:
 
 
 @wp.kernel
-def bake_sdf(
+def fill_sdf(active: wp.array(dtype=wp.int32), band: wp.array(dtype=wp.float32),
+             sdf: wp.array3d(dtype=wp.float32)):
+    """Start every cell of the active envs at the band's edge."""
+    e, iy, ix = wp.tid()
+    if active[e] != 0:
+        sdf[e, iy, ix] = band[e]
+
+
+@wp.kernel
+def splat_sdf(
     active: wp.array(dtype=wp.int32),
     center: wp.array2d(dtype=wp.vec3),
     count: wp.array(dtype=wp.int32),
-    width: wp.array(dtype=wp.float32),
+    band: wp.array(dtype=wp.float32),
     origin: wp.array(dtype=wp.vec2),
     cell: wp.array(dtype=wp.float32),
     sdf: wp.array3d(dtype=wp.float32),
 ):
-    """Signed distance (m) from each cell centre to the track region: distance
-    to the course line minus the half-width, negative on the track."""
-    e, iy, ix = wp.tid()
+    """Segment ``i`` lowers every cell within ``band`` of it to its distance
+    to the segment (an atomic min): the distance to the course line, exact
+    within the band."""
+    e, i = wp.tid()
     if active[e] == 0:
         return
     n = count[e]
-    p = origin[e] + cell[e] * wp.vec2(float(ix) + 0.5, float(iy) + 0.5)
-    best = float(1.0e30)
-    for i in range(n):
-        best = wp.min(best, _segment_distance(p, _xy(center[e, i]), _xy(center[e, (i + 1) % n])))
-    sdf[e, iy, ix] = best - 0.5 * width[e]
+    if i >= n:
+        return
+    a = _xy(center[e, i])
+    b = _xy(center[e, (i + 1) % n])
+    h = cell[e]
+    o = origin[e]
+    res = sdf.shape[1]
+    reach = band[e]
+    lo = wp.min(a, b) - wp.vec2(reach, reach) - o
+    hi = wp.max(a, b) + wp.vec2(reach, reach) - o
+    x0 = wp.max(int(wp.floor(lo[0] / h)), 0)
+    x1 = wp.min(int(wp.floor(hi[0] / h)), res - 1)
+    y0 = wp.max(int(wp.floor(lo[1] / h)), 0)
+    y1 = wp.min(int(wp.floor(hi[1] / h)), res - 1)
+    for iy in range(y0, y1 + 1):
+        for ix in range(x0, x1 + 1):
+            p = o + h * wp.vec2(float(ix) + 0.5, float(iy) + 0.5)
+            d = _segment_distance(p, a, b)
+            if d < reach:
+                wp.atomic_min(sdf, e, iy, ix, d)
+
+
+@wp.kernel
+def finish_sdf(active: wp.array(dtype=wp.int32), width: wp.array(dtype=wp.float32),
+               sdf: wp.array3d(dtype=wp.float32)):
+    """Distance to the course line minus the half-width: negative on the track."""
+    e, iy, ix = wp.tid()
+    if active[e] != 0:
+        sdf[e, iy, ix] = sdf[e, iy, ix] - 0.5 * width[e]
 
 
 @wp.kernel
