@@ -141,7 +141,6 @@ class TrackGenerator:
         launch(k.fill_sdf, grid, [active, res.width, res.sdf])
         launch(k.splat_sdf, (e, n), [active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell,
                                      res.sdf])
-        launch(k.finish_sdf, grid, [active, res.width, res.sdf])
 
     def reseed(self, seeds: int | ArrayLike) -> None:
         """Write new seeds for every env and zero every epoch (no generation)."""

@@ -419,12 +419,12 @@ def _segment_distance(p: wp.vec2, a: wp.vec2, b: wp.vec2) -> float:
 
 
 @wp.kernel
-def fill_sdf(active: wp.array(dtype=wp.int32), band: wp.array(dtype=wp.float32),
+def fill_sdf(active: wp.array(dtype=wp.int32), width: wp.array(dtype=wp.float32),
              sdf: wp.array3d(dtype=wp.float32)):
-    """Start every cell of the active envs at the band's edge."""
+    """Start every cell of the active envs at the clamp, ``+width / 2``."""
     e, iy, ix = wp.tid()
     if active[e] != 0:
-        sdf[e, iy, ix] = band[e]
+        sdf[e, iy, ix] = 0.5 * width[e]
 
 
 @wp.kernel
@@ -432,14 +432,14 @@ def splat_sdf(
     active: wp.array(dtype=wp.int32),
     center: wp.array2d(dtype=wp.vec3),
     count: wp.array(dtype=wp.int32),
-    band: wp.array(dtype=wp.float32),
+    width: wp.array(dtype=wp.float32),
     origin: wp.array(dtype=wp.vec2),
     cell: wp.array(dtype=wp.float32),
     sdf: wp.array3d(dtype=wp.float32),
 ):
-    """Segment ``i`` lowers every cell within ``band`` of it to its distance
-    to the segment (an atomic min): the distance to the course line, exact
-    within the band."""
+    """Segment ``i`` lowers every cell within a width of it to its signed
+    distance ``d - width / 2`` (an atomic min): the distance to the course
+    line minus the half-width, negative on the track, exact up to the clamp."""
     e, i = wp.tid()
     if active[e] == 0:
         return
@@ -451,7 +451,8 @@ def splat_sdf(
     h = cell[e]
     o = origin[e]
     res = sdf.shape[1]
-    reach = band[e]
+    reach = width[e]
+    half = 0.5 * reach
     lo = wp.min(a, b) - wp.vec2(reach, reach) - o
     hi = wp.max(a, b) + wp.vec2(reach, reach) - o
     x0 = wp.max(int(wp.floor(lo[0] / h)), 0)
@@ -460,19 +461,9 @@ def splat_sdf(
     y1 = wp.min(int(wp.floor(hi[1] / h)), res - 1)
     for iy in range(y0, y1 + 1):
         for ix in range(x0, x1 + 1):
-            p = o + h * wp.vec2(float(ix) + 0.5, float(iy) + 0.5)
-            d = _segment_distance(p, a, b)
+            d = _segment_distance(o + h * wp.vec2(float(ix) + 0.5, float(iy) + 0.5), a, b)
             if d < reach:
-                wp.atomic_min(sdf, e, iy, ix, d)
-
-
-@wp.kernel
-def finish_sdf(active: wp.array(dtype=wp.int32), width: wp.array(dtype=wp.float32),
-               sdf: wp.array3d(dtype=wp.float32)):
-    """Distance to the course line minus the half-width: negative on the track."""
-    e, iy, ix = wp.tid()
-    if active[e] != 0:
-        sdf[e, iy, ix] = sdf[e, iy, ix] - 0.5 * width[e]
+                wp.atomic_min(sdf, e, iy, ix, d - half)
 
 
 @wp.kernel
