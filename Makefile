@@ -11,10 +11,10 @@ TORCH ?= torch==2.13.0
 PACKAGES := rl_triton track_gen racing_env racing_stack
 PY := $(abspath $(VENV))/bin/python
 STAMP := $(VENV)/.installed
-DEV := pytest>=8 hypothesis>=6.100 matplotlib>=3.8 "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+DEV := pytest>=8 hypothesis>=6.100 matplotlib>=3.8 box2d==2.3.10 pygame>=2.5 "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
 .PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration docs benchmark-rl-triton matrix clean
+        test-integration docs benchmark-rl-triton benchmark-track-gen matrix clean
 
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,9 @@ docs: $(STAMP)
 
 benchmark-rl-triton: $(STAMP)
 	$(PY) benchmarks/rl_triton/bench_scans.py && $(PY) benchmarks/rl_triton/plot.py
+
+benchmark-track-gen: $(STAMP)
+	$(PY) benchmarks/track_gen/generate.py
 
 # Each package installed alone in its own environment, with its own tests:
 # proves that its pyproject.toml declares everything it needs.
