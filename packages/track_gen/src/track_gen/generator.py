@@ -116,15 +116,14 @@ class TrackGenerator:
         launch(k.control_points, (e, s.n_control),
                [active, self.rng.seeds_warp, self.rng.epochs, p["radius"], p["radius_jitter"],
                 p["angle_jitter"], self._ctrl])
-        launch(k.spline_samples, (e, self._dense.shape[1]), [active, self._ctrl, s.samples_per_segment, self._dense])
-        launch(k.arc_lengths, e, [active, self._dense, s.ds, n, self._cum, res.length, res.count, self._truncated])
         launch(k.copy_where, e, [active, p["width"], res.width])
+        launch(k.reset_counts, e, [active, self._crossings, self._too_close, self._tight])
+        launch(k.spline_samples, (e, self._dense.shape[1]),
+               [active, self._ctrl, s.samples_per_segment, res.width, self._dense, self._tight])
+        launch(k.arc_lengths, e, [active, self._dense, s.ds, n, self._cum, res.length, res.count, self._truncated])
         launch(k.resample, (e, n), [active, self._dense, self._cum, res.count, s.ds, res.center, res.arc])
         launch(k.frames_and_boundaries, (e, n),
                [active, res.center, res.count, res.width, res.tangent, res.normal, res.left, res.right])
-        launch(k.reset_counts, e, [active, self._crossings, self._too_close, self._tight])
-        launch(k.spline_curvature, (e, self._dense.shape[1]),
-               [active, self._ctrl, s.samples_per_segment, res.width, self._tight])
         launch(k.chunk_bounds, (e, self._chunk_lo.shape[1]),
                [active, res.center, res.count, self._chunk_lo, self._chunk_hi])
         launch(k.pair_checks, (e, n), [active, res.center, res.count, res.width, s.ds, self._chunk_lo,

@@ -57,37 +57,14 @@ def spline_samples(
     active: wp.array(dtype=wp.int32),
     ctrl: wp.array2d(dtype=wp.vec2),
     samples_per_segment: int,
-    dense: wp.array2d(dtype=wp.vec2),
-):
-    """``dense[e, k*S + j]``: the closed uniform Catmull-Rom spline through the
-    control points, sampled ``S`` times per segment."""
-    e, i = wp.tid()
-    if active[e] == 0:
-        return
-    num = ctrl.shape[1]
-    k = i // samples_per_segment
-    u = float(i - k * samples_per_segment) / float(samples_per_segment)
-    p0 = ctrl[e, (k + num - 1) % num]
-    p1 = ctrl[e, k]
-    p2 = ctrl[e, (k + 1) % num]
-    p3 = ctrl[e, (k + 2) % num]
-    u2 = u * u
-    u3 = u2 * u
-    dense[e, i] = 0.5 * (2.0 * p1 + (p2 - p0) * u + (2.0 * p0 - 5.0 * p1 + 4.0 * p2 - p3) * u2
-                         + (3.0 * p1 - p0 - 3.0 * p2 + p3) * u3)
-
-
-@wp.kernel
-def spline_curvature(
-    active: wp.array(dtype=wp.int32),
-    ctrl: wp.array2d(dtype=wp.vec2),
-    samples_per_segment: int,
     width: wp.array(dtype=wp.float32),
+    dense: wp.array2d(dtype=wp.vec2),
     tight: wp.array(dtype=wp.int32),
 ):
-    """Counts, per env, the spline samples whose radius of curvature
-    ``|r'|^3 / |r' x r''|`` is below the half-width (into ``tight``, zeroed
-    by ``reset_counts``)."""
+    """``dense[e, k*S + j]``: the closed uniform Catmull-Rom spline through the
+    control points, sampled ``S`` times per segment. Counts, per env, the
+    samples whose radius of curvature ``|r'|^3 / |r' x r''|`` is below the
+    half-width (into ``tight``, zeroed by ``reset_counts``)."""
     e, i = wp.tid()
     if active[e] == 0:
         return
@@ -98,9 +75,12 @@ def spline_curvature(
     p1 = ctrl[e, k]
     p2 = ctrl[e, (k + 1) % num]
     p3 = ctrl[e, (k + 2) % num]
+    # r(u) = (c0 + c1 u + c2 u^2 + c3 u^3) / 2
+    c1 = p2 - p0
     c2 = 2.0 * p0 - 5.0 * p1 + 4.0 * p2 - p3
     c3 = 3.0 * p1 - p0 - 3.0 * p2 + p3
-    d1 = 0.5 * ((p2 - p0) + 2.0 * u * c2 + 3.0 * u * u * c3)
+    dense[e, i] = 0.5 * (2.0 * p1 + u * (c1 + u * (c2 + u * c3)))
+    d1 = 0.5 * (c1 + 2.0 * u * c2 + 3.0 * u * u * c3)
     d2 = 0.5 * (2.0 * c2 + 6.0 * u * c3)
     speed = wp.length(d1)
     if speed * speed * speed < 0.5 * width[e] * wp.abs(_cross2(d1, d2)):
