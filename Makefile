@@ -41,7 +41,8 @@ test-integration: $(STAMP)
 	$(PY) -m pytest -q tests-integration
 
 gpu-tests: $(STAMP)
-	$(PY) -m pytest -q packages/rl_triton/tests -m 'kernels or gpu'
+	$(PY) -m pytest -q packages/rl_triton/tests -m 'kernels or gpu' \
+		&& $(PY) -m pytest -q packages/track_gen/tests -m gpu
 
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict

@@ -2,9 +2,10 @@
 
     python examples/track_gen_pictures.py [--num-envs 4096] [--out docs/assets]
 
-Writes ``track_gen_tracks.png`` (valid and invalid tracks, fail bits
-labelled) and prints the rate of each fail bit at the default settings and
-with each knob turned.
+Writes ``track_gen_tracks.png``, ``track_gen_tracks_invalid.png`` and
+``track_gen_gates.png`` (valid and invalid courses, fail bits labelled), and
+prints the rate of each fail bit at the default settings and with each knob
+turned, and the crossing-bars rate of gate courses by bar width.
 """
 
 from __future__ import annotations
@@ -57,6 +58,16 @@ def main() -> None:
     envs = [e for e in range(64) if fail[e] == 0][:4] + [int(e) for e in np.nonzero(fail)[0][:4]]
     save_png(mixed, out / "track_gen_tracks_invalid.png", envs=envs,
              title="presets.track(num_envs=64, angle_jitter=1.0), seeds=0: valid and invalid")
+    print(f"\n| gate_width ({args.num_envs} gate courses, seeds=7) | crossing bars |")
+    print("|---|---|")
+    for width in (0.1, 0.4, 0.7, 1.0):
+        course = Course.gates(presets.gates(num_envs=args.num_envs, device="cpu", gate_width=width), seeds=7)
+        print(f"| {width} | {(course.result.fail_mask.numpy() != 0).mean():.2%} |")
+    gates = Course.gates(presets.gates(num_envs=64, device="cpu", gate_width=1.0), seeds=7)
+    fail = gates.result.fail_mask.numpy()
+    envs = [e for e in range(64) if fail[e] == 0][:6] + [int(e) for e in np.nonzero(fail)[0][:2]]
+    save_png(gates, out / "track_gen_gates.png", envs=envs,
+             title="Course.gates(presets.gates(num_envs=64, gate_width=1.0), seeds=7): valid and invalid")
     defaults = Course.track(presets.track(num_envs=args.num_envs, device="cpu"), seeds=0)
     save_png(defaults, out / "track_gen_tracks.png", envs=good + bad,
              title=f"presets.track(num_envs={args.num_envs}), seeds=0: {len(good)} valid envs, "

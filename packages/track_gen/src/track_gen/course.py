@@ -1,7 +1,7 @@
 """The Course API: a batch of courses with masked regeneration.
 
-``Course.track(spec, ...)`` builds a generator and generates every env at
-epoch 0. ``course.regenerate(mask=..., advance=True)`` gives the masked envs
+``Course.track(spec, ...)`` and ``Course.gates(spec, ...)`` build a generator
+and generate every env at epoch 0. ``course.regenerate(mask=..., advance=True)`` gives the masked envs
 new courses and leaves every other env bit for bit; ``course.generate(seeds=...)``
 reseeds every env and rebuilds the batch at epoch 0.
 """
@@ -12,11 +12,10 @@ import warp as wp
 from numpy.typing import ArrayLike
 
 from track_gen.errors import CaptureError
-from track_gen.generator import TrackGenerator
-from track_gen.masks import check_mask
-from track_gen.result import TrackResult
+from track_gen.generator import GateGenerator, TrackGenerator
+from track_gen.result import GateResult, TrackResult
 from track_gen.seeds import PerEnvSeededRNG
-from track_gen.spec import TrackSpec
+from track_gen.spec import GateSpec, TrackSpec
 
 
 class Course:
@@ -29,8 +28,9 @@ class Course:
         rng: per-env seeds and epochs (``rng.seeds_warp``); ``seeds`` is the same object.
     """
 
-    def __init__(self, generator: TrackGenerator):
+    def __init__(self, generator: TrackGenerator | GateGenerator, collision: str | float):
         self.generator = generator
+        self.collision = collision
         self.inputs = {"regen_mask": generator.inputs["regen_mask"],
                        "reset_mask": wp.zeros(generator.num_envs, dtype=wp.int32, device=generator.device)}
 
@@ -47,20 +47,45 @@ class Course:
 
         Raises:
             CaptureError: called while the device is capturing a graph.
-            ValueError: a bad argument.
+            TypeError, ValueError: a bad argument.
         """
         if not isinstance(spec, TrackSpec):
             raise TypeError(f"spec must be a TrackSpec, got {type(spec).__name__}")
         if collision != "segments":
             raise ValueError(f"collision must be 'segments' for tracks, got {collision!r}")
-        if wp.get_device(spec.device).is_capturing:
-            raise CaptureError("build courses outside a graph capture: construction allocates")
-        course = cls(TrackGenerator(spec, seeds, checkpoint_spacing))
-        course.generator.generate(advance=False)
+        _outside_capture(spec.device)
+        return cls._built(TrackGenerator(spec, seeds, checkpoint_spacing), collision)
+
+    @classmethod
+    def gates(cls, spec: GateSpec, collision: str | float = 0.02,
+              seeds: int | ArrayLike | PerEnvSeededRNG = 0) -> Course:
+        """A batch of gate courses, generated at epoch 0.
+
+        Args:
+            spec: the batch (``track_gen.pipeline.presets.gates(...)``).
+            collision: a post radius (m, > 0) for disc contacts, or ``"frames"``
+                for frame contacts.
+            seeds: as for ``Course.track``.
+
+        Raises:
+            CaptureError: called while the device is capturing a graph.
+            TypeError, ValueError: a bad argument.
+        """
+        if not isinstance(spec, GateSpec):
+            raise TypeError(f"spec must be a GateSpec, got {type(spec).__name__}")
+        if collision != "frames" and (isinstance(collision, (bool, str)) or not collision > 0):
+            raise ValueError(f"collision must be a post radius > 0 or 'frames', got {collision!r}")
+        _outside_capture(spec.device)
+        return cls._built(GateGenerator(spec, seeds), collision)
+
+    @classmethod
+    def _built(cls, generator: TrackGenerator | GateGenerator, collision: str | float) -> Course:
+        course = cls(generator, collision)
+        generator.generate(advance=False)
         return course
 
     @property
-    def result(self) -> TrackResult:
+    def result(self) -> TrackResult | GateResult:
         return self.generator.result
 
     @property
@@ -75,7 +100,7 @@ class Course:
     def num_envs(self) -> int:
         return self.generator.num_envs
 
-    def regenerate(self, mask: wp.array | None = None, advance: bool = True) -> TrackResult:
+    def regenerate(self, mask: wp.array | None = None, advance: bool = True) -> TrackResult | GateResult:
         """New courses for the masked envs (every env without a mask).
 
         Args:
@@ -84,12 +109,15 @@ class Course:
             advance: ``True``: the next epoch (a new course); ``False``: rebuild
                 from the current (seed, epoch), the same course unless seeds were written.
         """
-        if mask is not None:
-            check_mask("mask", mask, self.num_envs, self.generator.device)
         return self.generator.generate(advance=advance, mask=mask)
 
-    def generate(self, seeds: int | ArrayLike) -> TrackResult:
+    def generate(self, seeds: int | ArrayLike) -> TrackResult | GateResult:
         """Reseed every env, zero every epoch and rebuild the batch: the same
         courses as a fresh ``Course`` built with ``seeds``."""
         self.generator.reseed(seeds)
         return self.generator.generate(advance=False)
+
+
+def _outside_capture(device: str) -> None:
+    if wp.get_device(device).is_capturing:
+        raise CaptureError("build courses outside a graph capture: construction allocates")

@@ -1,46 +1,51 @@
-"""The track generator: seeds and params in, a ``TrackResult`` out, per env by mask."""
+"""Generators: seeds and params in, a result out, per env by mask.
+
+Both course kinds start from a seeded closed spline (the centerline of a
+track, or the line the gates stand on); ``_LoopGenerator`` holds that shared
+part: seeds and epochs, dynamic params, the masks, the spline and its
+arc-length table.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
-import numpy as np
 import warp as wp
 from numpy.typing import ArrayLike
 
+from track_gen._kernels import gates as kg
 from track_gen._kernels import tracks as k
 from track_gen.masks import check_mask
-from track_gen.result import TrackResult
-from track_gen.seeds import PerEnvSeededRNG
-from track_gen.spec import TrackSpec
+from track_gen.result import GateResult, TrackResult
+from track_gen.seeds import PerEnvSeededRNG, per_env_seeds
+from track_gen.spec import GateSpec, TrackSpec
 
-#: The generator's dynamic per-env fields, read by every regeneration.
-PARAMS = ("radius", "radius_jitter", "angle_jitter", "width")
+#: The dynamic per-env fields of the centerline, read by every regeneration.
+LOOP_PARAMS = ("radius", "radius_jitter", "angle_jitter")
 
 
-class TrackGenerator:
-    """Generates, checks and bakes a batch of closed-loop tracks.
+class _LoopGenerator:
+    """The seeded closed spline both course kinds are built on.
 
     Attributes:
         spec: the static specification.
         rng: per-env seeds and epochs.
-        params: dynamic per-env fields (``[E]`` float32 Warp arrays: ``radius``,
-            ``radius_jitter``, ``angle_jitter``, ``width``); write into them to
-            change what the next regeneration builds (curricula, domain
-            randomisation).
+        params: dynamic per-env fields (``[E]`` float32 Warp arrays); write
+            into them to change what the next regeneration builds (curricula,
+            domain randomisation).
         inputs: ``{"regen_mask": [E] int32}``, a stable zero-initialised mask.
         result: the course arrays, rewritten in place by each generation.
     """
 
-    def __init__(self, spec: TrackSpec, seeds: int | ArrayLike | PerEnvSeededRNG = 0,
-                 checkpoint_spacing: float = 0.6):
-        if not checkpoint_spacing > 0:
-            raise ValueError(f"checkpoint_spacing must be > 0, got {checkpoint_spacing!r}")
+    result: Any
+
+    def __init__(self, spec: TrackSpec | GateSpec, seeds: int | ArrayLike | PerEnvSeededRNG,
+                 params: tuple[str, ...]):
         self.spec = spec
-        self.checkpoint_spacing = float(checkpoint_spacing)
         device = wp.get_device(spec.device)
         self.device = device
-        e, n, r = spec.num_envs, spec.n_max, spec.sdf_resolution
+        e = spec.num_envs
         if isinstance(seeds, PerEnvSeededRNG):
             if seeds.num_envs != e or seeds.device != device:
                 raise ValueError(f"seeds must hold {e} envs on {device}, got {seeds.num_envs} on {seeds.device}")
@@ -48,47 +53,25 @@ class TrackGenerator:
         else:
             self.rng = PerEnvSeededRNG(seeds, e, device)
         self.params = {name: wp.full(e, float(getattr(spec, name)), dtype=wp.float32, device=device)
-                       for name in PARAMS}
+                       for name in params}
         self.inputs = {"regen_mask": wp.zeros(e, dtype=wp.int32, device=device)}
         self._everyone = wp.ones(e, dtype=wp.int32, device=device)
         m = spec.n_control * spec.samples_per_segment
         self._ctrl = wp.zeros((e, spec.n_control), dtype=wp.vec2, device=device)
         self._dense = wp.zeros((e, m), dtype=wp.vec2, device=device)
+        self._dense_points = wp.full(e, m, dtype=wp.int32, device=device)
         self._cum = wp.zeros((e, m + 1), dtype=wp.float32, device=device)
         self._truncated = wp.zeros(e, dtype=wp.int32, device=device)
-        self._crossings = wp.zeros(e, dtype=wp.int32, device=device)
-        self._too_close = wp.zeros(e, dtype=wp.int32, device=device)
         self._tight = wp.zeros(e, dtype=wp.int32, device=device)
-        chunks = (n + k.CHUNK - 1) // k.CHUNK
-        self._chunk_lo = wp.zeros((e, chunks), dtype=wp.vec2, device=device)
-        self._chunk_hi = wp.zeros((e, chunks), dtype=wp.vec2, device=device)
-        capacity = math.ceil(n * spec.ds / self.checkpoint_spacing) + 1
-
-        def line(dtype: type) -> wp.array:
-            return wp.zeros((e, n), dtype=dtype, device=device)
-
-        self.result = TrackResult(
-            center=line(wp.vec3), count=wp.zeros(e, dtype=wp.int32, device=device),
-            arc=line(wp.float32), tangent=line(wp.vec3), normal=line(wp.vec3),
-            left=line(wp.vec3), right=line(wp.vec3),
-            length=wp.zeros(e, dtype=wp.float32, device=device),
-            width=wp.zeros(e, dtype=wp.float32, device=device),
-            checkpoints=wp.zeros((e, capacity), dtype=wp.int32, device=device),
-            num_checkpoints=wp.zeros(e, dtype=wp.int32, device=device),
-            sdf=wp.zeros((e, r, r), dtype=wp.float32, device=device),
-            sdf_origin=wp.zeros(e, dtype=wp.vec2, device=device),
-            sdf_cell=wp.zeros(e, dtype=wp.float32, device=device),
-            height=wp.zeros((e, r, r), dtype=wp.float32, device=device),
-            valid=wp.zeros(e, dtype=wp.int32, device=device),
-            fail_mask=wp.zeros(e, dtype=wp.int32, device=device),
-            generation=wp.zeros(e, dtype=wp.int32, device=device),
-        )
 
     @property
     def num_envs(self) -> int:
         return self.spec.num_envs
 
-    def generate(self, advance: bool = True, mask: wp.array | None = None) -> TrackResult:
+    def zeros(self, shape: int | tuple[int, ...], dtype: Any) -> wp.array:
+        return wp.zeros(shape, dtype=dtype, device=self.device)
+
+    def generate(self, advance: bool = True, mask: wp.array | None = None) -> Any:
         """Regenerate the masked envs (every env without a mask).
 
         Args:
@@ -101,27 +84,75 @@ class TrackGenerator:
         Returns:
             ``self.result``, updated in place.
         """
-        active = self._everyone if mask is None else check_mask("mask", mask, self.num_envs, self.device)
-        self.enqueue(advance=advance, mask=active)
+        if mask is not None:
+            check_mask("mask", mask, self.num_envs, self.device)
+        self.enqueue(advance=advance, mask=mask)
         return self.result
 
     def enqueue(self, advance: bool = True, mask: wp.array | None = None) -> None:
         """Launch a generation without the host-side checks of ``generate``
         (``mask`` must already be a valid ``[E]`` int32 array on the device)."""
+        raise NotImplementedError
+
+    def reseed(self, seeds: int | ArrayLike) -> None:
+        """Write new seeds for every env and zero every epoch (no generation)."""
+        self.rng.seeds_warp.assign(per_env_seeds(seeds, self.num_envs))
+        self.rng.reset_epoch()
+
+    def _launch(self, kernel: Any, dim: int | tuple[int, ...], args: list[Any]) -> None:
+        wp.launch(kernel, dim, args, device=self.device)
+
+    def _spline(self, active: wp.array, advance: bool, width: wp.array) -> None:
+        """Epochs, control points, the spline (with its tight-curvature count
+        against ``width``) and its arc-length table."""
+        p, e = self.params, self.num_envs
+        self._launch(k.advance_epochs, e, [active, int(bool(advance)), self.rng.epochs])
+        self._launch(k.control_points, (e, self.spec.n_control),
+                     [active, self.rng.seeds_warp, self.rng.epochs, p["radius"], p["radius_jitter"],
+                      p["angle_jitter"], self._ctrl])
+        self._launch(k.spline_samples, (e, self._dense.shape[1]),
+                     [active, self._ctrl, self.spec.samples_per_segment, width, self._dense, self._tight])
+
+
+class TrackGenerator(_LoopGenerator):
+    """Generates, checks and bakes a batch of closed-loop tracks
+    (params: ``radius``, ``radius_jitter``, ``angle_jitter``, ``width``)."""
+
+    def __init__(self, spec: TrackSpec, seeds: int | ArrayLike | PerEnvSeededRNG = 0,
+                 checkpoint_spacing: float = 0.6):
+        if not checkpoint_spacing > 0:
+            raise ValueError(f"checkpoint_spacing must be > 0, got {checkpoint_spacing!r}")
+        super().__init__(spec, seeds, LOOP_PARAMS + ("width",))
+        self.checkpoint_spacing = float(checkpoint_spacing)
+        e, n, r = spec.num_envs, spec.n_max, spec.sdf_resolution
+        self._crossings = self.zeros(e, wp.int32)
+        self._too_close = self.zeros(e, wp.int32)
+        chunks = (n + k.CHUNK - 1) // k.CHUNK
+        self._chunk_lo = self.zeros((e, chunks), wp.vec2)
+        self._chunk_hi = self.zeros((e, chunks), wp.vec2)
+        capacity = math.ceil(n * spec.ds / self.checkpoint_spacing) + 1
+        z = self.zeros
+        self.result = TrackResult(
+            center=z((e, n), wp.vec3), count=z(e, wp.int32), arc=z((e, n), wp.float32),
+            tangent=z((e, n), wp.vec3), normal=z((e, n), wp.vec3), left=z((e, n), wp.vec3),
+            right=z((e, n), wp.vec3), length=z(e, wp.float32), width=z(e, wp.float32),
+            checkpoints=z((e, capacity), wp.int32), num_checkpoints=z(e, wp.int32),
+            sdf=z((e, r, r), wp.float32), sdf_origin=z(e, wp.vec2), sdf_cell=z(e, wp.float32),
+            height=z((e, r, r), wp.float32), valid=z(e, wp.int32), fail_mask=z(e, wp.int32),
+            generation=z(e, wp.int32),
+        )
+
+    def enqueue(self, advance: bool = True, mask: wp.array | None = None) -> None:
         active = self._everyone if mask is None else mask
-        s, res, p, d = self.spec, self.result, self.params, self.device
-        e, n = s.num_envs, s.n_max
-        launch = lambda kernel, dim, args: wp.launch(kernel, dim, args, device=d)  # noqa: E731
-        launch(k.advance_epochs, e, [active, int(bool(advance)), self.rng.epochs])
-        launch(k.control_points, (e, s.n_control),
-               [active, self.rng.seeds_warp, self.rng.epochs, p["radius"], p["radius_jitter"],
-                p["angle_jitter"], self._ctrl])
-        launch(k.copy_where, e, [active, p["width"], res.width])
+        s, res, e, n = self.spec, self.result, self.num_envs, self.spec.n_max
+        launch = self._launch
+        launch(k.copy_where, e, [active, self.params["width"], res.width])
         launch(k.reset_counts, e, [active, self._crossings, self._too_close, self._tight])
-        launch(k.spline_samples, (e, self._dense.shape[1]),
-               [active, self._ctrl, s.samples_per_segment, res.width, self._dense, self._tight])
-        launch(k.arc_lengths, e, [active, self._dense, s.ds, n, self._cum, res.length, res.count, self._truncated])
-        launch(k.resample, (e, n), [active, self._dense, self._cum, res.count, s.ds, res.center, res.arc])
+        self._spline(active, advance, res.width)
+        launch(k.arc_lengths, e, [active, self._dense, self._dense_points, s.ds, n, self._cum, res.length,
+                                  res.count, self._truncated])
+        launch(k.resample, (e, n), [active, self._dense, self._dense_points, self._cum, res.count, s.ds,
+                                    res.center, res.arc])
         launch(k.frames_and_boundaries, (e, n),
                [active, res.center, res.count, res.width, res.tangent, res.normal, res.left, res.right])
         launch(k.chunk_bounds, (e, self._chunk_lo.shape[1]),
@@ -136,12 +167,46 @@ class TrackGenerator:
                 res.num_checkpoints])
         launch(k.bake_bounds, e, [active, res.center, res.count, s.sdf_margin, s.sdf_resolution,
                                   res.sdf_origin, res.sdf_cell])
-        grid = (e, s.sdf_resolution, s.sdf_resolution)
-        launch(k.fill_sdf, grid, [active, res.width, res.sdf])
+        launch(k.fill_sdf, (e, s.sdf_resolution, s.sdf_resolution), [active, res.width, res.sdf])
         launch(k.splat_sdf, (e, n), [active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell,
                                      res.sdf])
 
-    def reseed(self, seeds: int | ArrayLike) -> None:
-        """Write new seeds for every env and zero every epoch (no generation)."""
-        self.rng.seeds_warp.assign(np.asarray(PerEnvSeededRNG(seeds, self.num_envs, "cpu").seeds_warp.numpy()))
-        self.rng.reset_epoch()
+
+class GateGenerator(_LoopGenerator):
+    """Places and checks a batch of gate courses
+    (params: ``radius``, ``radius_jitter``, ``angle_jitter``, ``gate_width``)."""
+
+    def __init__(self, spec: GateSpec, seeds: int | ArrayLike | PerEnvSeededRNG = 0):
+        super().__init__(spec, seeds, LOOP_PARAMS + ("gate_width",))
+        e, g, n = spec.num_envs, spec.max_gates, spec.n_max
+        self._gate_xy = self.zeros((e, g), wp.vec2)
+        self._gate_cum = self.zeros((e, g + 1), wp.float32)
+        self._line_truncated = self.zeros(e, wp.int32)
+        z = self.zeros
+        self.result = GateResult(
+            num_gates=z(e, wp.int32), gate_center=z((e, g), wp.vec3), gate_normal=z((e, g), wp.vec3),
+            posts=z((e, g, 2), wp.vec3), gate_width=z(e, wp.float32), center=z((e, n), wp.vec3),
+            count=z(e, wp.int32), arc=z((e, n), wp.float32), length=z(e, wp.float32),
+            valid=z(e, wp.int32), fail_mask=z(e, wp.int32), generation=z(e, wp.int32),
+        )
+
+    def enqueue(self, advance: bool = True, mask: wp.array | None = None) -> None:
+        active = self._everyone if mask is None else mask
+        s, res, e, n = self.spec, self.result, self.num_envs, self.spec.n_max
+        launch = self._launch
+        launch(k.copy_where, e, [active, self.params["gate_width"], res.gate_width])
+        self._spline(active, advance, res.gate_width)
+        launch(kg.gate_counts, e, [active, self.rng.seeds_warp, self.rng.epochs, s.min_gates, s.max_gates,
+                                   res.num_gates])
+        launch(k.arc_lengths, e, [active, self._dense, self._dense_points, s.ds, n, self._cum, res.length,
+                                  res.count, self._truncated])
+        launch(kg.place_gates, (e, s.max_gates),
+               [active, self._dense, self._dense_points, self._cum, res.num_gates, res.gate_width,
+                res.gate_center, res.gate_normal, res.posts, self._gate_xy])
+        # The course line runs through the gate centres.
+        launch(k.arc_lengths, e, [active, self._gate_xy, res.num_gates, s.ds, n, self._gate_cum, res.length,
+                                  res.count, self._line_truncated])
+        launch(k.resample, (e, n), [active, self._gate_xy, res.num_gates, self._gate_cum, res.count, s.ds,
+                                    res.center, res.arc])
+        launch(kg.bar_checks, e, [active, res.posts, res.num_gates, self._line_truncated, self.rng.epochs,
+                                  res.fail_mask, res.valid, res.generation])

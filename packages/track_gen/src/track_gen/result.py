@@ -55,3 +55,32 @@ class TrackResult:
     valid: wp.array
     fail_mask: wp.array
     generation: wp.array
+
+
+@dataclasses.dataclass
+class GateResult:
+    """A batch of gate courses (``G`` = ``max_gates``; lengths in metres).
+
+    Attributes:
+        num_gates: ``[E]`` int32, gates of each env.
+        gate_center: ``[E, G]`` vec3, gate centres in travel order (NaN past ``num_gates``).
+        gate_normal: ``[E, G]`` vec3, unit vector from the right post to the left one.
+        posts: ``[E, G, 2]`` vec3, the left and right posts; the bar joins them.
+        gate_width: ``[E]`` float32, the post distance the course was built with.
+        center, count, arc: the course line through the gate centres (as for tracks).
+        length: ``[E]`` float32, the course line's lap length.
+        valid, fail_mask, generation: as for tracks (fail bit: crossing bars).
+    """
+
+    num_gates: wp.array
+    gate_center: wp.array
+    gate_normal: wp.array
+    posts: wp.array
+    gate_width: wp.array
+    center: wp.array
+    count: wp.array
+    arc: wp.array
+    length: wp.array
+    valid: wp.array
+    fail_mask: wp.array
+    generation: wp.array

@@ -62,3 +62,53 @@ class TrackSpec:
         if self.radius_jitter >= 1:
             raise ValueError(f"radius_jitter must be < 1, got {self.radius_jitter!r}")
         wp.get_device(self.device)  # raises for an unknown device
+
+
+@dataclasses.dataclass(frozen=True)
+class GateSpec:
+    """A batch of gate courses: gates along a seeded closed centerline.
+
+    Attributes:
+        num_envs: ``E``, envs in the batch.
+        device: Warp device, ``"cpu"`` or ``"cuda:N"``.
+        n_control: control points of the centerline's closed spline.
+        samples_per_segment: spline samples per control segment.
+        ds: course-line spacing (m); the course line runs through the gate centres.
+        n_max: course-line capacity (points).
+        min_gates, max_gates: each env's gate count is uniform in this range.
+        radius, radius_jitter, angle_jitter: the centerline's control points,
+            as for tracks (defaults of the dynamic params).
+        gate_width: distance between a gate's two posts (m), > 0 (default of
+            the dynamic ``gate_width`` param).
+    """
+
+    num_envs: int
+    device: str = "cpu"
+    n_control: int = 8
+    samples_per_segment: int = 32
+    ds: float = 0.05
+    n_max: int = 512
+    min_gates: int = 8
+    max_gates: int = 16
+    radius: float = 1.5
+    radius_jitter: float = 0.25
+    angle_jitter: float = 0.3
+    gate_width: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "n_control", "samples_per_segment", "n_max", "min_gates", "max_gates"):
+            value = getattr(self, name)
+            least = {"n_control": 3, "min_gates": 3}.get(name, 1)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        if self.max_gates < self.min_gates:
+            raise ValueError(f"max_gates must be >= min_gates, got {self.max_gates} < {self.min_gates}")
+        for name in ("ds", "radius", "gate_width"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("radius_jitter", "angle_jitter"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.radius_jitter >= 1:
+            raise ValueError(f"radius_jitter must be < 1, got {self.radius_jitter!r}")
+        wp.get_device(self.device)

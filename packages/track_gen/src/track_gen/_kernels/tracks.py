@@ -91,6 +91,7 @@ def spline_samples(
 def arc_lengths(
     active: wp.array(dtype=wp.int32),
     dense: wp.array2d(dtype=wp.vec2),
+    points: wp.array(dtype=wp.int32),
     ds: float,
     n_max: int,
     cum: wp.array2d(dtype=wp.float32),
@@ -98,14 +99,14 @@ def arc_lengths(
     count: wp.array(dtype=wp.int32),
     truncated: wp.array(dtype=wp.int32),
 ):
-    """Cumulative arc length along the closed dense polyline (``cum[e, M]`` is
-    the lap length ``L``) and the course line's point count ``ceil(L / ds)``;
-    a course that needs more than ``n_max`` points keeps ``n_max`` and is
-    flagged truncated."""
+    """Cumulative arc length along the closed polyline of the first
+    ``points[e]`` points of ``dense`` (``cum[e, m]`` is the lap length ``L``)
+    and the course line's point count ``ceil(L / ds)``; a course that needs
+    more than ``n_max`` points keeps ``n_max`` and is flagged truncated."""
     e = wp.tid()
     if active[e] == 0:
         return
-    m = dense.shape[1]
+    m = points[e]
     total = float(0.0)
     cum[e, 0] = 0.0
     for i in range(m):
@@ -117,26 +118,11 @@ def arc_lengths(
     count[e] = wp.min(n, n_max)
 
 
-@wp.kernel
-def resample(
-    active: wp.array(dtype=wp.int32),
-    dense: wp.array2d(dtype=wp.vec2),
-    cum: wp.array2d(dtype=wp.float32),
-    count: wp.array(dtype=wp.int32),
-    ds: float,
-    center: wp.array2d(dtype=wp.vec3),
-    arc: wp.array2d(dtype=wp.float32),
-):
-    """The course line: point ``i`` at arc length ``i * ds`` (NaN past the count)."""
-    e, i = wp.tid()
-    if active[e] == 0:
-        return
-    if i >= count[e]:
-        center[e, i] = wp.vec3(NAN, NAN, NAN)
-        arc[e, i] = NAN
-        return
-    s = float(i) * ds
-    m = dense.shape[1]
+@wp.func
+def point_at(dense: wp.array2d(dtype=wp.vec2), cum: wp.array2d(dtype=wp.float32), e: int, m: int,
+             s: float) -> wp.vec2:
+    """The point at arc length ``s`` along env ``e``'s closed polyline of ``m``
+    points (``cum`` its cumulative lengths): a binary search, then a lerp."""
     lo = int(0)
     hi = m
     while hi - lo > 1:
@@ -149,7 +135,31 @@ def resample(
     t = float(0.0)
     if seg > 0.0:
         t = (s - cum[e, lo]) / seg
-    p = dense[e, lo] + t * (dense[e, (lo + 1) % m] - dense[e, lo])
+    return dense[e, lo] + t * (dense[e, (lo + 1) % m] - dense[e, lo])
+
+
+@wp.kernel
+def resample(
+    active: wp.array(dtype=wp.int32),
+    dense: wp.array2d(dtype=wp.vec2),
+    points: wp.array(dtype=wp.int32),
+    cum: wp.array2d(dtype=wp.float32),
+    count: wp.array(dtype=wp.int32),
+    ds: float,
+    center: wp.array2d(dtype=wp.vec3),
+    arc: wp.array2d(dtype=wp.float32),
+):
+    """The course line: point ``i`` at arc length ``i * ds`` along the closed
+    polyline of ``points[e]`` points of ``dense`` (NaN past the count)."""
+    e, i = wp.tid()
+    if active[e] == 0:
+        return
+    if i >= count[e]:
+        center[e, i] = wp.vec3(NAN, NAN, NAN)
+        arc[e, i] = NAN
+        return
+    s = float(i) * ds
+    p = point_at(dense, cum, e, points[e], s)
     center[e, i] = wp.vec3(p[0], p[1], 0.0)
     arc[e, i] = s
 
