@@ -125,3 +125,21 @@ def test_sdf_is_the_clamped_signed_distance_to_the_track():
         want = (np.minimum(d, w) - 0.5 * w).reshape(res, res)  # clamped a width from the line
         np.testing.assert_allclose(r.sdf.numpy()[e], want, atol=1e-4)
         assert (r.height.numpy()[e] == 0).all()  # flat by default
+
+
+def test_height_profile_lifts_the_course_line_and_fills_the_height_field():
+    course = build(3, seeds=2, height_amplitude=0.2, sdf_resolution=48)
+    r = course.result
+    for e in range(3):
+        n = int(r.count.numpy()[e])
+        c = r.center.numpy()[e, :n]
+        assert np.abs(c[:, 2]).max() <= 0.2 + 1e-6 and np.abs(c[:, 2]).max() > 0.01
+        # The height field is the same surface: bilinear interpolation at the course points.
+        h, cell, origin = r.height.numpy()[e], float(r.sdf_cell.numpy()[e]), r.sdf_origin.numpy()[e]
+        g = (c[:, :2] - origin) / cell - 0.5
+        i0 = np.clip(np.floor(g).astype(int), 0, h.shape[0] - 2)
+        f = g - i0
+        x0, y0 = i0[:, 0], i0[:, 1]
+        interp = (h[y0, x0] * (1 - f[:, 0]) * (1 - f[:, 1]) + h[y0, x0 + 1] * f[:, 0] * (1 - f[:, 1])
+                  + h[y0 + 1, x0] * (1 - f[:, 0]) * f[:, 1] + h[y0 + 1, x0 + 1] * f[:, 0] * f[:, 1])
+        np.testing.assert_allclose(interp, c[:, 2], atol=5e-3)

@@ -115,14 +115,14 @@ class _LoopGenerator:
 
 
 class TrackGenerator(_LoopGenerator):
-    """Generates, checks and bakes a batch of closed-loop tracks
-    (params: ``radius``, ``radius_jitter``, ``angle_jitter``, ``width``)."""
+    """Generates, checks and bakes a batch of closed-loop tracks (params:
+    ``radius``, ``radius_jitter``, ``angle_jitter``, ``width``, ``height_amplitude``)."""
 
     def __init__(self, spec: TrackSpec, seeds: int | ArrayLike | PerEnvSeededRNG = 0,
                  checkpoint_spacing: float = 0.6):
         if not checkpoint_spacing > 0:
             raise ValueError(f"checkpoint_spacing must be > 0, got {checkpoint_spacing!r}")
-        super().__init__(spec, seeds, LOOP_PARAMS + ("width",))
+        super().__init__(spec, seeds, LOOP_PARAMS + ("width", "height_amplitude"))
         self.checkpoint_spacing = float(checkpoint_spacing)
         e, n, r = spec.num_envs, spec.n_max, spec.sdf_resolution
         self._crossings = self.zeros(e, wp.int32)
@@ -130,6 +130,7 @@ class TrackGenerator(_LoopGenerator):
         chunks = (n + k.CHUNK - 1) // k.CHUNK
         self._chunk_lo = self.zeros((e, chunks), wp.vec2)
         self._chunk_hi = self.zeros((e, chunks), wp.vec2)
+        self._phase = self.zeros(e, wp.vec2)
         capacity = math.ceil(n * spec.ds / self.checkpoint_spacing) + 1
         z = self.zeros
         self.result = TrackResult(
@@ -153,6 +154,9 @@ class TrackGenerator(_LoopGenerator):
                                   res.count, self._truncated])
         launch(k.resample, (e, n), [active, self._dense, self._dense_points, self._cum, res.count, s.ds,
                                     res.center, res.arc])
+        launch(k.terrain_phases, e, [active, self.rng.seeds_warp, self.rng.epochs, self._phase])
+        launch(k.lift_course_line, (e, n), [active, res.count, self._phase, self.params["height_amplitude"],
+                                            s.height_wavelength, res.center])
         launch(k.frames_and_boundaries, (e, n),
                [active, res.center, res.count, res.width, res.tangent, res.normal, res.left, res.right])
         launch(k.chunk_bounds, (e, self._chunk_lo.shape[1]),
@@ -167,6 +171,9 @@ class TrackGenerator(_LoopGenerator):
                 res.num_checkpoints])
         launch(k.bake_bounds, e, [active, res.center, res.count, s.sdf_margin, s.sdf_resolution,
                                   res.sdf_origin, res.sdf_cell])
+        launch(k.bake_height, (e, s.sdf_resolution, s.sdf_resolution),
+               [active, self._phase, self.params["height_amplitude"], s.height_wavelength, res.sdf_origin,
+                res.sdf_cell, res.height])
         launch(k.fill_sdf, (e, s.sdf_resolution, s.sdf_resolution), [active, res.width, res.sdf])
         launch(k.splat_sdf, (e, n), [active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell,
                                      res.sdf])

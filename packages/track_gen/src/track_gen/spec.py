@@ -32,6 +32,8 @@ class TrackSpec:
         radius_jitter: control radii vary by up to this fraction.
         angle_jitter: control angles vary by up to this fraction of a step.
         width: track width (m).
+        height_amplitude: terrain amplitude (m); 0 is flat.
+        height_wavelength: terrain wavelength (m).
     """
 
     num_envs: int
@@ -46,6 +48,8 @@ class TrackSpec:
     radius_jitter: float = 0.25
     angle_jitter: float = 0.3
     width: float = 0.3
+    height_amplitude: float = 0.0
+    height_wavelength: float = 3.0
 
     def __post_init__(self) -> None:
         for name in ("num_envs", "n_control", "samples_per_segment", "n_max", "sdf_resolution"):
@@ -53,10 +57,10 @@ class TrackSpec:
             least = 3 if name == "n_control" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-        for name in ("ds", "radius", "width"):
+        for name in ("ds", "radius", "width", "height_wavelength"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("sdf_margin", "radius_jitter", "angle_jitter"):
+        for name in ("sdf_margin", "radius_jitter", "angle_jitter", "height_amplitude"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.radius_jitter >= 1:

@@ -456,6 +456,63 @@ def splat_sdf(
                 wp.atomic_min(sdf, e, iy, ix, d - half)
 
 
+@wp.func
+def terrain(p: wp.vec2, phase: wp.vec2, amplitude: float, wavelength: float) -> float:
+    """Ground height (m) at ``p``: ``A sin(2πx/λ + φx) sin(2πy/λ + φy)``."""
+    k = TWO_PI / wavelength
+    return amplitude * wp.sin(k * p[0] + phase[0]) * wp.sin(k * p[1] + phase[1])
+
+
+@wp.kernel
+def terrain_phases(
+    active: wp.array(dtype=wp.int32),
+    seeds: wp.array(dtype=wp.uint32),
+    epochs: wp.array(dtype=wp.int32),
+    phase: wp.array(dtype=wp.vec2),
+):
+    """Each env's terrain phases, from its (seed, epoch)."""
+    e = wp.tid()
+    if active[e] == 0:
+        return
+    state = wp.rand_init(wp.int32(effective_seed_wp(seeds[e], epochs[e])), 1 << 21)
+    phase[e] = wp.vec2(TWO_PI * wp.randf(state), TWO_PI * wp.randf(state))
+
+
+@wp.kernel
+def lift_course_line(
+    active: wp.array(dtype=wp.int32),
+    count: wp.array(dtype=wp.int32),
+    phase: wp.array(dtype=wp.vec2),
+    amplitude: wp.array(dtype=wp.float32),
+    wavelength: float,
+    center: wp.array2d(dtype=wp.vec3),
+):
+    """The course line's z: the terrain under each point."""
+    e, i = wp.tid()
+    if active[e] == 0 or i >= count[e]:
+        return
+    c = center[e, i]
+    center[e, i] = wp.vec3(c[0], c[1], terrain(_xy(c), phase[e], amplitude[e], wavelength))
+
+
+@wp.kernel
+def bake_height(
+    active: wp.array(dtype=wp.int32),
+    phase: wp.array(dtype=wp.vec2),
+    amplitude: wp.array(dtype=wp.float32),
+    wavelength: float,
+    origin: wp.array(dtype=wp.vec2),
+    cell: wp.array(dtype=wp.float32),
+    height: wp.array3d(dtype=wp.float32),
+):
+    """The height field: the terrain at each cell centre of the bake grid."""
+    e, iy, ix = wp.tid()
+    if active[e] == 0:
+        return
+    p = origin[e] + cell[e] * wp.vec2(float(ix) + 0.5, float(iy) + 0.5)
+    height[e, iy, ix] = terrain(p, phase[e], amplitude[e], wavelength)
+
+
 @wp.kernel
 def copy_where(active: wp.array(dtype=wp.int32), src: wp.array(dtype=wp.float32),
                dst: wp.array(dtype=wp.float32)):
