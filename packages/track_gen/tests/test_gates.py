@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 import warp as wp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import oracle
 from track_gen.checks import FAIL_CROSSING_BARS
@@ -90,3 +92,17 @@ def test_masked_regeneration_and_per_env_widths():
                                0.25, rtol=1e-5)
     assert after["gate_width"][3] == pytest.approx(0.25)
     np.testing.assert_array_equal(after["gate_center"][3], before["gate_center"][3])  # same (seed, epoch)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), num_envs=st.integers(1, 10), gate_width=st.floats(0.05, 1.5))
+def test_property_bars_and_gate_counts_agree_with_the_oracle(seed, num_envs, gate_width):
+    course = build(num_envs, gate_width=gate_width, seeds=seed)
+    r = course.result
+    fail = r.fail_mask.numpy()
+    for e in range(num_envs):
+        g = int(r.num_gates.numpy()[e])
+        assert 8 <= g <= 16
+        assert bool(fail[e] & FAIL_CROSSING_BARS) == bars_cross(r.posts.numpy()[e, :g])
+        np.testing.assert_allclose(np.linalg.norm(r.posts.numpy()[e, :g, 0] - r.posts.numpy()[e, :g, 1], axis=1),
+                                   gate_width, rtol=1e-5)

@@ -14,8 +14,7 @@ from typing import Any
 import warp as wp
 from numpy.typing import ArrayLike
 
-from track_gen._kernels import gates as kg
-from track_gen._kernels import tracks as k
+from track_gen._kernels import bakes, gates, loop, tracks
 from track_gen.masks import check_mask
 from track_gen.result import GateResult, TrackResult
 from track_gen.seeds import PerEnvSeededRNG, per_env_seeds
@@ -106,11 +105,11 @@ class _LoopGenerator:
         """Epochs, control points, the spline (with its tight-curvature count
         against ``width``) and its arc-length table."""
         p, e = self.params, self.num_envs
-        self._launch(k.advance_epochs, e, [active, int(bool(advance)), self.rng.epochs])
-        self._launch(k.control_points, (e, self.spec.n_control),
+        self._launch(loop.advance_epochs, e, [active, int(bool(advance)), self.rng.epochs])
+        self._launch(loop.control_points, (e, self.spec.n_control),
                      [active, self.rng.seeds_warp, self.rng.epochs, p["radius"], p["radius_jitter"],
                       p["angle_jitter"], self._ctrl])
-        self._launch(k.spline_samples, (e, self._dense.shape[1]),
+        self._launch(loop.spline_samples, (e, self._dense.shape[1]),
                      [active, self._ctrl, self.spec.samples_per_segment, width, self._dense, self._tight])
 
 
@@ -127,7 +126,7 @@ class TrackGenerator(_LoopGenerator):
         e, n, r = spec.num_envs, spec.n_max, spec.sdf_resolution
         self._crossings = self.zeros(e, wp.int32)
         self._too_close = self.zeros(e, wp.int32)
-        chunks = (n + k.CHUNK - 1) // k.CHUNK
+        chunks = (n + tracks.CHUNK - 1) // tracks.CHUNK
         self._chunk_lo = self.zeros((e, chunks), wp.vec2)
         self._chunk_hi = self.zeros((e, chunks), wp.vec2)
         self._phase = self.zeros(e, wp.vec2)
@@ -147,35 +146,35 @@ class TrackGenerator(_LoopGenerator):
         active = self._everyone if mask is None else mask
         s, res, e, n = self.spec, self.result, self.num_envs, self.spec.n_max
         launch = self._launch
-        launch(k.copy_where, e, [active, self.params["width"], res.width])
-        launch(k.reset_counts, e, [active, self._crossings, self._too_close, self._tight])
+        launch(loop.copy_where, e, [active, self.params["width"], res.width])
+        launch(tracks.reset_counts, e, [active, self._crossings, self._too_close, self._tight])
         self._spline(active, advance, res.width)
-        launch(k.arc_lengths, e, [active, self._dense, self._dense_points, s.ds, n, self._cum, res.length,
+        launch(loop.arc_lengths, e, [active, self._dense, self._dense_points, s.ds, n, self._cum, res.length,
                                   res.count, self._truncated])
-        launch(k.resample, (e, n), [active, self._dense, self._dense_points, self._cum, res.count, s.ds,
+        launch(loop.resample, (e, n), [active, self._dense, self._dense_points, self._cum, res.count, s.ds,
                                     res.center, res.arc])
-        launch(k.terrain_phases, e, [active, self.rng.seeds_warp, self.rng.epochs, self._phase])
-        launch(k.lift_course_line, (e, n), [active, res.count, self._phase, self.params["height_amplitude"],
+        launch(bakes.terrain_phases, e, [active, self.rng.seeds_warp, self.rng.epochs, self._phase])
+        launch(bakes.lift_course_line, (e, n), [active, res.count, self._phase, self.params["height_amplitude"],
                                             s.height_wavelength, res.center])
-        launch(k.frames_and_boundaries, (e, n),
+        launch(tracks.frames_and_boundaries, (e, n),
                [active, res.center, res.count, res.width, res.tangent, res.normal, res.left, res.right])
-        launch(k.chunk_bounds, (e, self._chunk_lo.shape[1]),
+        launch(tracks.chunk_bounds, (e, self._chunk_lo.shape[1]),
                [active, res.center, res.count, self._chunk_lo, self._chunk_hi])
-        launch(k.pair_checks, (e, n), [active, res.center, res.count, res.width, s.ds, self._chunk_lo,
+        launch(tracks.pair_checks, (e, n), [active, res.center, res.count, res.width, s.ds, self._chunk_lo,
                                        self._chunk_hi, self._crossings, self._too_close])
-        launch(k.loop_checks, e, [active, res.center, res.count, self._truncated, self._crossings,
+        launch(tracks.loop_checks, e, [active, res.center, res.count, self._truncated, self._crossings,
                                   self._too_close, self._tight, self.rng.epochs, res.fail_mask, res.valid,
                                   res.generation])
-        launch(k.checkpoint_indices, (e, res.checkpoints.shape[1]),
+        launch(bakes.checkpoint_indices, (e, res.checkpoints.shape[1]),
                [active, res.length, res.count, self.checkpoint_spacing, s.ds, res.checkpoints,
                 res.num_checkpoints])
-        launch(k.bake_bounds, e, [active, res.center, res.count, s.sdf_margin, s.sdf_resolution,
+        launch(bakes.bake_bounds, e, [active, res.center, res.count, s.sdf_margin, s.sdf_resolution,
                                   res.sdf_origin, res.sdf_cell])
-        launch(k.bake_height, (e, s.sdf_resolution, s.sdf_resolution),
+        launch(bakes.bake_height, (e, s.sdf_resolution, s.sdf_resolution),
                [active, self._phase, self.params["height_amplitude"], s.height_wavelength, res.sdf_origin,
                 res.sdf_cell, res.height])
-        launch(k.fill_sdf, (e, s.sdf_resolution, s.sdf_resolution), [active, res.width, res.sdf])
-        launch(k.splat_sdf, (e, n), [active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell,
+        launch(bakes.fill_sdf, (e, s.sdf_resolution, s.sdf_resolution), [active, res.width, res.sdf])
+        launch(bakes.splat_sdf, (e, n), [active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell,
                                      res.sdf])
 
 
@@ -201,19 +200,19 @@ class GateGenerator(_LoopGenerator):
         active = self._everyone if mask is None else mask
         s, res, e, n = self.spec, self.result, self.num_envs, self.spec.n_max
         launch = self._launch
-        launch(k.copy_where, e, [active, self.params["gate_width"], res.gate_width])
+        launch(loop.copy_where, e, [active, self.params["gate_width"], res.gate_width])
         self._spline(active, advance, res.gate_width)
-        launch(kg.gate_counts, e, [active, self.rng.seeds_warp, self.rng.epochs, s.min_gates, s.max_gates,
+        launch(gates.gate_counts, e, [active, self.rng.seeds_warp, self.rng.epochs, s.min_gates, s.max_gates,
                                    res.num_gates])
-        launch(k.arc_lengths, e, [active, self._dense, self._dense_points, s.ds, n, self._cum, res.length,
+        launch(loop.arc_lengths, e, [active, self._dense, self._dense_points, s.ds, n, self._cum, res.length,
                                   res.count, self._truncated])
-        launch(kg.place_gates, (e, s.max_gates),
+        launch(gates.place_gates, (e, s.max_gates),
                [active, self._dense, self._dense_points, self._cum, res.num_gates, res.gate_width,
                 res.gate_center, res.gate_normal, res.posts, self._gate_xy])
         # The course line runs through the gate centres.
-        launch(k.arc_lengths, e, [active, self._gate_xy, res.num_gates, s.ds, n, self._gate_cum, res.length,
+        launch(loop.arc_lengths, e, [active, self._gate_xy, res.num_gates, s.ds, n, self._gate_cum, res.length,
                                   res.count, self._line_truncated])
-        launch(k.resample, (e, n), [active, self._gate_xy, res.num_gates, self._gate_cum, res.count, s.ds,
+        launch(loop.resample, (e, n), [active, self._gate_xy, res.num_gates, self._gate_cum, res.count, s.ds,
                                     res.center, res.arc])
-        launch(kg.bar_checks, e, [active, res.posts, res.num_gates, self._line_truncated, self.rng.epochs,
+        launch(gates.bar_checks, e, [active, res.posts, res.num_gates, self._line_truncated, self.rng.epochs,
                                   res.fail_mask, res.valid, res.generation])

@@ -6,8 +6,8 @@ Same conventions as ``tracks``: an ``active`` mask first, outputs last.
 import warp as wp
 
 from track_gen.checks import FAIL_CROSSING_BARS, FAIL_TRUNCATION
+from track_gen._kernels.geometry import NAN, point_at, segments_cross
 from track_gen.seeds import effective_seed_wp
-from track_gen._kernels.tracks import NAN, _segments_cross, point_at
 
 
 @wp.kernel
@@ -94,7 +94,7 @@ def bar_checks(
         for h in range(g + 1, n):
             b0 = wp.vec2(posts[e, h, 0][0], posts[e, h, 0][1])
             b1 = wp.vec2(posts[e, h, 1][0], posts[e, h, 1][1])
-            if _segments_cross(a0, a1, b0, b1):
+            if segments_cross(a0, a1, b0, b1):
                 bits = FAIL_CROSSING_BARS
     if truncated[e] != 0:
         bits = bits | FAIL_TRUNCATION

@@ -1,0 +1,167 @@
+"""Kernels of the bakes refreshed with every generation: checkpoints, the SDF
+and the height field on a per-env grid, and the terrain.
+
+Every kernel takes an ``active`` ``[E]`` int32 array and leaves the envs whose
+entry is 0 untouched, so a masked regeneration rebuilds only the masked envs
+and every other env keeps its arrays bit for bit. Inputs come first, outputs
+last. Lengths are metres, angles radians.
+"""
+
+import warp as wp
+
+from track_gen._kernels.geometry import TWO_PI, segment_distance, xy
+from track_gen.seeds import effective_seed_wp
+
+
+@wp.kernel
+def checkpoint_indices(
+    active: wp.array(dtype=wp.int32),
+    length: wp.array(dtype=wp.float32),
+    count: wp.array(dtype=wp.int32),
+    spacing: float,
+    ds: float,
+    index: wp.array2d(dtype=wp.int32),
+    num: wp.array(dtype=wp.int32),
+):
+    """Checkpoint ``k`` at arc length ``k * spacing``, as a course-line index
+    (``-1`` past the env's checkpoints); ``num[e]`` is their count."""
+    e, k = wp.tid()
+    if active[e] == 0:
+        return
+    total = wp.min(int(wp.floor(length[e] / spacing)), index.shape[1])
+    i = int(wp.round(float(k) * spacing / ds))
+    index[e, k] = wp.where(k < total and i < count[e], i, -1)
+    if k == 0:
+        num[e] = total
+
+
+@wp.kernel
+def bake_bounds(
+    active: wp.array(dtype=wp.int32),
+    center: wp.array2d(dtype=wp.vec3),
+    count: wp.array(dtype=wp.int32),
+    margin: float,
+    resolution: int,
+    origin: wp.array(dtype=wp.vec2),
+    cell: wp.array(dtype=wp.float32),
+):
+    """The bake grid: the course line's bounding square plus ``margin``, split
+    into ``resolution`` x ``resolution`` cells."""
+    e = wp.tid()
+    if active[e] == 0:
+        return
+    lo = wp.vec2(1.0e30, 1.0e30)
+    hi = wp.vec2(-1.0e30, -1.0e30)
+    for i in range(count[e]):
+        p = xy(center[e, i])
+        lo = wp.min(lo, p)
+        hi = wp.max(hi, p)
+    extent = wp.max(hi[0] - lo[0], hi[1] - lo[1]) + 2.0 * margin
+    mid = 0.5 * (lo + hi)
+    origin[e] = mid - wp.vec2(0.5 * extent, 0.5 * extent)
+    cell[e] = extent / float(resolution)
+
+
+@wp.kernel
+def fill_sdf(active: wp.array(dtype=wp.int32), width: wp.array(dtype=wp.float32),
+             sdf: wp.array3d(dtype=wp.float32)):
+    """Start every cell of the active envs at the clamp, ``+width / 2``."""
+    e, iy, ix = wp.tid()
+    if active[e] != 0:
+        sdf[e, iy, ix] = 0.5 * width[e]
+
+
+@wp.kernel
+def splat_sdf(
+    active: wp.array(dtype=wp.int32),
+    center: wp.array2d(dtype=wp.vec3),
+    count: wp.array(dtype=wp.int32),
+    width: wp.array(dtype=wp.float32),
+    origin: wp.array(dtype=wp.vec2),
+    cell: wp.array(dtype=wp.float32),
+    sdf: wp.array3d(dtype=wp.float32),
+):
+    """Segment ``i`` lowers every cell within a width of it to its signed
+    distance ``d - width / 2`` (an atomic min): the distance to the course
+    line minus the half-width, negative on the track, exact up to the clamp."""
+    e, i = wp.tid()
+    if active[e] == 0:
+        return
+    n = count[e]
+    if i >= n:
+        return
+    a = xy(center[e, i])
+    b = xy(center[e, (i + 1) % n])
+    h = cell[e]
+    o = origin[e]
+    res = sdf.shape[1]
+    reach = width[e]
+    half = 0.5 * reach
+    lo = wp.min(a, b) - wp.vec2(reach, reach) - o
+    hi = wp.max(a, b) + wp.vec2(reach, reach) - o
+    x0 = wp.max(int(wp.floor(lo[0] / h)), 0)
+    x1 = wp.min(int(wp.floor(hi[0] / h)), res - 1)
+    y0 = wp.max(int(wp.floor(lo[1] / h)), 0)
+    y1 = wp.min(int(wp.floor(hi[1] / h)), res - 1)
+    for iy in range(y0, y1 + 1):
+        for ix in range(x0, x1 + 1):
+            d = segment_distance(o + h * wp.vec2(float(ix) + 0.5, float(iy) + 0.5), a, b)
+            if d < reach:
+                wp.atomic_min(sdf, e, iy, ix, d - half)
+
+
+@wp.func
+def terrain(p: wp.vec2, phase: wp.vec2, amplitude: float, wavelength: float) -> float:
+    """Ground height (m) at ``p``: ``A sin(2πx/λ + φx) sin(2πy/λ + φy)``."""
+    k = TWO_PI / wavelength
+    return amplitude * wp.sin(k * p[0] + phase[0]) * wp.sin(k * p[1] + phase[1])
+
+
+@wp.kernel
+def terrain_phases(
+    active: wp.array(dtype=wp.int32),
+    seeds: wp.array(dtype=wp.uint32),
+    epochs: wp.array(dtype=wp.int32),
+    phase: wp.array(dtype=wp.vec2),
+):
+    """Each env's terrain phases, from its (seed, epoch)."""
+    e = wp.tid()
+    if active[e] == 0:
+        return
+    state = wp.rand_init(wp.int32(effective_seed_wp(seeds[e], epochs[e])), 1 << 21)
+    phase[e] = wp.vec2(TWO_PI * wp.randf(state), TWO_PI * wp.randf(state))
+
+
+@wp.kernel
+def lift_course_line(
+    active: wp.array(dtype=wp.int32),
+    count: wp.array(dtype=wp.int32),
+    phase: wp.array(dtype=wp.vec2),
+    amplitude: wp.array(dtype=wp.float32),
+    wavelength: float,
+    center: wp.array2d(dtype=wp.vec3),
+):
+    """The course line's z: the terrain under each point."""
+    e, i = wp.tid()
+    if active[e] == 0 or i >= count[e]:
+        return
+    c = center[e, i]
+    center[e, i] = wp.vec3(c[0], c[1], terrain(xy(c), phase[e], amplitude[e], wavelength))
+
+
+@wp.kernel
+def bake_height(
+    active: wp.array(dtype=wp.int32),
+    phase: wp.array(dtype=wp.vec2),
+    amplitude: wp.array(dtype=wp.float32),
+    wavelength: float,
+    origin: wp.array(dtype=wp.vec2),
+    cell: wp.array(dtype=wp.float32),
+    height: wp.array3d(dtype=wp.float32),
+):
+    """The height field: the terrain at each cell centre of the bake grid."""
+    e, iy, ix = wp.tid()
+    if active[e] == 0:
+        return
+    p = origin[e] + cell[e] * wp.vec2(float(ix) + 0.5, float(iy) + 0.5)
+    height[e, iy, ix] = terrain(p, phase[e], amplitude[e], wavelength)
