@@ -11,6 +11,25 @@ import dataclasses
 import warp as wp
 
 
+def _check_fields(spec: object, ints: dict[str, int], positive: tuple[str, ...],
+                  non_negative: tuple[str, ...]) -> None:
+    """Ints at least their bound, positive and non-negative reals, a jitter
+    below 1 and a known device; else ``ValueError`` naming the field."""
+    for name, least in ints.items():
+        value = getattr(spec, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    for name in positive:
+        if not getattr(spec, name) > 0:
+            raise ValueError(f"{name} must be > 0, got {getattr(spec, name)!r}")
+    for name in non_negative:
+        if not getattr(spec, name) >= 0:
+            raise ValueError(f"{name} must be >= 0, got {getattr(spec, name)!r}")
+    if getattr(spec, "radius_jitter") >= 1:
+        raise ValueError(f"radius_jitter must be < 1, got {getattr(spec, 'radius_jitter')!r}")
+    wp.get_device(getattr(spec, "device"))  # raises for an unknown device
+
+
 @dataclasses.dataclass(frozen=True)
 class TrackSpec:
     """A batch of closed-loop tracks.
@@ -52,20 +71,9 @@ class TrackSpec:
     height_wavelength: float = 3.0
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "n_control", "samples_per_segment", "n_max", "sdf_resolution"):
-            value = getattr(self, name)
-            least = 3 if name == "n_control" else 1
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-        for name in ("ds", "radius", "width", "height_wavelength"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("sdf_margin", "radius_jitter", "angle_jitter", "height_amplitude"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if self.radius_jitter >= 1:
-            raise ValueError(f"radius_jitter must be < 1, got {self.radius_jitter!r}")
-        wp.get_device(self.device)  # raises for an unknown device
+        _check_fields(self, dict(num_envs=1, n_control=3, samples_per_segment=1, n_max=1, sdf_resolution=1),
+                      ("ds", "radius", "width", "height_wavelength"),
+                      ("sdf_margin", "radius_jitter", "angle_jitter", "height_amplitude"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,19 +108,7 @@ class GateSpec:
     gate_width: float = 0.1
 
     def __post_init__(self) -> None:
-        for name in ("num_envs", "n_control", "samples_per_segment", "n_max", "min_gates", "max_gates"):
-            value = getattr(self, name)
-            least = {"n_control": 3, "min_gates": 3}.get(name, 1)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+        _check_fields(self, dict(num_envs=1, n_control=3, samples_per_segment=1, n_max=1, min_gates=3,
+                                 max_gates=3), ("ds", "radius", "gate_width"), ("radius_jitter", "angle_jitter"))
         if self.max_gates < self.min_gates:
             raise ValueError(f"max_gates must be >= min_gates, got {self.max_gates} < {self.min_gates}")
-        for name in ("ds", "radius", "gate_width"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("radius_jitter", "angle_jitter"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if self.radius_jitter >= 1:
-            raise ValueError(f"radius_jitter must be < 1, got {self.radius_jitter!r}")
-        wp.get_device(self.device)

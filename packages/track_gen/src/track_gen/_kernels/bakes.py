@@ -1,10 +1,7 @@
 """Kernels of the bakes refreshed with every generation: checkpoints, the SDF
 and the height field on a per-env grid, and the terrain.
 
-Every kernel takes an ``active`` ``[E]`` int32 array and leaves the envs whose
-entry is 0 untouched, so a masked regeneration rebuilds only the masked envs
-and every other env keeps its arrays bit for bit. Inputs come first, outputs
-last. Lengths are metres, angles radians.
+Conventions: see ``track_gen._kernels``.
 """
 
 import warp as wp
