@@ -11,9 +11,12 @@ from __future__ import annotations
 import warp as wp
 from numpy.typing import ArrayLike
 
+from track_gen._kernels import step as ks
 from track_gen.errors import CaptureError
 from track_gen.generator import GateGenerator, TrackGenerator
+from track_gen.masks import check_mask
 from track_gen.result import GateResult, TrackResult
+from track_gen.runtime import Events, Frame, Progress, StepResult, TrackContacts
 from track_gen.seeds import PerEnvSeededRNG
 from track_gen.spec import GateSpec, TrackSpec
 
@@ -31,8 +34,16 @@ class Course:
     def __init__(self, generator: TrackGenerator | GateGenerator, collision: str | float):
         self.generator = generator
         self.collision = collision
+        e, device = generator.num_envs, generator.device
         self.inputs = {"regen_mask": generator.inputs["regen_mask"],
-                       "reset_mask": wp.zeros(generator.num_envs, dtype=wp.int32, device=generator.device)}
+                       "reset_mask": wp.zeros(e, dtype=wp.int32, device=device)}
+        self._progress = Progress.zeros(e, device)
+        z = lambda dtype: wp.zeros(e, dtype=dtype, device=device)  # noqa: E731
+        self._step = StepResult(valid=generator.result.valid, contacts=TrackContacts(oob=z(wp.int32)),
+                                events=Events(passed=z(wp.int32), dist_to_next=z(wp.float32),
+                                              laps=self._progress.laps),
+                                frame=Frame(s=z(wp.float32), n=z(wp.float32)))
+        self._bound: tuple[wp.array, wp.array, wp.array] | None = None
 
     @classmethod
     def track(cls, spec: TrackSpec, checkpoint_spacing: float = 0.6, collision: str = "segments",
@@ -82,6 +93,7 @@ class Course:
     def _built(cls, generator: TrackGenerator | GateGenerator, collision: str | float) -> Course:
         course = cls(generator, collision)
         generator.generate(advance=False)
+        course.reset()
         return course
 
     @property
@@ -109,13 +121,88 @@ class Course:
             advance: ``True``: the next epoch (a new course); ``False``: rebuild
                 from the current (seed, epoch), the same course unless seeds were written.
         """
-        return self.generator.generate(advance=advance, mask=mask)
+        result = self.generator.generate(advance=advance, mask=mask)
+        self._reset_progress(mask)
+        return result
+
+    def reset(self, mask: wp.array | None = None) -> None:
+        """Respawn the masked envs (every env without a mask) on the course they
+        have: their progress and the localizer's memory restart, nothing else
+        changes (an invalid env stays invalid).
+
+        Args:
+            mask: ``[E]`` int32 on the course device, nonzero selects an env;
+                checked on the host before anything launches.
+        """
+        if mask is not None:
+            check_mask("mask", mask, self.num_envs, self.generator.device)
+        self._reset_progress(mask)
+
+    def bind(self, position: wp.array, orientation: wp.array, half_extents: wp.array) -> None:
+        """Bind the agents' stable buffers (one oriented box per env), read by
+        every ``step()``: keep writing into the same arrays.
+
+        Args:
+            position: ``[E]`` vec3, box centres (m).
+            orientation: ``[E]`` quatf, box orientations.
+            half_extents: ``[E]`` vec2f, half length and half width of the box (m).
+
+        Raises:
+            NotImplementedError: on a gate course (its step comes with the gate contacts).
+            TypeError, ValueError: a buffer of the wrong type, dtype, length or device.
+        """
+        if isinstance(self.generator, GateGenerator):
+            raise NotImplementedError("the runtime step of gate courses is not implemented yet; "
+                                      "tracks have it")
+        for name, array, dtype in (("position", position, wp.vec3), ("orientation", orientation, wp.quatf),
+                                   ("half_extents", half_extents, wp.vec2f)):
+            if not isinstance(array, wp.array):
+                raise TypeError(f"{name} must be a warp array, got {type(array).__name__}")
+            if array.dtype != dtype:
+                raise TypeError(f"{name} must have dtype {wp.types.type_repr(dtype)}, "
+                                f"got {wp.types.type_repr(array.dtype)}")
+            if array.shape != (self.num_envs,):
+                raise ValueError(f"{name} must have shape [{self.num_envs}], got {list(array.shape)}")
+            if array.device != self.generator.device:
+                raise ValueError(f"{name} must be on the course device {self.generator.device}, "
+                                 f"got {array.device}")
+        self._bound = (position, orientation, half_extents)
+
+    def step(self) -> StepResult:
+        """Locate every agent on its course, test its box against the track and
+        count its progress; returns the same ``StepResult`` arrays every call.
+
+        An agent may move up to ``32 * ds`` along the course line per step
+        (the localizer searches that far around its last match).
+
+        Raises:
+            RuntimeError: no buffers bound (``bind`` first).
+        """
+        if self._bound is None:
+            raise RuntimeError("bind the agents' buffers first: course.bind(position=, orientation=, half_extents=)")
+        r, p, out = self.result, self._progress, self._step
+        position, orientation, half_extents = self._bound
+        wp.launch(ks.track_step, self.num_envs,
+                  [r.valid, r.center, r.arc, r.count, r.length, r.width, r.checkpoints, r.num_checkpoints,
+                   position, orientation, half_extents, p.memory, p.s_prev, p.next_checkpoint, p.laps,
+                   out.contacts.oob, out.events.passed, out.events.dist_to_next, out.frame.s, out.frame.n],
+                  device=self.generator.device)
+        return out
+
+    def _reset_progress(self, mask: wp.array | None) -> None:
+        active = self.generator.everyone if mask is None else mask
+        p = self._progress
+        wp.launch(ks.reset_progress, self.num_envs,
+                  [active, self.generator.progress_marks, p.memory, p.s_prev, p.next_checkpoint, p.laps],
+                  device=self.generator.device)
 
     def generate(self, seeds: int | ArrayLike) -> TrackResult | GateResult:
         """Reseed every env, zero every epoch and rebuild the batch: the same
         courses as a fresh ``Course`` built with ``seeds``."""
         self.generator.reseed(seeds)
-        return self.generator.generate(advance=False)
+        result = self.generator.generate(advance=False)
+        self._reset_progress(None)
+        return result
 
 
 def _outside_capture(device: str) -> None:

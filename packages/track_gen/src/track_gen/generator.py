@@ -8,6 +8,7 @@ arc-length table.
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import Any
 
@@ -24,7 +25,7 @@ from track_gen.spec import GateSpec, TrackSpec
 LOOP_PARAMS = ("radius", "radius_jitter", "angle_jitter")
 
 
-class _LoopGenerator:
+class _LoopGenerator(abc.ABC):
     """The seeded closed spline both course kinds are built on.
 
     Attributes:
@@ -34,6 +35,7 @@ class _LoopGenerator:
             into them to change what the next regeneration builds (curricula,
             domain randomisation).
         inputs: ``{"regen_mask": [E] int32}``, a stable zero-initialised mask.
+        everyone: ``[E]`` int32 ones, the mask of a full generation.
         result: the course arrays, rewritten in place by each generation.
     """
 
@@ -54,7 +56,7 @@ class _LoopGenerator:
         self.params = {name: wp.full(e, float(getattr(spec, name)), dtype=wp.float32, device=device)
                        for name in params}
         self.inputs = {"regen_mask": wp.zeros(e, dtype=wp.int32, device=device)}
-        self._everyone = wp.ones(e, dtype=wp.int32, device=device)
+        self.everyone = wp.ones(e, dtype=wp.int32, device=device)
         m = spec.n_control * spec.samples_per_segment
         self._ctrl = wp.zeros((e, spec.n_control), dtype=wp.vec2, device=device)
         self._dense = wp.zeros((e, m), dtype=wp.vec2, device=device)
@@ -88,10 +90,15 @@ class _LoopGenerator:
         self.enqueue(advance=advance, mask=mask)
         return self.result
 
+    @abc.abstractmethod
     def enqueue(self, advance: bool = True, mask: wp.array | None = None) -> None:
         """Launch a generation without the host-side checks of ``generate``
         (``mask`` must already be a valid ``[E]`` int32 array on the device)."""
-        raise NotImplementedError
+
+    @property
+    @abc.abstractmethod
+    def progress_marks(self) -> wp.array:
+        """``[E]`` int32: how many marks (checkpoints or gates) a lap has."""
 
     def reseed(self, seeds: int | ArrayLike) -> None:
         """Write new seeds for every env and zero every epoch (no generation)."""
@@ -142,8 +149,12 @@ class TrackGenerator(_LoopGenerator):
             generation=z(e, wp.int32),
         )
 
+    @property
+    def progress_marks(self) -> wp.array:
+        return self.result.num_checkpoints
+
     def enqueue(self, advance: bool = True, mask: wp.array | None = None) -> None:
-        active = self._everyone if mask is None else mask
+        active = self.everyone if mask is None else mask
         s, res, e, n = self.spec, self.result, self.num_envs, self.spec.n_max
         launch = self._launch
         launch(loop.copy_where, e, [active, self.params["width"], res.width])
@@ -196,8 +207,12 @@ class GateGenerator(_LoopGenerator):
             valid=z(e, wp.int32), fail_mask=z(e, wp.int32), generation=z(e, wp.int32),
         )
 
+    @property
+    def progress_marks(self) -> wp.array:
+        return self.result.num_gates
+
     def enqueue(self, advance: bool = True, mask: wp.array | None = None) -> None:
-        active = self._everyone if mask is None else mask
+        active = self.everyone if mask is None else mask
         s, res, e, n = self.spec, self.result, self.num_envs, self.spec.n_max
         launch = self._launch
         launch(loop.copy_where, e, [active, self.params["gate_width"], res.gate_width])

@@ -1,0 +1,162 @@
+"""Kernels of the runtime step on tracks: localise each agent on its course
+line, test its box against the track, and count checkpoint progress.
+
+Conventions: see ``track_gen._kernels``; these kernels run over every env.
+"""
+
+import warp as wp
+
+from track_gen._kernels.geometry import NAN, cross2, xy
+
+#: Course-line segments searched on each side of the last match: an agent may
+#: move up to ``WINDOW * ds`` along the course line per step.
+WINDOW = wp.constant(32)
+
+
+@wp.func
+def _project(p: wp.vec2, center: wp.array2d(dtype=wp.vec3), e: int, n: int, i: int) -> wp.vec3:
+    """(distance, t, signed offset) of ``p`` against segment ``i`` of env ``e``."""
+    a = xy(center[e, i])
+    b = xy(center[e, (i + 1) % n])
+    ab = b - a
+    denom = wp.dot(ab, ab)
+    t = float(0.0)
+    if denom > 0.0:
+        t = wp.clamp(wp.dot(p - a, ab) / denom, 0.0, 1.0)
+    q = a + t * ab
+    side = cross2(ab, p - q) / wp.max(wp.sqrt(denom), 1.0e-12)
+    return wp.vec3(wp.length(p - q), t, side)
+
+
+@wp.func
+def _nearest(p: wp.vec2, center: wp.array2d(dtype=wp.vec3), e: int, n: int, start: int, span: int) -> wp.vec3:
+    """(segment index, t, signed offset) of the nearest segment among
+    ``start .. start + span`` (wrapped), as floats."""
+    best = float(1.0e30)
+    best_i = int(0)
+    best_t = float(0.0)
+    best_side = float(0.0)
+    for k in range(span):
+        i = (start + k + n) % n
+        r = _project(p, center, e, n, i)
+        if r[0] < best:
+            best = r[0]
+            best_i = i
+            best_t = r[1]
+            best_side = r[2]
+    return wp.vec3(float(best_i), best_t, best_side)
+
+
+@wp.kernel
+def reset_progress(
+    active: wp.array(dtype=wp.int32),
+    num_checkpoints: wp.array(dtype=wp.int32),
+    memory: wp.array(dtype=wp.int32),
+    s_prev: wp.array(dtype=wp.float32),
+    next_checkpoint: wp.array(dtype=wp.int32),
+    laps: wp.array(dtype=wp.int32),
+):
+    """Masked envs forget where the agent was and restart their progress."""
+    e = wp.tid()
+    if active[e] == 0:
+        return
+    memory[e] = -1
+    s_prev[e] = NAN
+    next_checkpoint[e] = 1 % wp.max(num_checkpoints[e], 1)
+    laps[e] = 0
+
+
+@wp.kernel
+def track_step(
+    valid: wp.array(dtype=wp.int32),
+    center: wp.array2d(dtype=wp.vec3),
+    arc: wp.array2d(dtype=wp.float32),
+    count: wp.array(dtype=wp.int32),
+    length: wp.array(dtype=wp.float32),
+    width: wp.array(dtype=wp.float32),
+    checkpoints: wp.array2d(dtype=wp.int32),
+    num_checkpoints: wp.array(dtype=wp.int32),
+    position: wp.array(dtype=wp.vec3),
+    orientation: wp.array(dtype=wp.quatf),
+    half_extents: wp.array(dtype=wp.vec2f),
+    memory: wp.array(dtype=wp.int32),
+    s_prev: wp.array(dtype=wp.float32),
+    next_checkpoint: wp.array(dtype=wp.int32),
+    laps: wp.array(dtype=wp.int32),
+    oob: wp.array(dtype=wp.int32),
+    passed: wp.array(dtype=wp.int32),
+    dist_to_next: wp.array(dtype=wp.float32),
+    s_out: wp.array(dtype=wp.float32),
+    n_out: wp.array(dtype=wp.float32),
+):
+    """One env's step: frame ``(s, n)``, out of bounds (a corner of the box off
+    the track), checkpoints passed in order, distance to the next, laps.
+    An invalid env answers as an env with no course."""
+    e = wp.tid()
+    if valid[e] == 0:
+        oob[e] = 1
+        passed[e] = 0
+        dist_to_next[e] = 0.0
+        s_out[e] = NAN
+        n_out[e] = NAN
+        return
+    n = count[e]
+    total = length[e]
+    p = xy(position[e])
+    if memory[e] < 0:
+        hit = _nearest(p, center, e, n, 0, n)
+    else:
+        hit = _nearest(p, center, e, n, memory[e] - WINDOW, 2 * WINDOW + 1)
+    i = int(hit[0])
+    seg = wp.where(i + 1 < n, arc[e, (i + 1) % n], total) - arc[e, i]
+    s = arc[e, i] + hit[1] * seg
+    if s >= total:
+        s = s - total
+    memory[e] = i
+    s_out[e] = s
+    n_out[e] = hit[2]
+    # Out of bounds: any corner of the box farther than half a width from the line.
+    half = 0.5 * width[e]
+    out = int(0)
+    for c in range(4):
+        sx = wp.where(c % 2 == 0, 1.0, -1.0)
+        sy = wp.where(c < 2, 1.0, -1.0)
+        local = wp.vec3(sx * half_extents[e][0], sy * half_extents[e][1], 0.0)
+        corner = xy(wp.quat_rotate(orientation[e], local)) + p
+        r = _nearest(corner, center, e, n, i - WINDOW, 2 * WINDOW + 1)
+        if _project(corner, center, e, n, int(r[0]))[0] > half:
+            out = 1
+    oob[e] = out
+    # Progress: the checkpoints in (s_prev, s], forward only and in order.
+    count_passed = int(0)
+    k = next_checkpoint[e]
+    cps = num_checkpoints[e]
+    sp = s_prev[e]
+    if sp == sp and cps > 0:  # not NaN: a previous position exists
+        forward = s - sp
+        if forward < -0.5 * total:
+            forward = forward + total
+        if forward > 0.5 * total:
+            forward = forward - total
+        if forward > 0.0:
+            wrapped = s < sp  # crossed the start line
+            going = int(1)
+            for _ in range(cps):
+                target = arc[e, checkpoints[e, k]]
+                inside = target > sp and target <= s
+                if wrapped:
+                    inside = target > sp or target <= s
+                if going != 0 and inside:
+                    count_passed = count_passed + 1
+                    if k == 0:
+                        laps[e] = laps[e] + 1
+                    k = (k + 1) % cps
+                else:
+                    going = 0
+    next_checkpoint[e] = k
+    passed[e] = count_passed
+    s_prev[e] = s
+    if cps > 0:
+        dist_to_next[e] = wp.mod(arc[e, checkpoints[e, k]] - s + total, total)
+    else:
+        dist_to_next[e] = 0.0

@@ -1,0 +1,234 @@
+"""The runtime step on tracks: frames, out of bounds, progress, resets, invalid
+envs, and the host and graph recipes of the RL auto-reset page (on cpu)."""
+
+import numpy as np
+import pytest
+import warp as wp
+
+from track_gen.course import Course
+from track_gen.pipeline import presets
+
+E = 6
+
+
+def build(num_envs=E, seeds=42):
+    return Course.track(presets.track(num_envs=num_envs, device="cpu", sdf_resolution=8),
+                        checkpoint_spacing=0.6, collision="segments", seeds=seeds)
+
+
+def agents(num_envs=E, half=(0.02, 0.01)):
+    pos = wp.zeros(num_envs, dtype=wp.vec3, device="cpu")
+    quat = wp.full(num_envs, wp.quat_identity(), dtype=wp.quatf, device="cpu")
+    he = wp.full(num_envs, wp.vec2f(*half), dtype=wp.vec2f, device="cpu")
+    return pos, quat, he
+
+
+def place(course, pos, index, offset=0.0):
+    """Agents at course-line point ``index`` (per env), ``offset`` to the left (m)."""
+    r = course.result
+    c, nl = r.center.numpy(), r.normal.numpy()
+    p = np.stack([c[e, index[e]] + offset * nl[e, index[e]] for e in range(course.num_envs)])
+    pos.assign(p.astype(np.float32))
+
+
+def test_bind_checks_the_buffers():
+    course = build()
+    pos, quat, he = agents()
+    with pytest.raises(RuntimeError, match="bind"):
+        course.step()
+    with pytest.raises(TypeError, match="position must have dtype"):
+        course.bind(position=wp.zeros(E, dtype=wp.vec2, device="cpu"), orientation=quat, half_extents=he)
+    with pytest.raises(ValueError, match=r"orientation must have shape \[6\]"):
+        course.bind(position=pos, orientation=wp.zeros(E + 1, dtype=wp.quatf, device="cpu"), half_extents=he)
+    with pytest.raises(TypeError, match="half_extents must be a warp array"):
+        course.bind(position=pos, orientation=quat, half_extents=np.zeros((E, 2)))
+    with pytest.raises(RuntimeError):
+        course.step()  # nothing was bound by the failed calls
+    with pytest.raises(NotImplementedError):
+        Course.gates(presets.gates(num_envs=2)).bind(*agents(2))
+
+
+def test_frame_locates_the_agent_and_oob_tests_its_box():
+    course = build()
+    assert (course.result.valid.numpy() == 1).all()
+    pos, quat, he = agents()
+    course.bind(position=pos, orientation=quat, half_extents=he)
+    idx = np.array([10, 20, 30, 40, 50, 60])
+    arc = course.result.arc.numpy()
+    place(course, pos, idx)
+    res = course.step()
+    np.testing.assert_allclose(res.frame.s.numpy(), arc[np.arange(E), idx], atol=1e-5)
+    np.testing.assert_allclose(res.frame.n.numpy(), 0, atol=1e-5)
+    place(course, pos, idx, offset=0.05)
+    res = course.step()
+    # Off the line, the point projects a little off the vertex on a curve.
+    np.testing.assert_allclose(res.frame.s.numpy(), arc[np.arange(E), idx], atol=5e-3)
+    np.testing.assert_allclose(res.frame.n.numpy(), 0.05, atol=1e-3)
+    assert (res.contacts.oob.numpy() == 0).all()
+    place(course, pos, idx, offset=-0.14)  # half width 0.15: a 2 cm box pokes out
+    res = course.step()
+    np.testing.assert_allclose(res.frame.n.numpy(), -0.14, atol=2e-3)
+    assert (res.contacts.oob.numpy() == 1).all()
+
+
+def test_driving_a_lap_passes_every_checkpoint_in_order_and_counts_the_lap():
+    course = build(seeds=5)
+    r = course.result
+    pos, quat, he = agents()
+    course.bind(position=pos, orientation=quat, half_extents=he)
+    count, cps = r.count.numpy(), r.num_checkpoints.numpy()
+    arc, checkpoints = r.arc.numpy(), r.checkpoints.numpy()
+    total = np.zeros(E, int)
+    for step in range(int(count.max()) // 3 + 12):
+        idx = (3 * step) % count
+        place(course, pos, idx)
+        res = course.step()
+        total += res.events.passed.numpy()
+        nxt = (res.events.dist_to_next.numpy())
+        assert (nxt > 0).all() and (nxt <= r.length.numpy()).all()
+    laps = res.events.laps.numpy()
+    for e in range(E):
+        steps = int(count.max()) // 3 + 12
+        travelled = 3 * (steps - 1) * 0.05  # ds; the first step only places the agent
+        want_passed = sum(1 for lap in range(3) for k in range(cps[e])
+                          if 0 < arc[e, checkpoints[e, (k + 1) % cps[e]]] + lap * r.length.numpy()[e]
+                          + (r.length.numpy()[e] if (k + 1) % cps[e] == 0 else 0) <= travelled + 1e-3)
+        assert total[e] == want_passed, (e, total[e], want_passed)
+        assert laps[e] == (1 if travelled >= r.length.numpy()[e] else 0)
+
+
+def test_reset_restarts_progress_of_the_masked_envs_only():
+    course = build()
+    pos, quat, he = agents()
+    course.bind(position=pos, orientation=quat, half_extents=he)
+    count = course.result.count.numpy()
+    for step in range(int(count.max()) // 4 + 6):
+        place(course, pos, (4 * step) % count)
+        res = course.step()
+    laps = res.events.laps.numpy().copy()
+    assert (laps == 1).all()
+    mask = wp.array(np.eye(E, dtype=np.int32)[2], dtype=wp.int32, device="cpu")
+    course.reset(mask)
+    assert res.events.laps.numpy()[2] == 0
+    np.testing.assert_array_equal(np.delete(res.events.laps.numpy(), 2), np.delete(laps, 2))
+    course.regenerate(mask=wp.array(np.eye(E, dtype=np.int32)[4], dtype=wp.int32, device="cpu"))
+    assert res.events.laps.numpy()[4] == 0 and res.events.laps.numpy()[3] == 1
+
+
+def test_invalid_envs_answer_as_envs_without_a_course_and_stay_dead_after_reset():
+    course = build()
+    widths = course.generator.params["width"].numpy()
+    widths[1] = 3.0
+    course.generator.params["width"].assign(widths)
+    one = wp.array(np.eye(E, dtype=np.int32)[1], dtype=wp.int32, device="cpu")
+    course.regenerate(mask=one, advance=False)
+    assert course.result.valid.numpy()[1] == 0
+    pos, quat, he = agents()
+    course.bind(position=pos, orientation=quat, half_extents=he)
+    place(course, pos, np.zeros(E, int))
+    res = course.step()
+    assert res.contacts.oob.numpy()[1] == 1 and res.events.dist_to_next.numpy()[1] == 0
+    assert np.isnan(res.frame.s.numpy()[1]) and np.isnan(res.frame.n.numpy()[1])
+    assert res.events.passed.numpy()[1] == 0
+    course.reset(one)
+    course.step()
+    assert course.result.valid.numpy()[1] == 0 and res.contacts.oob.numpy()[1] == 1
+    assert np.isfinite(np.delete(res.frame.s.numpy(), 1)).all()
+
+
+@wp.kernel
+def sim_step_kernel(center: wp.array2d(dtype=wp.vec3), count: wp.array(dtype=wp.int32),
+                    idx: wp.array(dtype=wp.int32), pos: wp.array(dtype=wp.vec3)):
+    """A trivial sim: every agent moves 3 course-line points ahead."""
+    e = wp.tid()
+    n = wp.max(count[e], 1)
+    i = (idx[e] + 3) % n
+    idx[e] = i
+    pos[e] = wp.where(count[e] > 0, center[e, i], wp.vec3(0.0))
+
+
+@wp.kernel
+def respawn_kernel(mask: wp.array(dtype=wp.int32), center: wp.array2d(dtype=wp.vec3),
+                   idx: wp.array(dtype=wp.int32), pos: wp.array(dtype=wp.vec3)):
+    e = wp.tid()
+    if mask[e] != 0:
+        idx[e] = 0
+        pos[e] = center[e, 0]
+
+
+@wp.kernel
+def reward_and_done(valid: wp.array(dtype=wp.int32), oob: wp.array(dtype=wp.int32),
+                    passed: wp.array(dtype=wp.int32), dist: wp.array(dtype=wp.float32),
+                    laps: wp.array(dtype=wp.int32), max_laps: int,
+                    reward: wp.array(dtype=wp.float32), obs_dist: wp.array(dtype=wp.float32),
+                    done: wp.array(dtype=wp.int32)):
+    e = wp.tid()
+    ok = valid[e] != 0
+    r = 10.0 * float(passed[e]) - 5.0 * float(oob[e])
+    reward[e] = wp.where(ok, r, 0.0)
+    obs_dist[e] = wp.where(ok, dist[e], 0.0)
+    d = 0
+    if oob[e] != 0 or laps[e] >= max_laps:
+        d = 1
+    if not ok:
+        d = 1
+    done[e] = d
+
+
+def test_host_recipe_runs_and_no_nan_reaches_reward_or_observation():
+    n_env = 16
+    course = build(n_env, seeds=3)
+    regen, respawn_mask = course.inputs["regen_mask"], course.inputs["reset_mask"]
+    pos, quat, he = agents(n_env)
+    idx = wp.zeros(n_env, dtype=wp.int32, device="cpu")
+    course.bind(position=pos, orientation=quat, half_extents=he)
+    r = course.result
+    wp.launch(respawn_kernel, n_env, [course.generator.everyone, r.center, idx, pos], device="cpu")
+    regenerated = 0
+    for _ in range(200):
+        wp.launch(sim_step_kernel, n_env, [r.center, r.count, idx, pos], device="cpu")
+        res = course.step()
+        valid = res.valid.numpy() != 0
+        oob = res.contacts.oob.numpy() != 0
+        reward = np.where(valid, 10.0 * res.events.passed.numpy() - 5.0 * oob, 0.0)
+        obs_dist = np.where(valid, res.events.dist_to_next.numpy(), 0.0)
+        assert np.isfinite(reward).all() and np.isfinite(obs_dist).all()
+        crashed = oob & valid
+        finished = (res.events.laps.numpy() >= 1) | ~valid
+        if crashed.any():
+            respawn_mask.assign(crashed.astype(np.int32))
+            course.reset(respawn_mask)
+        if finished.any():
+            regen.assign(finished.astype(np.int32))
+            course.regenerate(mask=regen, advance=True)
+            regenerated += int(finished.sum())
+        both = wp.array((crashed | finished).astype(np.int32), dtype=wp.int32, device="cpu")
+        wp.launch(respawn_kernel, n_env, [both, r.center, idx, pos], device="cpu")
+    assert regenerated >= n_env  # every env finished at least one lap and got a new course
+    assert (r.generation.numpy() >= 1).all()
+
+
+def test_graph_recipe_records_and_replays_on_cpu():
+    n_env = 16
+    course = build(n_env, seeds=8)
+    r = course.result
+    pos, quat, he = agents(n_env)
+    idx = wp.zeros(n_env, dtype=wp.int32, device="cpu")
+    course.bind(position=pos, orientation=quat, half_extents=he)
+    done = course.inputs["regen_mask"]
+    reward = wp.zeros(n_env, dtype=wp.float32, device="cpu")
+    obs_dist = wp.zeros(n_env, dtype=wp.float32, device="cpu")
+    wp.launch(respawn_kernel, n_env, [course.generator.everyone, r.center, idx, pos], device="cpu")
+    with wp.ScopedCapture(device="cpu") as cap:
+        wp.launch(sim_step_kernel, n_env, [r.center, r.count, idx, pos], device="cpu")
+        res = course.step()
+        wp.launch(reward_and_done, n_env, [res.valid, res.contacts.oob, res.events.passed,
+                                           res.events.dist_to_next, res.events.laps, 1, reward, obs_dist,
+                                           done], device="cpu")
+        course.regenerate(mask=done, advance=True)
+        wp.launch(respawn_kernel, n_env, [done, r.center, idx, pos], device="cpu")
+    generations = r.generation.numpy().copy()
+    for _ in range(150):
+        wp.capture_launch(cap.graph)
+        assert np.isfinite(reward.numpy()).all() and np.isfinite(obs_dist.numpy()).all()
+    assert (r.generation.numpy() > generations).all()  # every env got new courses by replay
