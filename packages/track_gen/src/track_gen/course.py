@@ -1,9 +1,12 @@
-"""The Course API: a batch of courses with masked regeneration.
+"""The Course API: a batch of courses with masked regeneration and a runtime step.
 
 ``Course.track(spec, ...)`` and ``Course.gates(spec, ...)`` build a generator
-and generate every env at epoch 0. ``course.regenerate(mask=..., advance=True)`` gives the masked envs
-new courses and leaves every other env bit for bit; ``course.generate(seeds=...)``
-reseeds every env and rebuilds the batch at epoch 0.
+and generate every env at epoch 0. ``course.regenerate(mask=..., advance=True)``
+gives the masked envs new courses and leaves every other env bit for bit;
+``course.generate(seeds=...)`` reseeds every env and rebuilds the batch at
+epoch 0. On tracks, ``course.bind(...)`` then ``course.step()`` locate the
+agents and count their progress; ``course.reset(mask)`` respawns envs on the
+course they have.
 """
 
 from __future__ import annotations
