@@ -26,7 +26,8 @@ def agents(num_envs=E, half=(0.02, 0.01)):
 def place(course, pos, index, offset=0.0):
     """Agents at course-line point ``index`` (per env), ``offset`` to the left (m)."""
     r = course.result
-    c, nl = r.center.numpy(), r.normal.numpy()
+    c = r.center.numpy()
+    nl = r.normal.numpy() if offset else np.zeros_like(c)
     p = np.stack([c[e, index[e]] + offset * nl[e, index[e]] for e in range(course.num_envs)])
     pos.assign(p.astype(np.float32))
 
@@ -44,8 +45,6 @@ def test_bind_checks_the_buffers():
         course.bind(position=pos, orientation=quat, half_extents=np.zeros((E, 2)))
     with pytest.raises(RuntimeError):
         course.step()  # nothing was bound by the failed calls
-    with pytest.raises(NotImplementedError):
-        Course.gates(presets.gates(num_envs=2)).bind(*agents(2))
 
 
 def test_frame_locates_the_agent_and_oob_tests_its_box():
@@ -86,15 +85,14 @@ def test_driving_a_lap_passes_every_checkpoint_in_order_and_counts_the_lap():
         total += res.events.passed.numpy()
         nxt = (res.events.dist_to_next.numpy())
         assert (nxt > 0).all() and (nxt <= r.length.numpy()).all()
-    laps = res.events.laps.numpy()
+    laps, length = res.events.laps.numpy(), r.length.numpy()
+    steps = int(count.max()) // 3 + 12
+    travelled = unwrapped_arc(3 * (steps - 1), count, length, 0.05)  # the first step only places
     for e in range(E):
-        steps = int(count.max()) // 3 + 12
-        travelled = 3 * (steps - 1) * 0.05  # ds; the first step only places the agent
-        want_passed = sum(1 for lap in range(3) for k in range(cps[e])
-                          if 0 < arc[e, checkpoints[e, (k + 1) % cps[e]]] + lap * r.length.numpy()[e]
-                          + (r.length.numpy()[e] if (k + 1) % cps[e] == 0 else 0) <= travelled + 1e-3)
-        assert total[e] == want_passed, (e, total[e], want_passed)
-        assert laps[e] == (1 if travelled >= r.length.numpy()[e] else 0)
+        marks = np.r_[arc[e, checkpoints[e, 1:cps[e]]], length[e]]  # 1..C-1, then the start line
+        marks = np.r_[marks, marks + length[e]]
+        assert total[e] == int(np.sum(marks <= travelled[e] + 1e-4)), e
+        assert laps[e] == int(travelled[e] >= length[e] - 1e-4)
 
 
 def test_reset_restarts_progress_of_the_masked_envs_only():
@@ -232,3 +230,83 @@ def test_graph_recipe_records_and_replays_on_cpu():
         wp.capture_launch(cap.graph)
         assert np.isfinite(reward.numpy()).all() and np.isfinite(obs_dist.numpy()).all()
     assert (r.generation.numpy() > generations).all()  # every env got new courses by replay
+
+
+def gates_course(num_envs=4, collision=0.02, gate_width=0.1, seeds=2):
+    return Course.gates(presets.gates(num_envs=num_envs, device="cpu", gate_width=gate_width),
+                        collision=collision, seeds=seeds)
+
+
+def unwrapped_arc(points, count, length, ds):
+    """Arc length driven after ``points`` course-line points (the index wraps at ``count``)."""
+    return (points % count) * ds + (points // count) * length
+
+
+def post_hits(course, positions, hx, hy, radius):
+    """Oracle: does an axis-aligned box of half extents (hx, hy) at each
+    position come within ``radius`` of a post?"""
+    r = course.result
+    out = np.zeros(course.num_envs, np.int32)
+    for e in range(course.num_envs):
+        posts = r.posts.numpy()[e, :r.num_gates.numpy()[e]].reshape(-1, 3)[:, :2]
+        d = np.abs(posts - positions[e, :2])
+        gap = np.hypot(np.maximum(d[:, 0] - hx, 0), np.maximum(d[:, 1] - hy, 0))
+        out[e] = int((gap <= radius).any())
+    return out
+
+
+def test_gate_course_counts_gates_passed_in_order_and_laps():
+    course = gates_course()
+    r = course.result
+    pos, quat, he = agents(4)
+    course.bind(position=pos, orientation=quat, half_extents=he)
+    count, num = r.count.numpy(), r.num_gates.numpy()
+    total = np.zeros(4, int)
+    steps = int(count.max()) // 2 + 8
+    for step in range(steps):
+        place(course, pos, (2 * step) % count)
+        res = course.step()
+        total += res.events.passed.numpy()
+        np.testing.assert_array_equal(res.contacts.hit.numpy(), post_hits(course, pos.numpy(), 0.02, 0.01, 0.02))
+    gate_arc, length = r.gate_arc.numpy(), r.length.numpy()
+    travelled = unwrapped_arc(2 * (steps - 1), count, length, course.generator.spec.ds)
+    for e in range(4):
+        arcs = np.r_[gate_arc[e, 1:num[e]], length[e]]  # gates 1..G-1, then gate 0 after a lap
+        arcs = np.r_[arcs, arcs + length[e]]
+        assert total[e] == int(np.sum(arcs <= travelled[e] + 1e-4)), e
+    np.testing.assert_array_equal(res.events.laps.numpy(), (travelled >= length - 1e-4).astype(int))
+    assert np.isfinite(res.events.dist_to_next.numpy()).all()
+
+
+def test_post_discs_and_frames():
+    course = gates_course(collision=0.02)
+    r = course.result
+    pos, quat, he = agents(4)
+    course.bind(position=pos, orientation=quat, half_extents=he)
+    post = r.posts.numpy()[:, 1, 0]  # gate 1's left post, every env
+    pos.assign(post.astype(np.float32))
+    assert (course.step().contacts.hit.numpy() == 1).all()
+    framed = gates_course(collision="frames")
+    r = framed.result
+    pos, quat, he = agents(4)
+    framed.bind(position=pos, orientation=quat, half_extents=he)
+    c, nrm = r.gate_center.numpy()[:, 1], r.gate_normal.numpy()[:, 1]
+    tangent = np.stack([np.array([nrm[e, 1], -nrm[e, 0], 0.0]) for e in range(4)])
+    outside = c + 0.08 * nrm  # beyond the left post (0.05 from the centre), within a gate width
+    pos.assign((outside - 0.03 * tangent).astype(np.float32))
+    framed.step()
+    pos.assign((outside + 0.03 * tangent).astype(np.float32))
+    res = framed.step()
+    assert (res.contacts.frames.numpy() == 1).all() and (res.events.passed.numpy() == 0).all()
+
+
+def test_invalid_gate_envs_have_no_contact_and_frozen_progress():
+    course = gates_course(gate_width=1.4, seeds=11, num_envs=16)
+    r = course.result
+    bad = np.nonzero(r.valid.numpy() == 0)[0]
+    assert len(bad) > 0
+    pos, quat, he = agents(16)
+    course.bind(position=pos, orientation=quat, half_extents=he)
+    res = course.step()
+    assert (res.contacts.hit.numpy()[bad] == 0).all()
+    assert np.isnan(res.frame.s.numpy()[bad]).all() and (res.events.dist_to_next.numpy()[bad] == 0).all()

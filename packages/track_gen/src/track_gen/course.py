@@ -4,8 +4,8 @@
 and generate every env at epoch 0. ``course.regenerate(mask=..., advance=True)``
 gives the masked envs new courses and leaves every other env bit for bit;
 ``course.generate(seeds=...)`` reseeds every env and rebuilds the batch at
-epoch 0. On tracks, ``course.bind(...)`` then ``course.step()`` locate the
-agents and count their progress; ``course.reset(mask)`` respawns envs on the
+epoch 0. ``course.bind(...)`` then ``course.step()`` locate the agents and
+count their progress; ``course.reset(mask)`` respawns envs on the
 course they have.
 """
 
@@ -19,7 +19,7 @@ from track_gen.errors import CaptureError
 from track_gen.generator import GateGenerator, TrackGenerator
 from track_gen.masks import check_mask
 from track_gen.result import GateResult, TrackResult
-from track_gen.runtime import Events, Frame, Progress, StepResult, TrackContacts
+from track_gen.runtime import DiscContact, Events, Frame, FrameContact, Progress, StepResult, TrackContacts
 from track_gen.seeds import PerEnvSeededRNG
 from track_gen.spec import GateSpec, TrackSpec
 
@@ -42,7 +42,15 @@ class Course:
                        "reset_mask": wp.zeros(e, dtype=wp.int32, device=device)}
         self._progress = Progress.zeros(e, device)
         z = lambda dtype: wp.zeros(e, dtype=dtype, device=device)  # noqa: E731
-        self._step = StepResult(valid=generator.result.valid, contacts=TrackContacts(oob=z(wp.int32)),
+        if isinstance(generator, TrackGenerator):
+            contacts = TrackContacts(oob=z(wp.int32))
+        elif collision == "frames":
+            contacts = FrameContact(frames=z(wp.int32))
+        else:
+            contacts = DiscContact(posts=generator.result.posts, hit=z(wp.int32))
+        self._frames_hit = contacts.frames if isinstance(contacts, FrameContact) else z(wp.int32)
+        self._posts_hit = contacts.hit if isinstance(contacts, DiscContact) else z(wp.int32)
+        self._step = StepResult(valid=generator.result.valid, contacts=contacts,
                                 events=Events(passed=z(wp.int32), dist_to_next=z(wp.float32),
                                               laps=self._progress.laps),
                                 frame=Frame(s=z(wp.float32), n=z(wp.float32)))
@@ -151,12 +159,8 @@ class Course:
             half_extents: ``[E]`` vec2f, half length and half width of the box (m).
 
         Raises:
-            NotImplementedError: on a gate course (its step comes with the gate contacts).
             TypeError, ValueError: a buffer of the wrong type, dtype, length or device.
         """
-        if isinstance(self.generator, GateGenerator):
-            raise NotImplementedError("the runtime step of gate courses is not implemented yet; "
-                                      "tracks have it")
         for name, array, dtype in (("position", position, wp.vec3), ("orientation", orientation, wp.quatf),
                                    ("half_extents", half_extents, wp.vec2f)):
             if not isinstance(array, wp.array):
@@ -172,8 +176,9 @@ class Course:
         self._bound = (position, orientation, half_extents)
 
     def step(self) -> StepResult:
-        """Locate every agent on its course, test its box against the track and
-        count its progress; returns the same ``StepResult`` arrays every call.
+        """Locate every agent on its course, test its box against the track (or
+        the gates' posts and frames) and count its progress; returns the same
+        ``StepResult`` arrays every call.
 
         An agent may move up to ``32 * ds`` along the course line per step
         (the localizer searches that far around its last match).
@@ -185,10 +190,20 @@ class Course:
             raise RuntimeError("bind the agents' buffers first: course.bind(position=, orientation=, half_extents=)")
         r, p, out = self.result, self._progress, self._step
         position, orientation, half_extents = self._bound
-        wp.launch(ks.track_step, self.num_envs,
-                  [r.valid, r.center, r.arc, r.count, r.length, r.width, r.checkpoints, r.num_checkpoints,
-                   position, orientation, half_extents, p.memory, p.s_prev, p.next_checkpoint, p.laps,
-                   out.contacts.oob, out.events.passed, out.events.dist_to_next, out.frame.s, out.frame.n],
+        if isinstance(self.generator, TrackGenerator):
+            kernel = ks.track_step
+            args = [r.valid, r.center, r.arc, r.count, r.length, r.width, r.checkpoints, r.num_checkpoints,
+                    position, orientation, half_extents, p.memory, p.s_prev, p.next_checkpoint, p.laps,
+                    out.contacts.oob]
+        else:
+            kernel = ks.gate_step
+            radius = 0.0 if self.collision == "frames" else float(self.collision)
+            args = [r.valid, r.center, r.arc, r.count, r.length, r.num_gates, r.gate_arc, r.gate_center,
+                    r.gate_normal, r.gate_width, r.posts, radius,
+                    position, orientation, half_extents, p.memory, p.p_prev, p.next_checkpoint, p.laps,
+                    self._posts_hit, self._frames_hit]
+        wp.launch(kernel, self.num_envs,
+                  args + [out.events.passed, out.events.dist_to_next, out.frame.s, out.frame.n],
                   device=self.generator.device)
         return out
 
@@ -198,6 +213,7 @@ class Course:
         wp.launch(ks.reset_progress, self.num_envs,
                   [active, self.generator.progress_marks, p.memory, p.s_prev, p.next_checkpoint, p.laps],
                   device=self.generator.device)
+        wp.launch(ks.reset_gate_progress, self.num_envs, [active, p.p_prev], device=self.generator.device)
 
     def generate(self, seeds: int | ArrayLike) -> TrackResult | GateResult:
         """Reseed every env, zero every epoch and rebuild the batch: the same

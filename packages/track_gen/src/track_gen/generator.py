@@ -202,7 +202,8 @@ class GateGenerator(_LoopGenerator):
         z = self.zeros
         self.result = GateResult(
             num_gates=z(e, wp.int32), gate_center=z((e, g), wp.vec3), gate_normal=z((e, g), wp.vec3),
-            posts=z((e, g, 2), wp.vec3), gate_width=z(e, wp.float32), center=z((e, n), wp.vec3),
+            posts=z((e, g, 2), wp.vec3), gate_width=z(e, wp.float32), gate_arc=z((e, g), wp.float32),
+            center=z((e, n), wp.vec3),
             count=z(e, wp.int32), arc=z((e, n), wp.float32), length=z(e, wp.float32),
             valid=z(e, wp.int32), fail_mask=z(e, wp.int32), generation=z(e, wp.int32),
         )
@@ -229,5 +230,6 @@ class GateGenerator(_LoopGenerator):
                                   res.count, self._line_truncated])
         launch(loop.resample, (e, n), [active, self._gate_xy, res.num_gates, self._gate_cum, res.count, s.ds,
                                     res.center, res.arc])
+        launch(gates.gate_arcs, (e, s.max_gates), [active, self._gate_cum, res.num_gates, res.gate_arc])
         launch(gates.bar_checks, e, [active, res.posts, res.num_gates, self._line_truncated, self.rng.epochs,
                                   res.fail_mask, res.valid, res.generation])

@@ -67,6 +67,7 @@ class GateResult:
         gate_normal: ``[E, G]`` vec3, unit vector from the right post to the left one.
         posts: ``[E, G, 2]`` vec3, the left and right posts; the bar joins them.
         gate_width: ``[E]`` float32, the post distance the course was built with.
+        gate_arc: ``[E, G]`` float32, arc length of each gate centre along the course line.
         center, count, arc: the course line through the gate centres (as for tracks).
         length: ``[E]`` float32, the course line's lap length.
         valid, fail_mask, generation: as for tracks (fail bit: crossing bars).
@@ -77,6 +78,7 @@ class GateResult:
     gate_normal: wp.array
     posts: wp.array
     gate_width: wp.array
+    gate_arc: wp.array
     center: wp.array
     count: wp.array
     arc: wp.array

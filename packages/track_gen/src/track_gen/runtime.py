@@ -1,4 +1,5 @@
-"""The runtime step: what ``course.step()`` returns, and the state behind it.
+"""The runtime step: what ``course.step()`` returns, and the state behind it
+(the localizer's memory and each env's progress).
 
 Every array is allocated once, when the agents' buffers are bound, and
 rewritten in place by each step, so a step records into a graph.
@@ -24,14 +25,43 @@ class TrackContacts:
 
 
 @dataclasses.dataclass
+class DiscContact:
+    """Contacts of agents with gate posts (``collision=<post radius>``).
+
+    Attributes:
+        posts: ``[E, G, 2]`` vec3, the post discs' centres (the result's ``posts``).
+        hit: ``[E]`` int32, 1 when the agent's box touches a post disc; 0 for
+            an invalid env.
+    """
+
+    posts: wp.array
+    hit: wp.array
+
+
+@dataclasses.dataclass
+class FrameContact:
+    """Contacts of agents with gate frames (``collision="frames"``).
+
+    Attributes:
+        frames: ``[E]`` int32, 1 when the agent's step went through a gate's
+            frame (its line, up to a gate width beyond either post) instead of
+            its opening; 0 for an invalid env.
+    """
+
+    frames: wp.array
+
+
+@dataclasses.dataclass
 class Events:
     """Progress along the course.
 
     Attributes:
-        passed: ``[E]`` int32, checkpoints crossed in order this step
-            (forward only; the start line is checkpoint 0).
-        dist_to_next: ``[E]`` float32, arc length to the next checkpoint (m);
-            0 for an invalid env.
+        passed: ``[E]`` int32, checkpoints crossed in order this step (forward
+            only; the start line is checkpoint 0); on gate courses, gates
+            passed in order through their openings (a step from behind a
+            gate's line to on or past it, between its posts).
+        dist_to_next: ``[E]`` float32, arc length to the next checkpoint or
+            gate (m); 0 for an invalid env.
         laps: ``[E]`` int32, laps completed since the last reset (frozen for
             an invalid env).
     """
@@ -61,13 +91,13 @@ class StepResult:
     Attributes:
         valid: ``[E]`` int32, the result's ``valid``: live, a regeneration
             rewrites it (read it before regenerating).
-        contacts: ``TrackContacts``.
+        contacts: ``TrackContacts`` (tracks), ``DiscContact`` or ``FrameContact`` (gates).
         events: ``Events``.
         frame: ``Frame``.
     """
 
     valid: wp.array
-    contacts: TrackContacts
+    contacts: TrackContacts | DiscContact | FrameContact
     events: Events
     frame: Frame
 
@@ -79,10 +109,12 @@ class Progress:
 
     memory: wp.array
     s_prev: wp.array
+    p_prev: wp.array
     next_checkpoint: wp.array
     laps: wp.array
 
     @classmethod
     def zeros(cls, num_envs: int, device: wp.context.Device) -> Progress:
         z = lambda dtype: wp.zeros(num_envs, dtype=dtype, device=device)  # noqa: E731
-        return cls(memory=z(wp.int32), s_prev=z(wp.float32), next_checkpoint=z(wp.int32), laps=z(wp.int32))
+        return cls(memory=z(wp.int32), s_prev=z(wp.float32), p_prev=z(wp.vec3), next_checkpoint=z(wp.int32),
+                   laps=z(wp.int32))

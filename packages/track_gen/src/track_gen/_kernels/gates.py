@@ -101,3 +101,17 @@ def bar_checks(
     fail_mask[e] = bits
     valid[e] = wp.where(bits == 0, 1, 0)
     generation[e] = epochs[e]
+
+
+@wp.kernel
+def gate_arcs(
+    active: wp.array(dtype=wp.int32),
+    cum: wp.array2d(dtype=wp.float32),
+    num_gates: wp.array(dtype=wp.int32),
+    gate_arc: wp.array2d(dtype=wp.float32),
+):
+    """Arc length of each gate centre along the course line (NaN past the gates)."""
+    e, g = wp.tid()
+    if active[e] == 0:
+        return
+    gate_arc[e, g] = wp.where(g < num_gates[e], cum[e, g], NAN)

@@ -1,5 +1,6 @@
-"""Kernels of the runtime step on tracks: localise each agent on its course
-line, test its box against the track, and count checkpoint progress.
+"""Kernels of the runtime step: localise each agent on its course line, test
+its box against the track (or the gates' posts and frames), and count its
+progress (checkpoints, or gates passed).
 
 Conventions: see ``track_gen._kernels``; these kernels run over every env.
 """
@@ -160,3 +161,134 @@ def track_step(
         dist_to_next[e] = wp.mod(arc[e, checkpoints[e, k]] - s + total, total)
     else:
         dist_to_next[e] = 0.0
+
+
+@wp.func
+def _box_distance(q: wp.vec2, p: wp.vec2, orientation: wp.quatf, half: wp.vec2f) -> float:
+    """Distance (m) from point ``q`` to the agent's box (0 inside it)."""
+    local = wp.quat_rotate_inv(orientation, wp.vec3(q[0] - p[0], q[1] - p[1], 0.0))
+    dx = wp.max(wp.abs(local[0]) - half[0], 0.0)
+    dy = wp.max(wp.abs(local[1]) - half[1], 0.0)
+    return wp.sqrt(dx * dx + dy * dy)
+
+
+@wp.func
+def _through_gate(a: wp.vec2, b: wp.vec2, center: wp.vec3, left: wp.vec3, half: float) -> int:
+    """How the step from ``a`` to ``b`` meets a gate: 1 through its opening,
+    2 through its frame (up to a gate width beyond a post), 0 neither. A step
+    meets the gate when it goes from strictly behind the gate's line to on or
+    past it, in the travel direction."""
+    c = xy(center)
+    side = xy(left)
+    ahead = wp.vec2(side[1], -side[0])
+    fa = wp.dot(a - c, ahead)
+    fb = wp.dot(b - c, ahead)
+    result = int(0)
+    if fa < 0.0 and fb >= 0.0:
+        x = a + (fa / (fa - fb)) * (b - a)
+        lateral = wp.abs(wp.dot(x - c, side))
+        if lateral <= half:
+            result = 1
+        elif lateral <= 3.0 * half:
+            result = 2
+    return result
+
+
+@wp.kernel
+def gate_step(
+    valid: wp.array(dtype=wp.int32),
+    center: wp.array2d(dtype=wp.vec3),
+    arc: wp.array2d(dtype=wp.float32),
+    count: wp.array(dtype=wp.int32),
+    length: wp.array(dtype=wp.float32),
+    num_gates: wp.array(dtype=wp.int32),
+    gate_arc: wp.array2d(dtype=wp.float32),
+    gate_center: wp.array2d(dtype=wp.vec3),
+    gate_normal: wp.array2d(dtype=wp.vec3),
+    gate_width: wp.array(dtype=wp.float32),
+    posts: wp.array3d(dtype=wp.vec3),
+    post_radius: float,
+    position: wp.array(dtype=wp.vec3),
+    orientation: wp.array(dtype=wp.quatf),
+    half_extents: wp.array(dtype=wp.vec2f),
+    memory: wp.array(dtype=wp.int32),
+    p_prev: wp.array(dtype=wp.vec3),
+    next_gate: wp.array(dtype=wp.int32),
+    laps: wp.array(dtype=wp.int32),
+    hit: wp.array(dtype=wp.int32),
+    frames: wp.array(dtype=wp.int32),
+    passed: wp.array(dtype=wp.int32),
+    dist_to_next: wp.array(dtype=wp.float32),
+    s_out: wp.array(dtype=wp.float32),
+    n_out: wp.array(dtype=wp.float32),
+):
+    """One env's step on a gate course: frame ``(s, n)`` on the line through
+    the gate centres; ``hit`` when the box touches a post disc of
+    ``post_radius``; ``frames`` when the agent's step went through a gate's
+    frame (up to a gate width beyond either post) instead of its opening;
+    gates passed in order through their openings, distance to the next gate,
+    laps. An invalid env has no contact, frozen progress and NaN ``s`` / ``n``."""
+    e = wp.tid()
+    if valid[e] == 0:
+        hit[e] = 0
+        frames[e] = 0
+        passed[e] = 0
+        dist_to_next[e] = 0.0
+        s_out[e] = NAN
+        n_out[e] = NAN
+        return
+    n = count[e]
+    total = length[e]
+    p = xy(position[e])
+    if memory[e] < 0:
+        found = _nearest(p, center, e, n, 0, n)
+    else:
+        found = _nearest(p, center, e, n, memory[e] - WINDOW, 2 * WINDOW + 1)
+    i = int(found[0])
+    seg = wp.where(i + 1 < n, arc[e, (i + 1) % n], total) - arc[e, i]
+    s = arc[e, i] + found[1] * seg
+    if s >= total:
+        s = s - total
+    memory[e] = i
+    s_out[e] = s
+    n_out[e] = found[2]
+    g_count = num_gates[e]
+    touching = int(0)
+    if post_radius > 0.0:
+        for g in range(g_count):
+            for side in range(2):
+                if _box_distance(xy(posts[e, g, side]), p, orientation[e], half_extents[e]) <= post_radius:
+                    touching = 1
+    hit[e] = touching
+    half = 0.5 * gate_width[e]
+    framed = int(0)
+    count_passed = int(0)
+    k = next_gate[e]
+    prev = p_prev[e]
+    if prev[0] == prev[0]:  # not NaN: a previous position exists
+        a = xy(prev)
+        going = int(1)
+        for _ in range(g_count):
+            if going != 0 and _through_gate(a, p, gate_center[e, k], gate_normal[e, k], half) == 1:
+                count_passed = count_passed + 1
+                if k == 0:
+                    laps[e] = laps[e] + 1
+                k = (k + 1) % g_count
+            else:
+                going = 0
+        for g in range(g_count):
+            if _through_gate(a, p, gate_center[e, g], gate_normal[e, g], half) == 2:
+                framed = 1
+    frames[e] = framed
+    next_gate[e] = k
+    passed[e] = count_passed
+    p_prev[e] = wp.vec3(p[0], p[1], 0.0)
+    dist_to_next[e] = wp.mod(gate_arc[e, k] - s + total, total)
+
+
+@wp.kernel
+def reset_gate_progress(active: wp.array(dtype=wp.int32), p_prev: wp.array(dtype=wp.vec3)):
+    """Masked envs forget the agent's previous position."""
+    e = wp.tid()
+    if active[e] != 0:
+        p_prev[e] = wp.vec3(NAN, NAN, NAN)
