@@ -51,7 +51,7 @@ benchmark-rl-triton: $(STAMP)
 	$(PY) benchmarks/rl_triton/bench_scans.py && $(PY) benchmarks/rl_triton/plot.py
 
 benchmark-track-gen: $(STAMP)
-	$(PY) benchmarks/track_gen/generate.py
+	$(PY) benchmarks/track_gen/generate.py && $(PY) benchmarks/track_gen/step.py
 
 # Each package installed alone in its own environment, with its own tests:
 # proves that its pyproject.toml declares everything it needs.
