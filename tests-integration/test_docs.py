@@ -18,7 +18,7 @@ def blocks(page: Path) -> list[str]:
 def test_the_docs_have_examples():
     assert {p.relative_to(DOCS).as_posix() for p in PAGES} >= {
         "rl_triton/index.md", "track_gen/courses.md", "track_gen/invalid-envs.md",
-        "track_gen/rl-auto-reset.md"}
+        "track_gen/rl-auto-reset.md", "track_gen/curricula.md"}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())
