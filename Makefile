@@ -48,7 +48,7 @@ docs: $(STAMP)
 	$(PY) -m mkdocs build --strict
 
 benchmark-rl-triton: $(STAMP)
-	$(PY) benchmarks/rl_triton/bench_scans.py && $(PY) benchmarks/rl_triton/plot.py
+	$(PY) benchmarks/rl_triton/bench_scans.py
 
 benchmark-track-gen: $(STAMP)
 	$(PY) benchmarks/track_gen/generate.py && $(PY) benchmarks/track_gen/step.py

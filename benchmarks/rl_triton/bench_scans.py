@@ -15,7 +15,7 @@ On a CUDA device, for each op and shape (default 4096x2048, 65536x32,
   package (its ``src`` folder), timed like ours in a subprocess.
 
 It writes a JSON report (environment, versions, device, shapes, medians, peers,
-gates) and a Markdown table beside it. Without CUDA it checks the peers and
+gates), and a Markdown table and a plot beside it. Without CUDA it checks the peers and
 runs small shapes on CPU, and evaluates no gate.
 
 Gates (one H200):
@@ -275,7 +275,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", help="comma-separated ExT list")
     parser.add_argument("--ops", default=",".join(OPS))
-    parser.add_argument("--out", default="benchmarks/results/rl_triton.json")
+    parser.add_argument("--out", help="report path (default benchmarks/results/rl_triton.json on a "
+                                      "CUDA device, rl_triton_cpu.json otherwise)")
     parser.add_argument("--peer-src", help="src folder of the public rl-triton package")
     parser.add_argument("--no-peers", action="store_true", help="skip the torch-loop and JAX peers")
     parser.add_argument("--library-only", action="store_true", help=argparse.SUPPRESS)
@@ -284,6 +285,8 @@ def main() -> None:
     import rl_triton
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.out is None:
+        args.out = "benchmarks/results/" + ("rl_triton.json" if device == "cuda" else "rl_triton_cpu.json")
     shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
               if args.shapes else list(GPU_SHAPES if device == "cuda" else CPU_SHAPES))
     ops = args.ops.split(",")
@@ -341,6 +344,12 @@ def main() -> None:
     table = markdown(report)
     out.with_suffix(".md").write_text(table)
     print(table)
+    try:
+        import plot
+    except ImportError:  # matplotlib is optional here
+        log("matplotlib not installed: no plot")
+    else:
+        log(f"plot: {plot.draw(report, out.with_suffix('.png'))}")
     failed = [g["gate"] for g in report["gates"] if not g["passed"]]
     if failed:
         log("gates failed: " + "; ".join(failed))

@@ -25,10 +25,8 @@ SERIES = [
 ]
 
 
-def main() -> None:
-    report_path = Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/rl_triton.json")
-    out = Path(sys.argv[2] if len(sys.argv) > 2 else report_path.with_suffix(".png"))
-    report = json.loads(report_path.read_text())
+def draw(report: dict, out: Path) -> Path:
+    """Draw ``report`` (the JSON of ``bench_scans.py``) to the PNG ``out``."""
     rows = report["results"]
     shapes = sorted({(r["num_envs"], r["seq_len"]) for r in rows}, key=lambda s: -s[0] * s[1])
     ops = list(dict.fromkeys(r["op"] for r in rows))
@@ -54,7 +52,14 @@ def main() -> None:
                  f"torch {env['torch']}); lower is better", fontsize=11, y=0.995)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(out, dpi=110)
-    print(out)
+    plt.close(fig)
+    return out
+
+
+def main() -> None:
+    report_path = Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/rl_triton.json")
+    out = Path(sys.argv[2] if len(sys.argv) > 2 else report_path.with_suffix(".png"))
+    print(draw(json.loads(report_path.read_text()), out))
 
 
 if __name__ == "__main__":
