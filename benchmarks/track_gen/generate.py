@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,9 @@ import warp as wp
 from track_gen.course import Course
 from track_gen.pipeline import presets
 
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import captured, median_seconds  # noqa: E402
+
 H200_FULL_MS = 20.0
 MASKED_RATIO = 1.05
 CPU_SPEEDUP = 10.0
@@ -40,31 +42,10 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def seconds(fn, device: str, reps: int) -> float:
-    """Median wall time of ``fn`` (synchronised), after one warm-up call."""
-    fn()
-    wp.synchronize_device(device)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        wp.synchronize_device(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def graph_seconds(fn, device: str, reps: int) -> float:
-    """Median time of one replay of ``fn`` captured in a CUDA graph."""
-    with wp.ScopedCapture(device=device) as capture:
-        fn()
-    times = []
-    for _ in range(reps):
-        wp.synchronize_device(device)
-        t0 = time.perf_counter()
-        wp.capture_launch(capture.graph)
-        wp.synchronize_device(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """Median time of one replay of ``fn`` captured in a graph."""
+    graph = captured(fn, device)
+    return median_seconds(lambda: wp.capture_launch(graph), device, reps)
 
 
 def bench_device(device: str, size: int) -> dict[str, Any]:
@@ -76,8 +57,8 @@ def bench_device(device: str, size: int) -> dict[str, Any]:
     gen = course.generator
     row: dict[str, Any] = {"device": device, "num_envs": size,
                            "invalid_fraction": float((course.result.valid.numpy() == 0).mean())}
-    row["full_s"] = seconds(lambda: gen.generate(advance=True), device, reps)
-    row["masked_one_env_s"] = seconds(lambda: gen.generate(advance=True, mask=mask), device, reps)
+    row["full_s"] = median_seconds(lambda: gen.generate(advance=True), device, reps)
+    row["masked_one_env_s"] = median_seconds(lambda: gen.generate(advance=True, mask=mask), device, reps)
     if device != "cpu":
         row["full_device_s"] = graph_seconds(lambda: gen.enqueue(advance=True), device, reps)
         row["masked_one_env_device_s"] = graph_seconds(lambda: gen.enqueue(advance=True, mask=mask), device, reps)

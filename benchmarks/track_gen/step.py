@@ -21,17 +21,18 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import warp as wp
 
 from track_gen.course import Course
 from track_gen.pipeline import presets
+
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import captured, median_seconds  # noqa: E402
 
 STEP_US = 100.0
 EMPTY_REGEN_US = 20.0
@@ -65,24 +66,6 @@ def respawn(mask: wp.array(dtype=wp.int32), center: wp.array2d(dtype=wp.vec3),
     if mask[e] != 0:
         idx[e] = 0
         pos[e] = center[e, 0]
-
-
-def median_seconds(fn: Callable[[], Any], device: str, reps: int) -> float:
-    fn()
-    wp.synchronize_device(device)
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        wp.synchronize_device(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def captured(fn: Callable[[], Any], device: str) -> Any:
-    with wp.ScopedCapture(device=device) as capture:
-        fn()
-    return capture.graph
 
 
 def bench(device: str, size: int, reps: int) -> dict[str, Any]:

@@ -48,6 +48,36 @@ def _nearest(p: wp.vec2, center: wp.array2d(dtype=wp.vec3), e: int, n: int, star
     return wp.vec3(float(best_i), best_t, best_side)
 
 
+@wp.func
+def _localize(
+    p: wp.vec2,
+    center: wp.array2d(dtype=wp.vec3),
+    arc: wp.array2d(dtype=wp.float32),
+    e: int,
+    n: int,
+    total: float,
+    memory: wp.array(dtype=wp.int32),
+    s_out: wp.array(dtype=wp.float32),
+    n_out: wp.array(dtype=wp.float32),
+) -> float:
+    """Locate ``p`` on env ``e``'s course line: the nearest segment within the
+    window around the remembered one (the whole line after a reset). Writes
+    the frame ``(s, n)`` and the memory; returns ``s`` in ``[0, L)``."""
+    if memory[e] < 0:
+        found = _nearest(p, center, e, n, 0, n)
+    else:
+        found = _nearest(p, center, e, n, memory[e] - WINDOW, 2 * WINDOW + 1)
+    i = int(found[0])
+    seg = wp.where(i + 1 < n, arc[e, (i + 1) % n], total) - arc[e, i]
+    s = arc[e, i] + found[1] * seg
+    if s >= total:
+        s = s - total
+    memory[e] = i
+    s_out[e] = s
+    n_out[e] = found[2]
+    return s
+
+
 @wp.kernel
 def reset_progress(
     active: wp.array(dtype=wp.int32),
@@ -104,18 +134,8 @@ def track_step(
     n = count[e]
     total = length[e]
     p = xy(position[e])
-    if memory[e] < 0:
-        hit = _nearest(p, center, e, n, 0, n)
-    else:
-        hit = _nearest(p, center, e, n, memory[e] - WINDOW, 2 * WINDOW + 1)
-    i = int(hit[0])
-    seg = wp.where(i + 1 < n, arc[e, (i + 1) % n], total) - arc[e, i]
-    s = arc[e, i] + hit[1] * seg
-    if s >= total:
-        s = s - total
-    memory[e] = i
-    s_out[e] = s
-    n_out[e] = hit[2]
+    s = _localize(p, center, arc, e, n, total, memory, s_out, n_out)
+    i = memory[e]
     # Out of bounds: any corner of the box farther than half a width from the line.
     half = 0.5 * width[e]
     out = int(0)
@@ -240,18 +260,7 @@ def gate_step(
     n = count[e]
     total = length[e]
     p = xy(position[e])
-    if memory[e] < 0:
-        found = _nearest(p, center, e, n, 0, n)
-    else:
-        found = _nearest(p, center, e, n, memory[e] - WINDOW, 2 * WINDOW + 1)
-    i = int(found[0])
-    seg = wp.where(i + 1 < n, arc[e, (i + 1) % n], total) - arc[e, i]
-    s = arc[e, i] + found[1] * seg
-    if s >= total:
-        s = s - total
-    memory[e] = i
-    s_out[e] = s
-    n_out[e] = found[2]
+    s = _localize(p, center, arc, e, n, total, memory, s_out, n_out)
     g_count = num_gates[e]
     touching = int(0)
     if post_radius > 0.0:
