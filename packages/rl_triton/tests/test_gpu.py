@@ -1,6 +1,5 @@
 """CUDA-only behaviour: graph capture, no host synchronisation, sequences past 131072."""
 
-import numpy as np
 import pytest
 import torch
 

@@ -1,5 +1,3 @@
-import numpy as np
-
 from track_gen.course import Course
 from track_gen.draw import save_png
 from track_gen.pipeline import presets
