@@ -31,7 +31,7 @@ from track_gen.course import Course
 from track_gen.pipeline import presets
 
 sys.path.insert(0, str(Path(__file__).parent))
-from timing import captured, median_seconds  # noqa: E402
+from timing import captured, median_seconds, replay_seconds  # noqa: E402
 
 H200_FULL_MS = 20.0
 MASKED_RATIO = 1.05
@@ -43,9 +43,8 @@ def log(msg: str) -> None:
 
 
 def graph_seconds(fn, device: str, reps: int) -> float:
-    """Median time of one replay of ``fn`` captured in a graph."""
-    graph = captured(fn, device)
-    return median_seconds(lambda: wp.capture_launch(graph), device, reps)
+    """Device time of one replay of ``fn`` captured in a graph."""
+    return replay_seconds(captured(fn, device), device, reps)
 
 
 def bench_device(device: str, size: int) -> dict[str, Any]:
@@ -97,7 +96,7 @@ def main() -> None:
     rows = []
     for device in devices:
         sizes = args.cpu_sizes if device == "cpu" else args.sizes
-        for size in (int(s) for s in sizes.split(",")):
+        for size in (int(s) for s in sizes.split(",") if s):
             rows.append(bench_device(device, size))
     peer = carracing_valid_tracks_per_s()
     gates = []

@@ -28,3 +28,22 @@ def captured(fn: Callable[[], Any], device: str) -> Any:
     with wp.ScopedCapture(device=device) as capture:
         fn()
     return capture.graph
+
+
+def replay_seconds(graph: Any, device: str, reps: int, batch: int = 20) -> float:
+    """Device time of one replay of ``graph``: on CUDA, CUDA events around
+    ``batch`` back-to-back replays (median over ``reps`` batches, per replay);
+    on CPU, the median wall time of one replay."""
+    if not wp.get_device(device).is_cuda:
+        return median_seconds(lambda: wp.capture_launch(graph), device, reps)
+    wp.capture_launch(graph)
+    start, end = wp.Event(device, enable_timing=True), wp.Event(device, enable_timing=True)
+    times = []
+    for _ in range(reps):
+        wp.record_event(start)
+        for _ in range(batch):
+            wp.capture_launch(graph)
+        wp.record_event(end)
+        wp.synchronize_event(end)
+        times.append(wp.get_event_elapsed_time(start, end) / 1e3 / batch)
+    return statistics.median(times)

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import warp as wp
 
+from recipes import graph_recipe, host_recipe
+
 from track_gen.course import Course
 from track_gen.pipeline import presets
 
@@ -134,102 +136,19 @@ def test_invalid_envs_answer_as_envs_without_a_course_and_stay_dead_after_reset(
     assert np.isfinite(np.delete(res.frame.s.numpy(), 1)).all()
 
 
-@wp.kernel
-def sim_step_kernel(center: wp.array2d(dtype=wp.vec3), count: wp.array(dtype=wp.int32),
-                    idx: wp.array(dtype=wp.int32), pos: wp.array(dtype=wp.vec3)):
-    """A trivial sim: every agent moves 3 course-line points ahead."""
-    e = wp.tid()
-    n = wp.max(count[e], 1)
-    i = (idx[e] + 3) % n
-    idx[e] = i
-    pos[e] = wp.where(count[e] > 0, center[e, i], wp.vec3(0.0))
-
-
-@wp.kernel
-def respawn_kernel(mask: wp.array(dtype=wp.int32), center: wp.array2d(dtype=wp.vec3),
-                   idx: wp.array(dtype=wp.int32), pos: wp.array(dtype=wp.vec3)):
-    e = wp.tid()
-    if mask[e] != 0:
-        idx[e] = 0
-        pos[e] = center[e, 0]
-
-
-@wp.kernel
-def reward_and_done(valid: wp.array(dtype=wp.int32), oob: wp.array(dtype=wp.int32),
-                    passed: wp.array(dtype=wp.int32), dist: wp.array(dtype=wp.float32),
-                    laps: wp.array(dtype=wp.int32), max_laps: int,
-                    reward: wp.array(dtype=wp.float32), obs_dist: wp.array(dtype=wp.float32),
-                    done: wp.array(dtype=wp.int32)):
-    e = wp.tid()
-    ok = valid[e] != 0
-    r = 10.0 * float(passed[e]) - 5.0 * float(oob[e])
-    reward[e] = wp.where(ok, r, 0.0)
-    obs_dist[e] = wp.where(ok, dist[e], 0.0)
-    d = 0
-    if oob[e] != 0 or laps[e] >= max_laps:
-        d = 1
-    if not ok:
-        d = 1
-    done[e] = d
-
-
 def test_host_recipe_runs_and_no_nan_reaches_reward_or_observation():
-    n_env = 16
-    course = build(n_env, seeds=3)
-    regen, respawn_mask = course.inputs["regen_mask"], course.inputs["reset_mask"]
-    pos, quat, he = agents(n_env)
-    idx = wp.zeros(n_env, dtype=wp.int32, device="cpu")
-    course.bind(position=pos, orientation=quat, half_extents=he)
-    r = course.result
-    wp.launch(respawn_kernel, n_env, [course.generator.everyone, r.center, idx, pos], device="cpu")
-    regenerated = 0
-    for _ in range(200):
-        wp.launch(sim_step_kernel, n_env, [r.center, r.count, idx, pos], device="cpu")
-        res = course.step()
-        valid = res.valid.numpy() != 0
-        oob = res.contacts.oob.numpy() != 0
-        reward = np.where(valid, 10.0 * res.events.passed.numpy() - 5.0 * oob, 0.0)
-        obs_dist = np.where(valid, res.events.dist_to_next.numpy(), 0.0)
-        assert np.isfinite(reward).all() and np.isfinite(obs_dist).all()
-        crashed = oob & valid
-        finished = (res.events.laps.numpy() >= 1) | ~valid
-        if crashed.any():
-            respawn_mask.assign(crashed.astype(np.int32))
-            course.reset(respawn_mask)
-        if finished.any():
-            regen.assign(finished.astype(np.int32))
-            course.regenerate(mask=regen, advance=True)
-            regenerated += int(finished.sum())
-        both = wp.array((crashed | finished).astype(np.int32), dtype=wp.int32, device="cpu")
-        wp.launch(respawn_kernel, n_env, [both, r.center, idx, pos], device="cpu")
-    assert regenerated >= n_env  # every env finished at least one lap and got a new course
-    assert (r.generation.numpy() >= 1).all()
+    course = build(16, seeds=3)
+    out = host_recipe(course, steps=200, max_laps=1)
+    assert np.isfinite(out["rewards"]).all() and np.isfinite(out["observations"]).all()
+    assert out["regenerated"] >= 16  # every env finished at least one lap and got a new course
+    assert (course.result.generation.numpy() >= 1).all()
 
 
 def test_graph_recipe_records_and_replays_on_cpu():
-    n_env = 16
-    course = build(n_env, seeds=8)
-    r = course.result
-    pos, quat, he = agents(n_env)
-    idx = wp.zeros(n_env, dtype=wp.int32, device="cpu")
-    course.bind(position=pos, orientation=quat, half_extents=he)
-    done = course.inputs["regen_mask"]
-    reward = wp.zeros(n_env, dtype=wp.float32, device="cpu")
-    obs_dist = wp.zeros(n_env, dtype=wp.float32, device="cpu")
-    wp.launch(respawn_kernel, n_env, [course.generator.everyone, r.center, idx, pos], device="cpu")
-    with wp.ScopedCapture(device="cpu") as cap:
-        wp.launch(sim_step_kernel, n_env, [r.center, r.count, idx, pos], device="cpu")
-        res = course.step()
-        wp.launch(reward_and_done, n_env, [res.valid, res.contacts.oob, res.events.passed,
-                                           res.events.dist_to_next, res.events.laps, 1, reward, obs_dist,
-                                           done], device="cpu")
-        course.regenerate(mask=done, advance=True)
-        wp.launch(respawn_kernel, n_env, [done, r.center, idx, pos], device="cpu")
-    generations = r.generation.numpy().copy()
-    for _ in range(150):
-        wp.capture_launch(cap.graph)
-        assert np.isfinite(reward.numpy()).all() and np.isfinite(obs_dist.numpy()).all()
-    assert (r.generation.numpy() > generations).all()  # every env got new courses by replay
+    course = build(16, seeds=8)
+    rewards, observations, generations = graph_recipe(course, "cpu", steps=150, max_laps=1)
+    assert np.isfinite(rewards).all() and np.isfinite(observations).all()
+    assert (generations[-1] > generations[0]).all()  # every env got new courses by replay
 
 
 def gates_course(num_envs=4, collision=0.02, gate_width=0.1, seeds=2):

@@ -95,6 +95,11 @@ class _LoopGenerator(abc.ABC):
         """Launch a generation without the host-side checks of ``generate``
         (``mask`` must already be a valid ``[E]`` int32 array on the device)."""
 
+    def enqueue_generate(self, mask: wp.array | None = None, advance: bool = True) -> None:
+        """``enqueue(advance=advance, mask=mask)``: outside a capture, a full
+        generation per call even when the mask is all zero."""
+        self.enqueue(advance=advance, mask=mask)
+
     @property
     @abc.abstractmethod
     def progress_marks(self) -> wp.array:

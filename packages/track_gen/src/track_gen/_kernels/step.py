@@ -301,3 +301,16 @@ def reset_gate_progress(active: wp.array(dtype=wp.int32), p_prev: wp.array(dtype
     e = wp.tid()
     if active[e] != 0:
         p_prev[e] = wp.vec3(NAN, NAN, NAN)
+
+
+@wp.kernel
+def clear_flag(flag: wp.array(dtype=wp.int32)):
+    """``flag[0] = 0``: the first of the two kernels that reduce a mask to a flag."""
+    flag[0] = 0
+
+
+@wp.kernel
+def raise_flag(mask: wp.array(dtype=wp.int32), flag: wp.array(dtype=wp.int32)):
+    """``flag[0] = 1`` when any entry of ``mask`` is nonzero (a conditional node reads it)."""
+    if mask[wp.tid()] != 0:
+        flag[0] = 1

@@ -1,0 +1,1 @@
+"""Interop with other frameworks' graph capture (imported on demand)."""
