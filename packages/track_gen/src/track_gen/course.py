@@ -282,7 +282,8 @@ class Course:
         position, orientation, half_extents = self._bound
         if isinstance(self.generator, TrackGenerator):
             kernel = ks.track_step
-            args = [r.valid, r.center, r.arc, r.count, r.length, r.width, r.checkpoints, r.num_checkpoints,
+            args = [r.valid, r.center, r.arc, r.count, r.length, r.width, self.generator.spec.ds, r.checkpoints,
+                    r.num_checkpoints,
                     position, orientation, half_extents, p.memory, p.s_prev, p.next_checkpoint, p.laps,
                     out.contacts.oob]
         else:

@@ -15,37 +15,60 @@ WINDOW = wp.constant(32)
 
 
 @wp.func
-def _project(p: wp.vec2, center: wp.array2d(dtype=wp.vec3), e: int, n: int, i: int) -> wp.vec3:
-    """(distance, t, signed offset) of ``p`` against segment ``i`` of env ``e``."""
-    a = xy(center[e, i])
-    b = xy(center[e, (i + 1) % n])
-    ab = b - a
-    denom = wp.dot(ab, ab)
-    t = float(0.0)
-    if denom > 0.0:
-        t = wp.clamp(wp.dot(p - a, ab) / denom, 0.0, 1.0)
-    q = a + t * ab
-    side = cross2(ab, p - q) / wp.max(wp.sqrt(denom), 1.0e-12)
-    return wp.vec3(wp.length(p - q), t, side)
-
-
-@wp.func
 def _nearest(p: wp.vec2, center: wp.array2d(dtype=wp.vec3), e: int, n: int, start: int, span: int) -> wp.vec3:
     """(segment index, t, signed offset) of the nearest segment among
-    ``start .. start + span`` (wrapped), as floats."""
+    ``start .. start + span`` (wrapped), as floats. Each course-line point
+    is loaded once (a segment's end is the next one's start)."""
     best = float(1.0e30)
     best_i = int(0)
     best_t = float(0.0)
     best_side = float(0.0)
-    for k in range(span):
-        i = (start + k + n) % n
-        r = _project(p, center, e, n, i)
-        if r[0] < best:
-            best = r[0]
+    i = (start % n + n) % n
+    a = xy(center[e, i])
+    for _k in range(span):
+        j = i + 1
+        if j == n:
+            j = 0
+        b = xy(center[e, j])
+        ab = b - a
+        denom = wp.dot(ab, ab)
+        t = float(0.0)
+        if denom > 0.0:
+            t = wp.clamp(wp.dot(p - a, ab) / denom, 0.0, 1.0)
+        d = p - (a + t * ab)
+        dist2 = wp.dot(d, d)
+        if dist2 < best:
+            best = dist2
             best_i = i
-            best_t = r[1]
-            best_side = r[2]
+            best_t = t
+            best_side = cross2(ab, d) / wp.max(wp.sqrt(denom), 1.0e-12)
+        a = b
+        i = j
     return wp.vec3(float(best_i), best_t, best_side)
+
+
+@wp.func
+def _within(p: wp.vec2, center: wp.array2d(dtype=wp.vec3), e: int, n: int, i: int, reach: int,
+            limit: float) -> int:
+    """1 when a segment among ``i - reach .. i + reach`` (wrapped) comes within
+    ``limit`` of ``p``; searched outward from ``i``, stopping at the first."""
+    found = int(0)
+    for k in range(2 * reach + 1):
+        offset = (k + 1) // 2
+        if k % 2 == 1:
+            offset = -offset
+        j = ((i + offset) % n + n) % n
+        a = xy(center[e, j])
+        ab = xy(center[e, (j + 1) % n]) - a
+        denom = wp.dot(ab, ab)
+        t = float(0.0)
+        if denom > 0.0:
+            t = wp.clamp(wp.dot(p - a, ab) / denom, 0.0, 1.0)
+        d = p - (a + t * ab)
+        if wp.dot(d, d) <= limit * limit:
+            found = 1
+            break
+    return found
 
 
 @wp.func
@@ -105,6 +128,7 @@ def track_step(
     count: wp.array(dtype=wp.int32),
     length: wp.array(dtype=wp.float32),
     width: wp.array(dtype=wp.float32),
+    ds: float,
     checkpoints: wp.array2d(dtype=wp.int32),
     num_checkpoints: wp.array(dtype=wp.int32),
     position: wp.array(dtype=wp.vec3),
@@ -121,7 +145,9 @@ def track_step(
     n_out: wp.array(dtype=wp.float32),
 ):
     """One env's step: frame ``(s, n)``, out of bounds (a corner of the box off
-    the track), checkpoints passed in order, distance to the next, laps.
+    the track: farther than half a width from the course line within
+    ``2 * (half width + box half diagonal)`` of arc around the agent's match),
+    checkpoints passed in order, distance to the next, laps.
     An invalid env answers as an env with no course."""
     e = wp.tid()
     if valid[e] == 0:
@@ -136,16 +162,17 @@ def track_step(
     p = xy(position[e])
     s = _localize(p, center, arc, e, n, total, memory, s_out, n_out)
     i = memory[e]
-    # Out of bounds: any corner of the box farther than half a width from the line.
+    # Out of bounds: any corner of the box farther than half a width from the
+    # course line near the agent (the segments within the reach of its box).
     half = 0.5 * width[e]
+    he = half_extents[e]
+    reach = wp.min(int(wp.ceil(2.0 * (half + wp.length(he)) / ds)) + 1, n // 2)
     out = int(0)
     for c in range(4):
         sx = wp.where(c % 2 == 0, 1.0, -1.0)
         sy = wp.where(c < 2, 1.0, -1.0)
-        local = wp.vec3(sx * half_extents[e][0], sy * half_extents[e][1], 0.0)
-        corner = xy(wp.quat_rotate(orientation[e], local)) + p
-        r = _nearest(corner, center, e, n, i - WINDOW, 2 * WINDOW + 1)
-        if _project(corner, center, e, n, int(r[0]))[0] > half:
+        corner = xy(wp.quat_rotate(orientation[e], wp.vec3(sx * he[0], sy * he[1], 0.0))) + p
+        if _within(corner, center, e, n, i, reach, half) == 0:
             out = 1
     oob[e] = out
     # Progress: the checkpoints in (s_prev, s], forward only and in order.
