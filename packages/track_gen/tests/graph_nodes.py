@@ -9,8 +9,9 @@ import ctypes
 KERNEL, CONDITIONAL = 0, 13  # CU_GRAPH_NODE_TYPE_KERNEL, CU_GRAPH_NODE_TYPE_CONDITIONAL
 
 
-def node_types(graph: int) -> collections.Counter[int]:
+def node_types(graph: int | ctypes.c_void_p) -> collections.Counter[int]:
     """``{node type: count}`` of the top level of the ``CUgraph`` ``graph``."""
+    graph = graph.value if isinstance(graph, ctypes.c_void_p) else graph
     cu = ctypes.CDLL("libcuda.so.1")
     count = ctypes.c_size_t()
     assert cu.cuGraphGetNodes(ctypes.c_void_p(graph), None, ctypes.byref(count)) == 0

@@ -18,6 +18,7 @@ from track_gen import exec as exec_mode
 from track_gen.errors import CaptureError
 
 _CAPTURE_ACTIVE = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
+_DEFAULT_STREAMS = (0, 1, 2)  # the legacy default stream and its aliases
 
 
 def warp_graph(stream: wp.Stream) -> wp.Graph | None:
@@ -38,18 +39,20 @@ def warp_stream(stream: wp.Stream) -> wp.Stream:
 
 
 def torch_capture_stream(device: wp.context.Device) -> wp.Stream | None:
-    """Torch's current stream on ``device`` while torch captures on it (only
-    when the caller imported torch), as a Warp stream; else ``None``."""
+    """Torch's current stream on ``device`` while it captures (only when the
+    caller imported torch), as a Warp stream; else ``None``."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return None
-    with torch.cuda.device(device.ordinal):
-        if not torch.cuda.is_current_stream_capturing():
-            return None
-        current = torch.cuda.current_stream()
+    current = torch.cuda.current_stream(device.ordinal)
+    # The legacy and per-thread default streams never capture, and asking
+    # them would touch a capture running on another (blocking) stream.
+    if current.cuda_stream in _DEFAULT_STREAMS:
+        return None
     if current.cuda_stream == device.stream.cuda_stream:
-        return device.stream
-    return _wrapped(device.ordinal, current.cuda_stream, current)
+        return device.stream if device.stream.is_capturing else None
+    stream = _wrapped(device.ordinal, current.cuda_stream, current)
+    return stream if stream.is_capturing else None
 
 
 @functools.lru_cache(maxsize=64)

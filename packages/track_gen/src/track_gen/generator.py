@@ -153,6 +153,8 @@ class TrackGenerator(_LoopGenerator):
             height=z((e, r, r), wp.float32), valid=z(e, wp.int32), fail_mask=z(e, wp.int32),
             generation=z(e, wp.int32),
         )
+        # The splat's fixed-point distances live in the SDF's own memory.
+        self._sdf_steps = wp.array(ptr=self.result.sdf.ptr, shape=(e, r, r), dtype=wp.int32, device=self.device)
 
     @property
     def progress_marks(self) -> wp.array:
@@ -186,13 +188,14 @@ class TrackGenerator(_LoopGenerator):
                 res.num_checkpoints])
         launch(bakes.bake_bounds, e, [active, res.center, res.count, s.sdf_margin, s.sdf_resolution,
                                   res.sdf_origin, res.sdf_cell])
-        launch(bakes.bake_height, (e, s.sdf_resolution, s.sdf_resolution),
-               [active, self._phase, self.params["height_amplitude"], s.height_wavelength, res.sdf_origin,
-                res.sdf_cell, res.height])
-        launch(bakes.fill_sdf, (e, s.sdf_resolution, s.sdf_resolution), [active, res.width, res.sdf])
+        grid = (e * s.sdf_resolution * s.sdf_resolution,)
+        launch(bakes.bake_grid, grid, [active, s.sdf_resolution, self._phase, self.params["height_amplitude"],
+                                       s.height_wavelength, res.sdf_origin, res.sdf_cell,
+                                       res.height.reshape(grid), self._sdf_steps.reshape(grid)])
         launch(bakes.splat_sdf, (e, n), [active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell,
-                                     res.sdf])
-
+                                     self._sdf_steps])
+        launch(bakes.finish_sdf, grid, [active, s.sdf_resolution, res.width, self._sdf_steps.reshape(grid),
+                                        res.sdf.reshape(grid)])
 
 class GateGenerator(_LoopGenerator):
     """Places and checks a batch of gate courses

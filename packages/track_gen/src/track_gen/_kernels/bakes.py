@@ -59,13 +59,10 @@ def bake_bounds(
     cell[e] = extent / float(resolution)
 
 
-@wp.kernel
-def fill_sdf(active: wp.array(dtype=wp.int32), width: wp.array(dtype=wp.float32),
-             sdf: wp.array3d(dtype=wp.float32)):
-    """Start every cell of the active envs at the clamp, ``+width / 2``."""
-    e, iy, ix = wp.tid()
-    if active[e] != 0:
-        sdf[e, iy, ix] = 0.5 * width[e]
+#: Splat distances are fixed point: ``q = floor(d * SDF_STEPS / width)`` for
+#: ``d < width`` (a native integer atomic min; float atomics loop on a CAS).
+#: One step is ``width / 2**24``, float32 precision at the clamp.
+SDF_STEPS = wp.constant(16777216.0)
 
 
 @wp.kernel
@@ -76,11 +73,11 @@ def splat_sdf(
     width: wp.array(dtype=wp.float32),
     origin: wp.array(dtype=wp.vec2),
     cell: wp.array(dtype=wp.float32),
-    sdf: wp.array3d(dtype=wp.float32),
+    steps: wp.array3d(dtype=wp.int32),
 ):
-    """Segment ``i`` lowers every cell within a width of it to its signed
-    distance ``d - width / 2`` (an atomic min): the distance to the course
-    line minus the half-width, negative on the track, exact up to the clamp."""
+    """Segment ``i`` lowers every cell within a width of it to its distance
+    ``d`` (fixed point, an atomic min; ``bake_grid`` started them at the clamp,
+    ``d = width``)."""
     e, i = wp.tid()
     if active[e] == 0:
         return
@@ -91,9 +88,9 @@ def splat_sdf(
     b = xy(center[e, (i + 1) % n])
     h = cell[e]
     o = origin[e]
-    res = sdf.shape[1]
+    res = steps.shape[1]
     reach = width[e]
-    half = 0.5 * reach
+    scale = SDF_STEPS / reach
     lo = wp.min(a, b) - wp.vec2(reach, reach) - o
     hi = wp.max(a, b) + wp.vec2(reach, reach) - o
     x0 = wp.max(int(wp.floor(lo[0] / h)), 0)
@@ -104,7 +101,26 @@ def splat_sdf(
         for ix in range(x0, x1 + 1):
             d = segment_distance(o + h * wp.vec2(float(ix) + 0.5, float(iy) + 0.5), a, b)
             if d < reach:
-                wp.atomic_min(sdf, e, iy, ix, d - half)
+                wp.atomic_min(steps, e, iy, ix, int(d * scale))
+
+
+@wp.kernel
+def finish_sdf(
+    active: wp.array(dtype=wp.int32),
+    resolution: int,
+    width: wp.array(dtype=wp.float32),
+    steps: wp.array(dtype=wp.int32),
+    sdf: wp.array(dtype=wp.float32),
+):
+    """The SDF from the splat's distances: ``d - width / 2``, negative on the
+    track, ``+width / 2`` (the clamp) a width or more from the course line.
+    Flat ``[E * R * R]`` views of the same memory, one thread a cell."""
+    t = wp.tid()
+    e = t / (resolution * resolution)
+    if active[e] == 0:
+        return
+    reach = width[e]
+    sdf[t] = float(steps[t]) * (reach / SDF_STEPS) - 0.5 * reach
 
 
 @wp.func
@@ -147,18 +163,28 @@ def lift_course_line(
 
 
 @wp.kernel
-def bake_height(
+def bake_grid(
     active: wp.array(dtype=wp.int32),
+    resolution: int,
     phase: wp.array(dtype=wp.vec2),
     amplitude: wp.array(dtype=wp.float32),
     wavelength: float,
     origin: wp.array(dtype=wp.vec2),
     cell: wp.array(dtype=wp.float32),
-    height: wp.array3d(dtype=wp.float32),
+    height: wp.array(dtype=wp.float32),
+    steps: wp.array(dtype=wp.int32),
 ):
-    """The height field: the terrain at each cell centre of the bake grid."""
-    e, iy, ix = wp.tid()
+    """The height field (the terrain at each cell centre) and the splat's
+    start (every cell at the clamp, ``d = width``). Flat ``[E * R * R]`` views,
+    one thread a cell (a 1-D launch: no 64-bit index decomposition)."""
+    t = wp.tid()
+    per_env = resolution * resolution
+    e = t / per_env
     if active[e] == 0:
         return
+    c = t - e * per_env
+    iy = c / resolution
+    ix = c - iy * resolution
     p = origin[e] + cell[e] * wp.vec2(float(ix) + 0.5, float(iy) + 0.5)
-    height[e, iy, ix] = terrain(p, phase[e], amplitude[e], wavelength)
+    height[t] = terrain(p, phase[e], amplitude[e], wavelength)
+    steps[t] = int(SDF_STEPS)
