@@ -10,7 +10,7 @@ import weakref
 import numpy as np
 import pytest
 import warp as wp
-from graph_nodes import CONDITIONAL, KERNEL, node_types
+from graph_nodes import CONDITIONAL, KERNEL, captured, destroy, node_types
 
 from track_gen import _capture
 from track_gen import exec as track_exec
@@ -41,16 +41,34 @@ def snapshot(course):
     return [a.numpy().copy() for a in (r.center, r.sdf, r.checkpoints, r.valid, r.generation)]
 
 
+def top_level(fn, device):
+    """Node types of the top level of the CUDA graph ``fn`` records."""
+    graph, _ = captured(fn, wp.get_stream(device))
+    try:
+        return node_types(graph)
+    finally:
+        destroy(graph)
+
+
 def full_generation_kernels(course, device):
     with track_exec.unconditional():
-        return node_types(recorded(lambda: course.regenerate(), device).graph)[KERNEL]
+        return top_level(lambda: course.regenerate(), device)[KERNEL]
+
+
+def condition_kernels(device):
+    """Top-level kernels Warp's own ``capture_if`` adds (it sets the node's handle from the flag)."""
+    flag = wp.zeros(1, dtype=wp.int32, device=device)
+    types = top_level(lambda: wp.capture_if(flag, on_true=lambda: None), device)
+    assert types[CONDITIONAL] == 1
+    return types[KERNEL]
 
 
 def test_scoped_capture_skips_an_all_zero_mask_on_device_and_runs_a_set_one(course, cuda):
     mask = wp.zeros(E, dtype=wp.int32, device=cuda)
     graph = recorded(lambda: course.regenerate(mask=mask, advance=True), cuda)
     types = node_types(graph.graph)
-    assert types == {KERNEL: 2, CONDITIONAL: 1}  # the flag's two kernels, the conditional node
+    # The two kernels that reduce the mask to a flag, Warp's, the conditional node.
+    assert types == {KERNEL: 2 + condition_kernels(cuda), CONDITIONAL: 1}
     before = snapshot(course)
     for _ in range(3):
         wp.capture_launch(graph)
@@ -68,8 +86,7 @@ def test_scoped_capture_skips_an_all_zero_mask_on_device_and_runs_a_set_one(cour
 def test_unconditional_records_a_full_generation(course, cuda):
     mask = wp.zeros(E, dtype=wp.int32, device=cuda)
     with track_exec.unconditional():
-        graph = recorded(lambda: course.regenerate(mask=mask), cuda)
-    types = node_types(graph.graph)
+        types = top_level(lambda: course.regenerate(mask=mask), cuda)
     assert CONDITIONAL not in types
     assert types[KERNEL] == full_generation_kernels(course, cuda) >= 15
 
@@ -81,7 +98,7 @@ def test_eager_regenerate_replays_the_courses_own_graph_which_skips(course, cuda
     assert all(a.tobytes() == b.tobytes() for a, b in zip(before, snapshot(course)))
     (graph, kept_mask), = course._graphs.values()
     assert kept_mask is mask
-    assert node_types(graph.graph) == {KERNEL: 2, CONDITIONAL: 1}
+    assert node_types(graph.graph) == {KERNEL: 2 + condition_kernels(cuda), CONDITIONAL: 1}
     mask.assign(np.eye(1, E, 3, dtype=np.int32)[0])
     course.regenerate(mask=mask)
     assert len(course._graphs) == 1  # the same graph, replayed
@@ -213,14 +230,13 @@ def test_registered_outside_a_torch_capture_raises():
         pass
 
 
-def test_own_scoped_capture_of_torchs_stream_needs_exec_conditional(course, cuda):
+def test_own_capture_of_torchs_stream_needs_exec_conditional(course, cuda):
     mask = course.inputs["regen_mask"]
-    stream = wp.stream_from_torch(torch.cuda.current_stream())
     with torch.cuda.stream(torch.cuda.Stream()):
         stream = wp.stream_from_torch(torch.cuda.current_stream())
         with wp.ScopedStream(stream, sync_enter=False):
-            plain = recorded(lambda: course.regenerate(mask=mask), cuda)
+            plain = top_level(lambda: course.regenerate(mask=mask), cuda)
             with track_exec.conditional():
-                cond = recorded(lambda: course.regenerate(mask=mask), cuda)
-    assert CONDITIONAL not in node_types(plain.graph)
-    assert node_types(cond.graph)[CONDITIONAL] == 1
+                cond = top_level(lambda: course.regenerate(mask=mask), cuda)
+    assert CONDITIONAL not in plain and plain[KERNEL] == full_generation_kernels(course, cuda)
+    assert cond[CONDITIONAL] == 1

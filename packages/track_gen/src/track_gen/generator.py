@@ -192,8 +192,8 @@ class TrackGenerator(_LoopGenerator):
         launch(bakes.bake_grid, grid, [active, s.sdf_resolution, self._phase, self.params["height_amplitude"],
                                        s.height_wavelength, res.sdf_origin, res.sdf_cell,
                                        res.height.reshape(grid), self._sdf_steps.reshape(grid)])
-        launch(bakes.splat_sdf, (e, n), [active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell,
-                                     self._sdf_steps])
+        launch(bakes.splat_sdf, (e, -(-n // bakes.SPLAT_SEGMENTS)),
+               [active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell, self._sdf_steps])
         launch(bakes.finish_sdf, grid, [active, s.sdf_resolution, res.width, self._sdf_steps.reshape(grid),
                                         res.sdf.reshape(grid)])
 

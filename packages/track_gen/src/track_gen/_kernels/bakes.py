@@ -65,6 +65,18 @@ def bake_bounds(
 SDF_STEPS = wp.constant(16777216.0)
 
 
+#: Course-line segments one thread of ``splat_sdf`` splats together (one
+#: atomic per cell for all of them).
+SPLAT_SEGMENTS = 4
+
+
+@wp.func
+def _point(center: wp.array2d(dtype=wp.vec3), e: int, n: int, i: int, previous: wp.vec2) -> wp.vec2:
+    """The end of segment ``i - 1`` (point ``i``, wrapped), or ``previous``
+    (a zero-length segment) when segment ``i - 1`` is past the course line."""
+    return wp.where(i - 1 < n, xy(center[e, i % n]), previous)
+
+
 @wp.kernel
 def splat_sdf(
     active: wp.array(dtype=wp.int32),
@@ -75,31 +87,37 @@ def splat_sdf(
     cell: wp.array(dtype=wp.float32),
     steps: wp.array3d(dtype=wp.int32),
 ):
-    """Segment ``i`` lowers every cell within a width of it to its distance
-    ``d`` (fixed point, an atomic min; ``bake_grid`` started them at the clamp,
-    ``d = width``)."""
-    e, i = wp.tid()
+    """Segments ``4c .. 4c + 3`` lower every cell within a width of them to
+    their distance ``d`` (fixed point, one atomic min per cell; ``bake_grid``
+    started the cells at the clamp, ``d = width``)."""
+    e, c = wp.tid()
     if active[e] == 0:
         return
     n = count[e]
+    i = c * SPLAT_SEGMENTS
     if i >= n:
         return
-    a = xy(center[e, i])
-    b = xy(center[e, (i + 1) % n])
+    p0 = xy(center[e, i])
+    p1 = _point(center, e, n, i + 1, p0)
+    p2 = _point(center, e, n, i + 2, p1)
+    p3 = _point(center, e, n, i + 3, p2)
+    p4 = _point(center, e, n, i + 4, p3)
     h = cell[e]
     o = origin[e]
     res = steps.shape[1]
     reach = width[e]
     scale = SDF_STEPS / reach
-    lo = wp.min(a, b) - wp.vec2(reach, reach) - o
-    hi = wp.max(a, b) + wp.vec2(reach, reach) - o
+    lo = wp.min(wp.min(wp.min(p0, p1), wp.min(p2, p3)), p4) - wp.vec2(reach, reach) - o
+    hi = wp.max(wp.max(wp.max(p0, p1), wp.max(p2, p3)), p4) + wp.vec2(reach, reach) - o
     x0 = wp.max(int(wp.floor(lo[0] / h)), 0)
     x1 = wp.min(int(wp.floor(hi[0] / h)), res - 1)
     y0 = wp.max(int(wp.floor(lo[1] / h)), 0)
     y1 = wp.min(int(wp.floor(hi[1] / h)), res - 1)
     for iy in range(y0, y1 + 1):
         for ix in range(x0, x1 + 1):
-            d = segment_distance(o + h * wp.vec2(float(ix) + 0.5, float(iy) + 0.5), a, b)
+            q = o + h * wp.vec2(float(ix) + 0.5, float(iy) + 0.5)
+            d = wp.min(wp.min(segment_distance(q, p0, p1), segment_distance(q, p1, p2)),
+                       wp.min(segment_distance(q, p2, p3), segment_distance(q, p3, p4)))
             if d < reach:
                 wp.atomic_min(steps, e, iy, ix, int(d * scale))
 

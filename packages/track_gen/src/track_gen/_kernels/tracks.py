@@ -105,15 +105,19 @@ def pair_checks(
     close = int(0)
     for c in range((n + CHUNK - 1) // CHUNK):
         if box_gap(seg_lo, seg_hi, lo[e, c], hi[e, c]) <= w:
-            for j in range(c * CHUNK, wp.min(c * CHUNK + CHUNK, n)):
+            first = c * CHUNK
+            q = xy(center[e, first])
+            for j in range(first, wp.min(first + CHUNK, n)):
+                q2 = xy(center[e, wp.where(j + 1 < n, j + 1, 0)])  # each point loaded once
                 gap = wp.abs(j - i)
                 gap = wp.min(gap, n - gap)
                 if gap >= 2:
-                    if segments_cross(p, p2, xy(center[e, j]), xy(center[e, (j + 1) % n])):
+                    if segments_cross(p, p2, q, q2):
                         hits = hits + 1
                 if float(gap) * ds > window:
-                    if wp.length(xy(center[e, j]) - p) < w:
+                    if wp.length(q - p) < w:
                         close = close + 1
+                q = q2
     if hits > 0:
         wp.atomic_add(crossings, e, hits)
     if close > 0:
