@@ -2,6 +2,7 @@
 order in one namespace. A block whose first line is ``# sketch`` shows code
 that needs the reader's own pieces (a sim) and is run elsewhere by a test."""
 
+import linecache
 import re
 from pathlib import Path
 
@@ -18,16 +19,21 @@ def blocks(page: Path) -> list[str]:
 def test_the_docs_have_examples():
     assert {p.relative_to(DOCS).as_posix() for p in PAGES} >= {
         "rl_triton/index.md", "track_gen/courses.md", "track_gen/invalid-envs.md",
-        "track_gen/rl-auto-reset.md", "track_gen/curricula.md"}
+        "track_gen/rl-auto-reset.md", "track_gen/curricula.md", "track_gen/cuda-graphs.md",
+        "track_gen/troubleshooting.md", "track_gen/lifetime.md"}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())
 def test_page_examples_run(page):
     namespace: dict = {}
     ran = 0
-    for code in blocks(page):
+    for k, code in enumerate(blocks(page)):
         if code.startswith("# sketch"):
             continue
-        exec(compile(code, str(page), "exec"), namespace)  # noqa: S102 - our own docs
+        # Each block gets its own source name, so that code reading its own
+        # source (Warp kernels do) finds it.
+        name = f"{page.relative_to(DOCS).as_posix()} (block {k})"
+        linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
+        exec(compile(code, name, "exec"), namespace)  # noqa: S102 - our own docs
         ran += 1
     assert ran > 0

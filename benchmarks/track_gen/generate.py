@@ -116,7 +116,8 @@ def main() -> None:
     report = {
         "benchmark": "track_gen generation",
         "environment": {"python": platform.python_version(), "warp": wp.config.version,
-                        "numpy": np.__version__, "platform": platform.platform(), "devices": devices,
+                        "numpy": np.__version__, "platform": platform.platform(),
+                        "devices": {d: wp.get_device(d).name for d in devices},
                         "processor": platform.processor()},
         "spec": "presets.track defaults (8 control points, ds 0.05 m, N_max 512, 64 x 64 SDF), seeds=0",
         "results": rows, "peer_carracing": peer, "gates": gates,

@@ -132,7 +132,7 @@ def main() -> None:
                               passed=1e6 * r["regen_all_zero_replay_s"] < EMPTY_REGEN_US))
     report = {"benchmark": "track_gen runtime step",
               "environment": {"python": platform.python_version(), "warp": wp.config.version,
-                              "platform": platform.platform(), "devices": devices},
+                              "platform": platform.platform(), "devices": {d: wp.get_device(d).name for d in devices}},
               "timing": ("eager: median wall time per call, synchronised; replay: device time of one "
                          "wp.capture_launch (CUDA events around 20 back-to-back replays; wall time on cpu)"),
               "results": rows, "gates": gates}

@@ -46,6 +46,7 @@ class Course:
 
     def __init__(self, generator: TrackGenerator | GateGenerator, collision: str | float,
                  stream: wp.Stream | None = None):
+        _capture.release_dropped()
         self.generator = generator
         self.collision = collision
         e, device = generator.num_envs, generator.device
