@@ -28,11 +28,11 @@ POINTER_TYPES = {"act_ptr": "*i64", "sync_ptr": "*i32"}
 # (block_e, block_t, num_warps) tiles the plan and the tests use.
 TILES = [(1, 512, 4), (16, 32, 2), (1, 2048, 4), (2, 8, 1), (2, 4, 1), (1, 64, 1)]
 OPS = {
-    "gae": (gae_kernel, dict(HAS_TRUNC=(False, True), BOOT=(0, 1, 2))),
-    "vtrace": (vtrace_kernel, dict(HAS_TRUNC=(False, True), BOOT=(0, 1, 2))),
-    "retrace": (retrace_kernel, dict(HAS_TRUNC=(False, True), A_PAD=(8,))),
+    "gae": (gae_kernel, dict(HAS_TRUNC=(False, True), BOOT=(0, 1, 2), FLIP=(False, True))),
+    "vtrace": (vtrace_kernel, dict(HAS_TRUNC=(False, True), BOOT=(0, 1, 2), FLIP=(False, True))),
+    "retrace": (retrace_kernel, dict(HAS_TRUNC=(False, True), A_PAD=(8,), FLIP=(False, True))),
     "returns": (returns_kernel, dict(HAS_NEXT_VALUES=(False, True), HAS_TRUNC=(False, True),
-                                     HAS_BOOT=(False, True))),
+                                     HAS_BOOT=(False, True), FLIP=(False, True))),
     "forward": (forward_kernel, dict(SHIFT=(0, 1), HAS_SEED=(False, True))),
 }
 

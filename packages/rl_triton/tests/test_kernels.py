@@ -17,6 +17,8 @@ CONFIGS = {
     "tiles": {"block_t": 8},
     "chunked": {"block_t": 8, "chunked": True},
     "chunked_rows": {"block_e": 2, "block_t": 4, "chunked": True},
+    "flipped": {"block_t": 8, "flip": True},
+    "flipped_chunked": {"block_e": 2, "block_t": 4, "chunked": True, "flip": True},
 }
 
 

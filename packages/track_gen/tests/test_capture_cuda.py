@@ -91,6 +91,23 @@ def test_unconditional_records_a_full_generation(course, cuda):
     assert types[KERNEL] == full_generation_kernels(course, cuda) >= 15
 
 
+def test_without_conditional_nodes_the_regeneration_is_recorded_unconditionally(course, cuda, monkeypatch):
+    """The "older CUDA" row: no conditional node support, plain nodes."""
+    monkeypatch.setattr(wp, "is_conditional_graph_supported", lambda: False)
+    types = top_level(lambda: course.regenerate(mask=course.inputs["regen_mask"]), cuda)
+    assert CONDITIONAL not in types
+    assert types[KERNEL] == full_generation_kernels(course, cuda)
+
+
+def test_an_eager_generator_call_runs_every_kernel_with_an_all_zero_mask(course, cuda):
+    zero = wp.zeros(E, dtype=wp.int32, device=cuda)
+    full = full_generation_kernels(course, cuda) - 2  # without the course's two progress resets
+    wp.timing_begin(cuda_filter=wp.TIMING_KERNEL)
+    course.generator.enqueue_generate(mask=zero)
+    launched = wp.timing_end()
+    assert len(launched) == full
+
+
 def test_eager_regenerate_replays_the_courses_own_graph_which_skips(course, cuda):
     mask = course.inputs["regen_mask"]
     before = snapshot(course)
@@ -205,9 +222,11 @@ def test_registered_keeps_the_course_alive_as_long_as_the_graph(cuda):
     mask, alive = course.inputs["regen_mask"], weakref.ref(course)
     mask.fill_(1)
     generation = course.result.generation.numpy().copy()
-    g = torch.cuda.CUDAGraph()
+    g = torch.cuda.CUDAGraph(keep_graph=True)
     with torch.cuda.graph(g), registered():
         course.regenerate(mask=mask)
+    types = torch_graph_types(g)
+    assert CONDITIONAL not in types and types[KERNEL] == full_generation_kernels(course, cuda)
     result = course.result
     del course
     gc.collect()

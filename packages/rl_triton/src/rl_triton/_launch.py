@@ -50,6 +50,8 @@ MIN_BLOCK_T = 4
 PROGRAMS_PER_SM = 8
 #: Most chunks per row block on the chunked path (the width of the carry composition).
 MAX_CHUNKS = 4096
+#: Backward ops' tile layout when the config does not choose (``LaunchConfig.flip``).
+FLIP_DEFAULT = False
 
 _last_path: str | None = None
 
@@ -82,20 +84,26 @@ class LaunchConfig:
         chunked: ``True`` forces the chunked path (one tile per chunk),
             ``False`` the fused path.
         num_warps: warps per program, a power of two.
+        flip: backward ops: ``True`` scans tiles laid out in decreasing time
+            (one plain scan, scalar loads), ``False`` tiles of 4-step groups
+            (16-byte loads, a scan over the groups).
     """
 
     block_e: int | None = None
     block_t: int | None = None
     chunked: bool | None = None
     num_warps: int | None = None
+    flip: bool | None = None
 
     def __post_init__(self) -> None:
         for field, least in (("block_e", 1), ("block_t", MIN_BLOCK_T), ("num_warps", 1)):
             v = getattr(self, field)
             if v is not None and (not isinstance(v, int) or v < least or v & (v - 1)):
                 raise ValueError(f"{field} must be a power of two >= {least}, got {v!r}")
-        if self.chunked is not None and not isinstance(self.chunked, bool):
-            raise ValueError(f"chunked must be a bool, got {self.chunked!r}")
+        for field in ("chunked", "flip"):
+            v = getattr(self, field)
+            if v is not None and not isinstance(v, bool):
+                raise ValueError(f"{field} must be a bool, got {v!r}")
 
 
 _override: contextvars.ContextVar[LaunchConfig] = contextvars.ContextVar(
@@ -125,6 +133,7 @@ class Plan:
     chunk_t: int
     num_chunks: int
     num_warps: int
+    flip: bool
 
     @property
     def chunked(self) -> bool:
@@ -177,7 +186,8 @@ def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
     else:
         num_warps = 4 if block_t * width >= 256 else 2
     span = block_t if chunked else tiles * block_t
-    return Plan(block_e, block_t, span, triton.cdiv(seq_len, span), num_warps)
+    flip = FLIP_DEFAULT if config.flip is None else config.flip
+    return Plan(block_e, block_t, span, triton.cdiv(seq_len, span), num_warps, flip)
 
 
 class _Launcher:
@@ -245,7 +255,8 @@ def launch(
     else:
         agg = sync = args[0]
     named = dict(E=num_envs, T=seq_len, CHUNK_T=p.chunk_t, NUM_CHUNKS=p.num_chunks,
-                 CHUNKED=p.chunked, NC_PAD=p.nc_pad, BLOCK_E=p.block_e, BLOCK_T=p.block_t, **params)
+                 CHUNKED=p.chunked, NC_PAD=p.nc_pad, BLOCK_E=p.block_e, BLOCK_T=p.block_t, FLIP=p.flip,
+                 **params)
     values = [*args, agg, sync, *(named[name] for name in kernel.arg_names[len(args) + 2:])]
     grid = (row_blocks, p.num_chunks)
     if _INTERPRET:

@@ -14,7 +14,7 @@ def gae_kernel(
     r_ptr, v_ptr, term_ptr, trunc_ptr, boot_ptr, adv_ptr, agg_ptr, sync_ptr,
     E, T, CHUNK_T, NUM_CHUNKS, gamma, lam,
     HAS_TRUNC: tl.constexpr, BOOT: tl.constexpr, CHUNKED: tl.constexpr,
-    NC_PAD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr,
+    NC_PAD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, FLIP: tl.constexpr,
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
@@ -23,7 +23,7 @@ def gae_kernel(
     carry = 0.0 * last
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
-        t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T)
+        t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, FLIP)
         m = row_ok[:, None, None] & (t < T)
         off = row_off + t
         r = load_f32(r_ptr, off, m, 0.0)
@@ -36,7 +36,7 @@ def gae_kernel(
         v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], off, t, m, T, trunc, BOOT)
         delta = tl.where(m, r + tl.where(term, 0.0, gamma * v_next) - v, 0.0)
         decay = tl.where(m, tl.where(term | trunc, 0.0, gamma * lam), 1.0)
-        y0, prod, _, _, exit_y0, exit_prod = scan_backward(delta, decay)
+        y0, prod, _, _, exit_y0, exit_prod = scan_backward(delta, decay, FLIP, False)
         carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
                                      chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
         tl.store(adv_ptr + off, y0 + prod * carry_in[:, None, None], mask=m)

@@ -16,6 +16,7 @@ def retrace_kernel(
     E, T, A, CHUNK_T, NUM_CHUNKS, gamma, lam, c_bar, rho_bar,
     HAS_TRUNC: tl.constexpr, CHUNKED: tl.constexpr, NC_PAD: tl.constexpr,
     BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, A_PAD: tl.constexpr,
+    FLIP: tl.constexpr,
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
@@ -24,10 +25,10 @@ def retrace_kernel(
     carry = tl.zeros([BLOCK_E], tl.float32)
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
-        t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T)
+        t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, FLIP)
         m = row_ok[:, None, None] & (t < T)
         off = row_off + t
-        # [BLOCK_E, R, 4, A_PAD] tiles of the per-action inputs.
+        # [BLOCK_E, R, 4, A_PAD] (or [BLOCK_E, BLOCK_T, 1, A_PAD]) tiles of the per-action inputs.
         m4 = m[:, :, :, None] & (acts < A)
         off4 = off[:, :, :, None] * A + acts
         probs = load_f32(pt_ptr, off4, m4, 0.0)
@@ -49,7 +50,7 @@ def retrace_kernel(
             done = term
         delta = tl.where(m, r + tl.where(term, 0.0, gamma * expected_next_q) - q, 0.0)
         decay = tl.where(m, tl.where(done, 0.0, gamma * c1), 1.0)
-        y0, prod, next0, next_prod, exit_y0, exit_prod = scan_backward(delta, decay)
+        y0, prod, next0, next_prod, exit_y0, exit_prod = scan_backward(delta, decay, FLIP, True)
         carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
                                      chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
         d = y0 + prod * carry_in[:, None, None]

@@ -16,7 +16,7 @@ def returns_kernel(
     E, T, CHUNK_T, NUM_CHUNKS, gamma, lam,
     HAS_NEXT_VALUES: tl.constexpr, HAS_TRUNC: tl.constexpr, HAS_BOOT: tl.constexpr,
     CHUNKED: tl.constexpr, NC_PAD: tl.constexpr,
-    BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, FLIP: tl.constexpr,
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
@@ -28,7 +28,7 @@ def returns_kernel(
         carry = tl.zeros([BLOCK_E], tl.float32)
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
-        t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T)
+        t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, FLIP)
         m = row_ok[:, None, None] & (t < T)
         off = row_off + t
         g = load_f32(r_ptr, off, m, 0.0)
@@ -42,7 +42,7 @@ def returns_kernel(
             g += tl.where(done, 0.0, gamma * (1.0 - lam) * load_f32(nv_ptr, off, m, 0.0))
         g = tl.where(m, g, 0.0)
         decay = tl.where(m, tl.where(done, 0.0, gamma * lam), 1.0)
-        y0, prod, _, _, exit_y0, exit_prod = scan_backward(g, decay)
+        y0, prod, _, _, exit_y0, exit_prod = scan_backward(g, decay, FLIP, False)
         carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
                                      chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
         tl.store(out_ptr + off, y0 + prod * carry_in[:, None, None], mask=m)

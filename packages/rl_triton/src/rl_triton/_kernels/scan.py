@@ -11,11 +11,15 @@ publishes the tile's map, composes the maps of the chunks before it in scan
 order (decoupled, one pass over the data) and fixes its values up.
 
 Forward ops scan ``[BLOCK_E, BLOCK_T]`` tiles along time. Backward ops use
-``[BLOCK_E, R, 4]`` tiles: ``R = BLOCK_T / 4`` groups of 4 consecutive steps,
-the groups in decreasing time. Each thread composes its own 4 steps backward
-in registers, then one forward scan over the groups finishes the tile: loads
-and stores stay 16-byte vectors, and no reverse scan is needed (Triton's costs
-several times more shuffles).
+one of two layouts (``FLIP``), neither needing Triton's reverse scan (it costs
+several times more shuffles):
+
+- ``[BLOCK_E, R, 4]`` tiles: ``R = BLOCK_T / 4`` groups of 4 consecutive
+  steps, the groups in decreasing time. Each thread composes its own 4 steps
+  backward in registers, then one forward scan over the groups finishes the
+  tile; loads and stores stay 16-byte vectors.
+- ``FLIP``: ``[BLOCK_E, BLOCK_T, 1]`` tiles whose time runs backward along
+  axis 1 (decreasing addresses), scanned forward: one plain scan, scalar loads.
 """
 
 import triton
@@ -73,14 +77,25 @@ def _tile(x0, x1, x2, x3):
 
 
 @triton.jit
-def scan_backward(a, b):
-    """Scan a [BLOCK_E, R, 4] tile of maps backward in time from a zero carry.
+def scan_backward(a, b, FLIP: tl.constexpr, NEXT: tl.constexpr):
+    """Scan a tile of maps backward in time from a zero carry: ``[BLOCK_E, R, 4]``,
+    or ``[BLOCK_E, BLOCK_T, 1]`` in decreasing time with ``FLIP``.
 
     Returns ``(y0, prod, next0, next_prod, exit_y0, exit_prod)``: as
     ``scan_forward``, plus the value one step later in time (``y[t+1]`` is
-    ``next0 + next_prod * c``; the step after the tile's latest is the carry).
-    The exit is the tile's earliest step.
+    ``next0 + next_prod * c``; the step after the tile's latest is the carry;
+    with ``FLIP`` only when ``NEXT``, zeros otherwise). The exit is the
+    tile's earliest step.
     """
+    if FLIP:
+        y0, prod, next0, next_prod, exit_y0, exit_prod = _scan_flipped(a, b, NEXT)
+    else:
+        y0, prod, next0, next_prod, exit_y0, exit_prod = _scan_groups(a, b)
+    return y0, prod, next0, next_prod, exit_y0, exit_prod
+
+
+@triton.jit
+def _scan_groups(a, b):
     a0, a1, a2, a3 = _columns(a)
     b0, b1, b2, b3 = _columns(b)
     # Within each group of 4, backward from its latest step, from a zero carry.
@@ -109,14 +124,35 @@ def scan_backward(a, b):
 
 
 @triton.jit
-def backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T: tl.constexpr):
-    """Time indices [1, R, 4] of the ``i``-th tile a backward program visits
-    (the last tile first): groups of 4 increasing steps, groups decreasing."""
-    R: tl.constexpr = BLOCK_T // 4
-    group = tl.arange(0, R)[:, None]
-    step = tl.arange(0, 4)[None, :]
+def _scan_flipped(a, b, NEXT: tl.constexpr):
+    cols = tl.arange(0, a.shape[1])[None, :, None]
+    zero = 0.0 * a
+    if NEXT:
+        y0, prod, next0, next_prod = tl.associative_scan((a, b, zero, zero + 1.0), 1, compose_with_previous)
+    else:
+        y0, prod = tl.associative_scan((a, b), 1, compose)
+        next0 = zero
+        next_prod = zero
+    last = cols == a.shape[1] - 1
+    exit_y0 = tl.sum(tl.sum(tl.where(last, y0, 0.0), axis=2), axis=1)
+    exit_prod = tl.sum(tl.sum(tl.where(last, prod, 0.0), axis=2), axis=1)
+    return y0, prod, next0, next_prod, exit_y0, exit_prod
+
+
+@triton.jit
+def backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T: tl.constexpr, FLIP: tl.constexpr):
+    """Time indices of the ``i``-th tile a backward program visits (the last
+    tile first): [1, R, 4], groups of 4 increasing steps, groups decreasing;
+    with ``FLIP`` [1, BLOCK_T, 1], decreasing."""
     start = chunk * CHUNK_T + (n_tiles - 1 - i) * BLOCK_T
-    return (start + (R - 1 - group) * 4 + step)[None, :, :]
+    if FLIP:
+        times = (start + BLOCK_T - 1 - tl.arange(0, BLOCK_T))[None, :, None]
+    else:
+        R: tl.constexpr = BLOCK_T // 4
+        group = tl.arange(0, R)[:, None]
+        step = tl.arange(0, 4)[None, :]
+        times = (start + (R - 1 - group) * 4 + step)[None, :, :]
+    return times
 
 
 @triton.jit

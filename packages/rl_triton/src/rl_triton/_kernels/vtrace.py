@@ -14,7 +14,7 @@ def vtrace_kernel(
     lt_ptr, lb_ptr, v_ptr, r_ptr, term_ptr, trunc_ptr, boot_ptr, vs_ptr, adv_ptr, agg_ptr, sync_ptr,
     E, T, CHUNK_T, NUM_CHUNKS, gamma, rho_bar, c_bar,
     HAS_TRUNC: tl.constexpr, BOOT: tl.constexpr, CHUNKED: tl.constexpr,
-    NC_PAD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr,
+    NC_PAD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, FLIP: tl.constexpr,
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
@@ -23,7 +23,7 @@ def vtrace_kernel(
     carry = 0.0 * last
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
-        t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T)
+        t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, FLIP)
         m = row_ok[:, None, None] & (t < T)
         off = row_off + t
         ratio = tl.exp(load_f32(lt_ptr, off, m, 0.0) - load_f32(lb_ptr, off, m, 0.0))
@@ -39,7 +39,7 @@ def vtrace_kernel(
         v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], off, t, m, T, trunc, BOOT)
         delta = tl.where(m, rho * (r + tl.where(term, 0.0, gamma * v_next) - v), 0.0)
         decay = tl.where(m, tl.where(term | trunc, 0.0, gamma * c), 1.0)
-        y0, prod, next0, next_prod, exit_y0, exit_prod = scan_backward(delta, decay)
+        y0, prod, next0, next_prod, exit_y0, exit_prod = scan_backward(delta, decay, FLIP, True)
         carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
                                      chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
         d = y0 + prod * carry_in[:, None, None]
