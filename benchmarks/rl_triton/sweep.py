@@ -25,7 +25,7 @@ CANDIDATES = {
     (4096, 2048): [dict(block_e=e, block_t=t, num_warps=w, flip=f)
                    for e, t, w in [(1, 1024, 4), (1, 512, 4), (1, 2048, 8), (2, 512, 4)] for f in (False, True)],
     (65536, 32): [dict(block_e=e, block_t=32, num_warps=w, flip=f)
-                  for e, w in [(16, 2), (32, 2), (32, 4), (64, 4), (64, 8), (128, 8)] for f in (False, True)],
+                  for e, w in [(4, 1), (8, 1), (8, 2), (16, 1), (16, 2), (32, 2), (64, 4)] for f in (False, True)],
     (16, 262144): [dict(block_e=1, block_t=t, chunked=True, num_warps=w, flip=f)
                    for t, w in [(1024, 4), (2048, 4), (2048, 8), (4096, 8), (8192, 8), (8192, 16)]
                    for f in (False, True)],

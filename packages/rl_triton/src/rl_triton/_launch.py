@@ -50,8 +50,9 @@ MIN_BLOCK_T = 4
 PROGRAMS_PER_SM = 8
 #: Most chunks per row block on the chunked path (the width of the carry composition).
 MAX_CHUNKS = 4096
-#: Backward ops' tile layout when the config does not choose (``LaunchConfig.flip``).
-FLIP_DEFAULT = False
+#: Tiles with several values per step (Retrace's actions): steps per fused tile
+#: at most. They scan ``flip`` tiles, measured faster for them on an H200.
+WIDE_MAX_BLOCK_T = 256
 
 _last_path: str | None = None
 
@@ -166,9 +167,15 @@ def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
     sequence fits one tile), chunked otherwise.
     """
     steps = triton.next_power_of_2(seq_len)
-    fused_tile = FUSED_TILE * min(width, 2)
-    fused_t = max(MIN_BLOCK_T, min(steps, FUSED_MAX_BLOCK_T, fused_tile // width))
-    chunk_t = max(MIN_BLOCK_T, min(steps, CHUNK_TILE // width))
+    wide = width > 1
+    if wide:
+        fused_t = max(MIN_BLOCK_T, min(steps, WIDE_MAX_BLOCK_T))
+        fused_tile = max(FUSED_TILE, fused_t * width)
+    else:
+        fused_t = max(MIN_BLOCK_T, min(steps, FUSED_MAX_BLOCK_T, FUSED_TILE))
+        fused_tile = FUSED_TILE
+    chunk_tile = CHUNK_TILE * (2 if wide else 1)
+    chunk_t = max(MIN_BLOCK_T, min(steps, chunk_tile // width))
     chunked = config.chunked
     if chunked is None:
         block_e = max(1, min(fused_tile // (fused_t * width), triton.next_power_of_2(num_envs)))
@@ -177,16 +184,19 @@ def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
     block_t = config.block_t or (chunk_t if chunked else fused_t)
     tiles = triton.cdiv(seq_len, block_t)
     chunked = chunked and tiles > 1
-    tile = CHUNK_TILE if chunked else fused_tile
+    tile = chunk_tile if chunked else fused_tile
     block_e = config.block_e or max(1, min(tile // (block_t * width), triton.next_power_of_2(num_envs)))
+    elements = block_e * block_t * width
     if config.num_warps:
         num_warps = config.num_warps
+    elif wide:
+        num_warps = 8 if elements >= 2048 else 2
     elif chunked:
-        num_warps = 4 if width == 1 else 2
+        num_warps = 4
     else:
-        num_warps = 4 if block_t * width >= 256 else 2
+        num_warps = 4 if block_t >= 256 else 2
     span = block_t if chunked else tiles * block_t
-    flip = FLIP_DEFAULT if config.flip is None else config.flip
+    flip = wide if config.flip is None else config.flip
     return Plan(block_e, block_t, span, triton.cdiv(seq_len, span), num_warps, flip)
 
 

@@ -232,9 +232,13 @@ def chained_carry(
     else:
         ks = position
         before = ks < chunk
-    waiting = tl.sum(tl.where(before, 1 - tl.atomic_add(flags + ks, 0, mask=before, sem="acquire"), 0))
+    # Spin on plain (volatile) loads, then one acquire per flag orders the
+    # loads of the maps after their publication: atomics in the spin would
+    # compete with the publishing programs for the same cache lines.
+    waiting = tl.sum(tl.where(before, 1 - tl.load(flags + ks, mask=before, other=1, volatile=True), 0))
     while waiting > 0:
-        waiting = tl.sum(tl.where(before, 1 - tl.atomic_add(flags + ks, 0, mask=before, sem="acquire"), 0))
+        waiting = tl.sum(tl.where(before, 1 - tl.load(flags + ks, mask=before, other=1, volatile=True), 0))
+    tl.atomic_add(flags + ks, 0, mask=before, sem="acquire")
     tl.debug_barrier()
     m = row_ok[:, None] & before[None, :]
     maps = rows.to(tl.int64)[:, None] * NUM_CHUNKS + ks[None, :]
