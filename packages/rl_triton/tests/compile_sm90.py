@@ -26,7 +26,7 @@ INTS = {"E", "T", "A", "CHUNK_T", "NUM_CHUNKS"}
 FLOATS = {"gamma", "lam", "rho_bar", "c_bar", "decay"}
 POINTER_TYPES = {"act_ptr": "*i64", "sync_ptr": "*i32"}
 # (block_e, block_t, num_warps) tiles the plan and the tests use.
-TILES = [(1, 512, 4), (16, 32, 2), (1, 2048, 4), (2, 8, 1), (2, 4, 1), (1, 64, 1)]
+TILES = [(1, 512, 4), (8, 32, 1), (1, 2048, 4), (2, 8, 1), (2, 4, 1), (1, 64, 1), (1, 256, 8)]
 OPS = {
     "gae": (gae_kernel, dict(HAS_TRUNC=(False, True), BOOT=(0, 1, 2), FLIP=(False, True))),
     "vtrace": (vtrace_kernel, dict(HAS_TRUNC=(False, True), BOOT=(0, 1, 2), FLIP=(False, True))),

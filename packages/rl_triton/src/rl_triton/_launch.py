@@ -42,6 +42,10 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 #: Fused path: elements per tile (steps x rows x width), and steps per tile at most.
 FUSED_TILE = 512
 FUSED_MAX_BLOCK_T = 512
+#: Short rows (at most this many steps, padded): one warp a program, tiles of
+#: ``SHORT_TILE`` elements (many small programs beat fewer wide ones there).
+SHORT_MAX_BLOCK_T = 64
+SHORT_TILE = 256
 #: Chunked path: elements per tile (one tile is one chunk).
 CHUNK_TILE = 2048
 #: Shortest tile along time (backward ops group steps by 4).
@@ -168,7 +172,11 @@ def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
     """
     steps = triton.next_power_of_2(seq_len)
     wide = width > 1
-    if wide:
+    short = steps <= SHORT_MAX_BLOCK_T
+    if short:
+        fused_t = max(MIN_BLOCK_T, steps)
+        fused_tile = SHORT_TILE
+    elif wide:
         fused_t = max(MIN_BLOCK_T, min(steps, WIDE_MAX_BLOCK_T))
         fused_tile = max(FUSED_TILE, fused_t * width)
     else:
@@ -189,6 +197,8 @@ def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
     elements = block_e * block_t * width
     if config.num_warps:
         num_warps = config.num_warps
+    elif short and not chunked:
+        num_warps = 1
     elif wide:
         num_warps = 8 if elements >= 2048 else 2
     elif chunked:
