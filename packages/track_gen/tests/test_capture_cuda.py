@@ -259,3 +259,18 @@ def test_own_capture_of_torchs_stream_needs_exec_conditional(course, cuda):
                 cond = top_level(lambda: course.regenerate(mask=mask), cuda)
     assert CONDITIONAL not in plain and plain[KERNEL] == full_generation_kernels(course, cuda)
     assert cond[CONDITIONAL] == 1
+
+
+def test_buffers_and_masks_on_another_device_are_refused(cuda):
+    course = Course.track(presets.track(num_envs=8, device=cuda), seeds=1)
+    before = course.result.generation.numpy().copy()
+    pos = wp.zeros(8, dtype=wp.vec3, device="cpu")
+    quat = wp.full(8, wp.quat_identity(), dtype=wp.quatf, device=cuda)
+    he = wp.full(8, wp.vec2f(0.02, 0.01), dtype=wp.vec2f, device=cuda)
+    with pytest.raises(ValueError, match="position must be on the course device"):
+        course.bind(position=pos, orientation=quat, half_extents=he)
+    with pytest.raises(ValueError, match="mask must be on the course device"):
+        course.regenerate(mask=wp.ones(8, dtype=wp.int32, device="cpu"))
+    with pytest.raises(RuntimeError, match="bind"):
+        course.step()  # nothing was bound
+    assert (course.result.generation.numpy() == before).all()
