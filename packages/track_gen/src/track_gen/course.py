@@ -107,7 +107,8 @@ class Course:
             spec: the batch (``track_gen.pipeline.presets.gates(...)``).
             collision: a post radius (m, > 0) for disc contacts, or ``"frames"``
                 for frame contacts.
-            seeds, stream: as for ``Course.track``.
+            seeds: as for ``Course.track``.
+            stream: as for ``Course.track``.
 
         Raises:
             CaptureError: called while the device is capturing a graph.
