@@ -31,7 +31,7 @@ from track_gen.course import Course
 from track_gen.pipeline import presets
 
 sys.path.insert(0, str(Path(__file__).parent))
-from timing import captured, median_seconds, replay_seconds  # noqa: E402
+from timing import captured, median_seconds, replay_seconds, runs  # noqa: E402
 
 H200_FULL_MS = 20.0
 MASKED_RATIO = 1.05
@@ -91,13 +91,8 @@ def main() -> None:
                         help="sizes on the CPU device (65536 takes ~15 s a generation there)")
     parser.add_argument("--out", default="benchmarks/results/track_gen.json")
     args = parser.parse_args()
-    wp.init()
-    devices = ["cpu"] + (["cuda:0"] if wp.get_cuda_device_count() > 0 else [])
-    rows = []
-    for device in devices:
-        sizes = args.cpu_sizes if device == "cpu" else args.sizes
-        for size in (int(s) for s in sizes.split(",") if s):
-            rows.append(bench_device(device, size))
+    devices, pairs = runs(args.sizes, args.cpu_sizes)
+    rows = [bench_device(device, size) for device, size in pairs]
     peer = carracing_valid_tracks_per_s()
     gates = []
     cpu_best = max((r["valid_courses_per_s"] for r in rows if r["device"] == "cpu"), default=None)

@@ -32,7 +32,7 @@ from track_gen.course import Course
 from track_gen.pipeline import presets
 
 sys.path.insert(0, str(Path(__file__).parent))
-from timing import captured, median_seconds, replay_seconds  # noqa: E402
+from timing import captured, median_seconds, replay_seconds, runs  # noqa: E402
 
 STEP_US = 100.0
 EMPTY_REGEN_US = 20.0
@@ -118,10 +118,8 @@ def main() -> None:
                         help="sizes on the CPU device (its grid kernels make 65536 take seconds a replay)")
     parser.add_argument("--out", default="benchmarks/results/track_gen_step.json")
     args = parser.parse_args()
-    wp.init()
-    devices = ["cpu"] + (["cuda:0"] if wp.get_cuda_device_count() > 0 else [])
-    rows = [bench(d, int(size), 20 if d != "cpu" else 3) for d in devices
-            for size in (args.cpu_sizes if d == "cpu" else args.sizes).split(",") if size]
+    devices, pairs = runs(args.sizes, args.cpu_sizes)
+    rows = [bench(d, size, 20 if d != "cpu" else 3) for d, size in pairs]
     gates = []
     for r in rows:
         if r["device"] != "cpu" and r["num_envs"] == 65536:

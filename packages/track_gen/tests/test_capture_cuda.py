@@ -136,9 +136,7 @@ def test_an_open_fork_raises_before_the_capture_is_invalidated(course, cuda):
     side = wp.Stream(cuda)
     scratch = wp.zeros(E, dtype=wp.int32, device=cuda)
     with wp.ScopedCapture(device=cuda) as cap:
-        main = wp.get_stream(cuda)
-        side.wait_stream(main)
-        wp.launch(_touch, E, [scratch], stream=side)
+        main = fork(side, scratch)
         with pytest.raises(CaptureError, match="not joined"):
             course.regenerate(mask=mask)
         main.wait_stream(side)  # joined: now it records
@@ -152,9 +150,7 @@ def test_a_fork_is_fine_inside_unconditional(course, cuda):
     side = wp.Stream(cuda)
     scratch = wp.zeros(E, dtype=wp.int32, device=cuda)
     with wp.ScopedCapture(device=cuda) as cap:
-        main = wp.get_stream(cuda)
-        side.wait_stream(main)
-        wp.launch(_touch, E, [scratch], stream=side)
+        main = fork(side, scratch)
         with track_exec.unconditional():
             course.regenerate(mask=course.inputs["regen_mask"])
         main.wait_stream(side)
@@ -178,6 +174,15 @@ def test_a_course_built_on_a_stream_refuses_to_run_outside_the_capture(cuda):
 @wp.kernel
 def _touch(a: wp.array(dtype=wp.int32)):
     a[wp.tid()] = 1
+
+
+def fork(side, scratch):
+    """Fork ``side`` off the capturing stream and give it work (``_touch`` on
+    ``scratch``), not joined; returns the capturing stream."""
+    main = wp.get_stream(scratch.device)
+    side.wait_stream(main)
+    wp.launch(_touch, scratch.shape[0], [scratch], stream=side)
+    return main
 
 
 # --- torch.cuda.graph ---------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import sys
 from typing import Any
 
@@ -21,21 +22,14 @@ _CAPTURE_ACTIVE = 1  # CU_STREAM_CAPTURE_STATUS_ACTIVE
 _DEFAULT_STREAMS = (0, 1, 2)  # the legacy default stream and its aliases
 
 
-def warp_graph(stream: wp.Stream) -> wp.Graph | None:
-    """The Warp graph recording on ``stream`` (a capture Warp registered), else ``None``."""
+def warp_capture(stream: wp.Stream) -> tuple[wp.Stream, wp.Graph] | None:
+    """The capture Warp registered on ``stream``'s handle, as the stream
+    object Warp keys it by (``capture_if`` looks captures up by object) and
+    its graph; ``None`` when Warp knows no capture there."""
     for key, graph in stream.device.captures.items():
         if key.cuda_stream == stream.cuda_stream:
-            return graph
+            return key, graph
     return None
-
-
-def warp_stream(stream: wp.Stream) -> wp.Stream:
-    """The stream object Warp registered for ``stream``'s capture (``capture_if``
-    looks captures up by object), or ``stream`` itself."""
-    for key in stream.device.captures:
-        if key.cuda_stream == stream.cuda_stream:
-            return key
-    return stream
 
 
 def torch_capture_stream(device: wp.context.Device) -> wp.Stream | None:
@@ -83,7 +77,7 @@ def records_conditional(stream: wp.Stream) -> bool:
     mode = exec_mode.mode()
     if mode == "unconditional" or not wp.is_conditional_graph_supported():
         return False
-    if warp_graph(stream) is None:
+    if warp_capture(stream) is None:
         if mode == "conditional":
             raise CaptureError("exec.conditional() needs a capture Warp registered: record inside "
                                "wp.ScopedCapture, or under torch.cuda.graph inside "
@@ -169,6 +163,7 @@ def open_fork(stream: wp.Stream) -> bool:
 
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _kept: dict[int, list[Any]] = {}
+_tokens = itertools.count(1)
 _released: list[int] = []
 _USER_OBJECT_NO_DESTRUCTOR_SYNC = 1
 _GRAPH_USER_OBJECT_MOVE = 1
@@ -193,7 +188,7 @@ def keep_with_capture(stream: wp.Stream, objects: list[Any]) -> None:
     """Keep ``objects`` alive until CUDA destroys the graph that ``stream`` is
     capturing (and every executable instantiated from it)."""
     release_dropped()
-    token = max(_kept, default=0) + 1
+    token = next(_tokens)
     cu, user_object = _driver(), ctypes.c_void_p()
     with stream.device.context_guard:
         _, graph, _ = _capture_info(stream)
@@ -209,9 +204,10 @@ def keep_with_capture(stream: wp.Stream, objects: list[Any]) -> None:
 
 def note_recorded(stream: wp.Stream | None, course: Any) -> None:
     """A call of ``course`` recorded on ``stream``: the Warp graph capturing
-    there (if any) keeps the course alive as long as itself."""
-    graph = warp_graph(stream) if stream is not None and stream.is_capturing else None
-    if graph is not None:
-        kept = graph.__dict__.setdefault("_track_gen_courses", [])
+    there (if any) keeps the course alive as long as itself. Warp registers
+    a capture only while it records, so no capture status is asked."""
+    capture = warp_capture(stream) if stream is not None else None
+    if capture is not None:
+        kept = capture[1].__dict__.setdefault("_track_gen_courses", [])
         if not any(c is course for c in kept):
             kept.append(course)

@@ -196,7 +196,7 @@ class Course:
         if not conditional:
             self._regenerate(mask, advance)
             return
-        capturing = _capture.warp_stream(stream)
+        capturing = _capture.warp_capture(stream)[0]
         wp.launch(ks.clear_flag, 1, [self._flag], stream=capturing)
         wp.launch(ks.raise_flag, self.num_envs, [mask, self._flag], stream=capturing)
         wp.capture_if(self._flag, on_true=lambda: self._regenerate(mask, advance), stream=capturing)

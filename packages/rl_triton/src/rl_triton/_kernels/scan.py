@@ -125,7 +125,6 @@ def _scan_groups(a, b):
 
 @triton.jit
 def _scan_flipped(a, b, NEXT: tl.constexpr):
-    cols = tl.arange(0, a.shape[1])[None, :, None]
     zero = 0.0 * a
     if NEXT:
         y0, prod, next0, next_prod = tl.associative_scan((a, b, zero, zero + 1.0), 1, compose_with_previous)
@@ -133,9 +132,10 @@ def _scan_flipped(a, b, NEXT: tl.constexpr):
         y0, prod = tl.associative_scan((a, b), 1, compose)
         next0 = zero
         next_prod = zero
-    last = cols == a.shape[1] - 1
-    exit_y0 = tl.sum(tl.sum(tl.where(last, y0, 0.0), axis=2), axis=1)
-    exit_prod = tl.sum(tl.sum(tl.where(last, prod, 0.0), axis=2), axis=1)
+    cols = tl.arange(0, a.shape[1])
+    last = a.shape[1] - 1
+    exit_y0 = pick(tl.reshape(y0, [a.shape[0], a.shape[1]]), cols, last)
+    exit_prod = pick(tl.reshape(prod, [a.shape[0], a.shape[1]]), cols, last)
     return y0, prod, next0, next_prod, exit_y0, exit_prod
 
 

@@ -29,13 +29,20 @@ def segments_cross(p: wp.vec2, p2: wp.vec2, q: wp.vec2, q2: wp.vec2) -> bool:
 
 
 @wp.func
-def segment_distance(p: wp.vec2, a: wp.vec2, b: wp.vec2) -> float:
-    ab = b - a
+def segment_t(p: wp.vec2, a: wp.vec2, ab: wp.vec2) -> float:
+    """Where ``p`` projects on the segment from ``a`` along ``ab``, in [0, 1]
+    (0 for a zero-length segment)."""
     denom = wp.dot(ab, ab)
     t = float(0.0)
     if denom > 0.0:
         t = wp.clamp(wp.dot(p - a, ab) / denom, 0.0, 1.0)
-    return wp.length(p - (a + t * ab))
+    return t
+
+
+@wp.func
+def segment_distance(p: wp.vec2, a: wp.vec2, b: wp.vec2) -> float:
+    ab = b - a
+    return wp.length(p - (a + segment_t(p, a, ab) * ab))
 
 
 @wp.func

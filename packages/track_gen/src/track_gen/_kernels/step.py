@@ -7,7 +7,7 @@ Conventions: see ``track_gen._kernels``; these kernels run over every env.
 
 import warp as wp
 
-from track_gen._kernels.geometry import NAN, cross2, xy
+from track_gen._kernels.geometry import NAN, cross2, segment_t, xy
 
 #: Course-line segments searched on each side of the last match: an agent may
 #: move up to ``WINDOW * ds`` along the course line per step.
@@ -31,17 +31,14 @@ def _nearest(p: wp.vec2, center: wp.array2d(dtype=wp.vec3), e: int, n: int, star
             j = 0
         b = xy(center[e, j])
         ab = b - a
-        denom = wp.dot(ab, ab)
-        t = float(0.0)
-        if denom > 0.0:
-            t = wp.clamp(wp.dot(p - a, ab) / denom, 0.0, 1.0)
+        t = segment_t(p, a, ab)
         d = p - (a + t * ab)
         dist2 = wp.dot(d, d)
         if dist2 < best:
             best = dist2
             best_i = i
             best_t = t
-            best_side = cross2(ab, d) / wp.max(wp.sqrt(denom), 1.0e-12)
+            best_side = cross2(ab, d) / wp.max(wp.length(ab), 1.0e-12)
         a = b
         i = j
     return wp.vec3(float(best_i), best_t, best_side)
@@ -60,11 +57,7 @@ def _within(p: wp.vec2, center: wp.array2d(dtype=wp.vec3), e: int, n: int, i: in
         j = ((i + offset) % n + n) % n
         a = xy(center[e, j])
         ab = xy(center[e, (j + 1) % n]) - a
-        denom = wp.dot(ab, ab)
-        t = float(0.0)
-        if denom > 0.0:
-            t = wp.clamp(wp.dot(p - a, ab) / denom, 0.0, 1.0)
-        d = p - (a + t * ab)
+        d = p - (a + segment_t(p, a, ab) * ab)
         if wp.dot(d, d) <= limit * limit:
             found = 1
             break
