@@ -21,7 +21,7 @@ from triton import knobs
 
 import rl_triton
 from rl_triton._kernels.gae import gae_kernel
-from rl_triton._launch import plan, _override, _target_programs
+from rl_triton._launch import _override, _target_programs, plan
 
 
 def per_call_us(fn, calls: int = 2000, reps: int = 7) -> float:
@@ -43,9 +43,9 @@ def main() -> None:
     lv = torch.randn(E, device="cuda")
     adv = torch.empty_like(r)
     grid = (1, 1)
-    p = plan(E, T, 1, _target_programs(r.device), _override.get())
+    p = plan(E, T, 1, _target_programs(r.device.index), _override.get())
     values = [r, v, term, term, lv, adv, r, r, E, T, p.chunk_t, 1, 0.99, 0.95,
-              False, 2, False, 1, p.block_e, p.block_t]
+              False, 2, False, 1, p.block_e, p.block_t, p.flip]
     compiled = gae_kernel[grid](*values, num_warps=p.num_warps)
     device = torch.cuda.current_device()
     driver = triton.runtime.driver.active

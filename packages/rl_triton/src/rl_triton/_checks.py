@@ -58,11 +58,12 @@ def tensor(name: str, x: object, kind: Kind) -> torch.Tensor:
 def like(name: str, x: object, ref: torch.Tensor, ref_name: str, kind: Kind,
          shape: tuple[int, ...] | None = None) -> torch.Tensor:
     """``x`` matches ``ref``'s device and ``shape`` (default ``ref.shape``); made contiguous."""
-    x = tensor(name, x, kind)
-    expected = tuple(ref.shape) if shape is None else shape
+    if not isinstance(x, torch.Tensor) or x.dtype not in _ALLOWED[kind]:
+        tensor(name, x, kind)
     if x.device != ref.device:
         raise ValueError(f"{name} must be on {ref_name}'s device {ref.device}, got {x.device}")
-    if tuple(x.shape) != expected:
+    expected = ref.shape if shape is None else shape
+    if x.shape != expected:
         raise ValueError(f"{name} must have shape {list(expected)}, got {list(x.shape)}")
     return x.contiguous()
 
@@ -114,8 +115,10 @@ def episode_ends(
     if truncateds is not None:
         truncateds = like("truncateds", truncateds, ref, ref_name, "flag")
     if last_value is not None:
-        exclusive(last_value=last_value, bootstrap_values=bootstrap_values)
-        exclusive(last_value=last_value, truncateds=truncateds)
+        if bootstrap_values is not None:
+            exclusive(last_value=last_value, bootstrap_values=bootstrap_values)
+        if truncateds is not None:
+            exclusive(last_value=last_value, truncateds=truncateds)
         last_value = like("last_value", last_value, ref, ref_name, "float", (ref.shape[0],))
     if bootstrap_values is not None:
         bootstrap_values = like("bootstrap_values", bootstrap_values, ref, ref_name, "float")

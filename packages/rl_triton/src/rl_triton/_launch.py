@@ -133,12 +133,16 @@ def launch_config(**fields: int | bool) -> Iterator[LaunchConfig]:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
+    """A launch: ``grid = (row_blocks, num_chunks)`` programs of ``num_warps``
+    warps, each owning ``block_e`` rows and ``chunk_t`` steps in tiles of ``block_t``."""
+
     block_e: int
     block_t: int
     chunk_t: int
     num_chunks: int
     num_warps: int
     flip: bool
+    row_blocks: int
 
     @property
     def chunked(self) -> bool:
@@ -146,19 +150,24 @@ class Plan:
 
     @property
     def nc_pad(self) -> int:
-        return triton.next_power_of_2(self.num_chunks)
+        """The chunk count padded to a power of two (the carry composition's width)."""
+        return _next_pow2(self.num_chunks)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
 
 
 @functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def _target_programs(device: torch.device) -> int:
-    if device.type == "cuda" and not _INTERPRET:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return PROGRAMS_PER_SM * _sm_count(index)
-    return 1
+def _target_programs(device_index: int) -> int:
+    """Programs the plan aims for on CUDA device ``device_index`` (1 in the interpreter)."""
+    if _INTERPRET:
+        return 1
+    return PROGRAMS_PER_SM * torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 @functools.lru_cache(maxsize=4096)
@@ -170,7 +179,7 @@ def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
     Fused when the rows alone give ``target_programs`` programs (or the
     sequence fits one tile), chunked otherwise.
     """
-    steps = triton.next_power_of_2(seq_len)
+    steps = _next_pow2(seq_len)
     wide = width > 1
     short = steps <= SHORT_MAX_BLOCK_T
     if short:
@@ -186,14 +195,14 @@ def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
     chunk_t = max(MIN_BLOCK_T, min(steps, chunk_tile // width))
     chunked = config.chunked
     if chunked is None:
-        block_e = max(1, min(fused_tile // (fused_t * width), triton.next_power_of_2(num_envs)))
-        few_rows = triton.cdiv(num_envs, block_e) < target_programs
-        chunked = few_rows and 1 < triton.cdiv(seq_len, chunk_t) <= MAX_CHUNKS
+        block_e = max(1, min(fused_tile // (fused_t * width), _next_pow2(num_envs)))
+        few_rows = _cdiv(num_envs, block_e) < target_programs
+        chunked = few_rows and 1 < _cdiv(seq_len, chunk_t) <= MAX_CHUNKS
     block_t = config.block_t or (chunk_t if chunked else fused_t)
-    tiles = triton.cdiv(seq_len, block_t)
+    tiles = _cdiv(seq_len, block_t)
     chunked = chunked and tiles > 1
     tile = chunk_tile if chunked else fused_tile
-    block_e = config.block_e or max(1, min(tile // (block_t * width), triton.next_power_of_2(num_envs)))
+    block_e = config.block_e or max(1, min(tile // (block_t * width), _next_pow2(num_envs)))
     elements = block_e * block_t * width
     if config.num_warps:
         num_warps = config.num_warps
@@ -207,7 +216,13 @@ def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
         num_warps = 4 if block_t >= 256 else 2
     span = block_t if chunked else tiles * block_t
     flip = wide if config.flip is None else config.flip
-    return Plan(block_e, block_t, span, triton.cdiv(seq_len, span), num_warps, flip)
+    return Plan(block_e, block_t, span, _cdiv(seq_len, span), num_warps, flip, _cdiv(num_envs, block_e))
+
+
+#: Kernel arguments the launch supplies, by name; every kernel takes its
+#: pointers, then ``agg_ptr`` and ``sync_ptr``, then its scalars and constexprs.
+_SUPPLIED = ("agg_ptr", "sync_ptr", "E", "T", "CHUNK_T", "NUM_CHUNKS",
+             "CHUNKED", "NC_PAD", "BLOCK_E", "BLOCK_T", "FLIP")
 
 
 class _Launcher:
@@ -216,45 +231,62 @@ class _Launcher:
 
     Triton specialises a kernel on each pointer's dtype and 16-byte alignment,
     on each integer's size, divisibility by 16 and equality to 1, and on the
-    constexpr values. The first launch of a specialisation goes through
-    ``kernel[grid](...)`` (compiling if needed); later launches with the same
-    key call the compiled kernel directly, which takes a third of the host time.
+    constexpr values. Here the integers are the shape's and the plan's, so a
+    specialisation is fixed by the device, the shape, the plan, the op's
+    params other than floats, and the pointers' dtypes and alignment. The first launch of one
+    goes through ``kernel[grid](...)`` (compiling if needed); later launches
+    call the compiled kernel directly, which takes a fraction of the host time.
     """
 
-    def __init__(self, kernel: Any) -> None:
+    def __init__(self, kernel: Any, pointers: int, params: dict[str, Any]) -> None:
+        param_names = tuple(params)
         self.kernel = kernel
-        params = kernel.params
-        self.pointers = [i for i, p in enumerate(params) if p.name.endswith("_ptr")]
-        self.ints = [i for i, p in enumerate(params) if p.name in _INT_ARGS]
-        self.constexprs = [i for i, p in enumerate(params) if p.is_constexpr]
-        self.compiled: dict[tuple, Any] = {}
+        self.param_names = param_names
+        names = kernel.arg_names
+        sources = {name: pointers + i for i, name in enumerate(_SUPPLIED)}
+        sources.update({name: pointers + len(_SUPPLIED) + i for i, name in enumerate(param_names)})
+        if len(names) != pointers + len(param_names) + sum(n in names for n in _SUPPLIED):
+            raise TypeError(f"{kernel.fn.__name__} takes {names}, launched with {pointers} pointers "
+                            f"and {param_names}")
+        #: Position in (pointers, supplied, params) of each kernel argument.
+        self.order = [i if i < pointers else sources[name] for i, name in enumerate(names)]
+        #: The params that specialise the kernel: all but the floats.
+        self.key_params = [i for i, v in enumerate(params.values()) if not isinstance(v, float)]
+        self.compiled: dict[tuple, tuple[Any, ...]] = {}
 
-    def __call__(self, grid: tuple[int, int], args: list[Any], num_warps: int, device: int) -> None:
-        key = (device, num_warps,
-               *[(args[i].dtype, args[i].data_ptr() & 15 == 0) for i in self.pointers],
-               *[(args[i] == 1, args[i] & 15 == 0, args[i] < 2**31) for i in self.ints],
-               *[args[i] for i in self.constexprs])
+    def __call__(self, p: Plan, pointers: Sequence[torch.Tensor], agg: torch.Tensor, sync: torch.Tensor,
+                 num_envs: int, seq_len: int, params: tuple[Any, ...], device: int) -> None:
+        source = (*pointers, agg, sync, num_envs, seq_len, p.chunk_t, p.num_chunks,
+                  p.chunked, p.nc_pad, p.block_e, p.block_t, p.flip, *params)
+        args = [source[i] for i in self.order]
+        misaligned = 0
+        for x in pointers:
+            misaligned |= x.data_ptr()
+        aligned = not misaligned & 15 or tuple([x.data_ptr() & 15 == 0 for x in pointers])
+        key = (device, p, num_envs, seq_len, aligned, *[x.dtype for x in pointers],
+               *[params[i] for i in self.key_params])
         compiled = self.compiled.get(key)
+        grid = (p.row_blocks, p.num_chunks)
         if compiled is None:
-            compiled = self.kernel[grid](*args, num_warps=num_warps)
-            if all(hasattr(compiled, a) for a in _COMPILED_ATTRS):
-                self.compiled[key] = compiled
+            kernel = self.kernel[grid](*args, num_warps=p.num_warps)
+            if all(hasattr(kernel, a) for a in _COMPILED_ATTRS):
+                self.compiled[key] = (kernel.run, kernel.function, kernel.packed_metadata, kernel)
             return
+        run, function, metadata, kernel = compiled
         stream = _driver.active.get_current_stream(device)
-        compiled.run(grid[0], grid[1], 1, stream, compiled.function, compiled.packed_metadata,
-                     compiled.launch_metadata(grid, stream, *args),
-                     knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *args)
+        enter = knobs.runtime.launch_enter_hook
+        hook_data = None if enter is None else kernel.launch_metadata(grid, stream, *args)
+        run(grid[0], grid[1], 1, stream, function, metadata, hook_data, enter,
+            knobs.runtime.launch_exit_hook, *args)
 
 
-#: Integer (non-constexpr) kernel arguments; every other non-pointer is a float.
-_INT_ARGS = ("E", "T", "A", "CHUNK_T", "NUM_CHUNKS")
 _COMPILED_ATTRS = ("run", "function", "packed_metadata", "launch_metadata")
-_launchers: dict[Any, _Launcher] = {}
+_launchers: dict[tuple[Any, tuple[str, ...]], _Launcher] = {}
 
 
 def launch(
     kernel: Any,
-    args: Sequence[Any],
+    pointers: Sequence[torch.Tensor],
     num_envs: int,
     seq_len: int,
     device: torch.device,
@@ -263,27 +295,27 @@ def launch(
 ) -> None:
     """Launch ``kernel`` over ``[num_envs, seq_len]`` with the planned path.
 
-    ``args`` are the kernel's leading pointer arguments; ``params`` its
-    remaining scalars and constexprs by name, except the launch plan's own.
+    ``pointers`` are the kernel's leading tensor arguments; ``params`` its own
+    scalars and constexprs by name, except the launch plan's (``_SUPPLIED``).
     """
-    index = device.index if device.index is not None else 0
-    p = plan(num_envs, seq_len, width, _target_programs(device), _override.get())
-    row_blocks = triton.cdiv(num_envs, p.block_e)
+    index = device.index or 0
+    p = plan(num_envs, seq_len, width, _target_programs(index), _override.get())
     if p.chunked:
         agg = torch.empty((2, num_envs, p.num_chunks), dtype=torch.float32, device=device)
-        sync = torch.zeros(row_blocks * (p.num_chunks + 1), dtype=torch.int32, device=device)
+        sync = torch.zeros(p.row_blocks * (p.num_chunks + 1), dtype=torch.int32, device=device)
     else:
-        agg = sync = args[0]
-    named = dict(E=num_envs, T=seq_len, CHUNK_T=p.chunk_t, NUM_CHUNKS=p.num_chunks,
-                 CHUNKED=p.chunked, NC_PAD=p.nc_pad, BLOCK_E=p.block_e, BLOCK_T=p.block_t, FLIP=p.flip,
-                 **params)
-    values = [*args, agg, sync, *(named[name] for name in kernel.arg_names[len(args) + 2:])]
-    grid = (row_blocks, p.num_chunks)
+        agg = sync = pointers[0]
     if _INTERPRET:
-        kernel[grid](*values, num_warps=p.num_warps)
+        named = dict(zip(_SUPPLIED, (agg, sync, num_envs, seq_len, p.chunk_t, p.num_chunks,
+                                     p.chunked, p.nc_pad, p.block_e, p.block_t, p.flip)), **params)
+        names = kernel.arg_names[len(pointers):]
+        kernel[(p.row_blocks, p.num_chunks)](*pointers, *(named[n] for n in names), num_warps=p.num_warps)
         return
-    launcher = _launchers.get(kernel) or _launchers.setdefault(kernel, _Launcher(kernel))
-    launcher(grid, values, p.num_warps, index)
+    names = tuple(params)
+    launcher = _launchers.get((kernel, names))
+    if launcher is None:
+        launcher = _launchers.setdefault((kernel, names), _Launcher(kernel, len(pointers), params))
+    launcher(p, pointers, agg, sync, num_envs, seq_len, tuple(params.values()), index)
 
 
 def or_placeholder(x: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:

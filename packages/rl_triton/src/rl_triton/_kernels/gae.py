@@ -33,7 +33,7 @@ def gae_kernel(
             trunc = load_flag(trunc_ptr, off, m)
         else:
             trunc = term
-        v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], off, t, m, T, trunc, BOOT)
+        v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], v, off, t, m, T, trunc, BOOT, FLIP)
         delta = tl.where(m, r + tl.where(term, 0.0, gamma * v_next) - v, 0.0)
         decay = tl.where(m, tl.where(term | trunc, 0.0, gamma * lam), 1.0)
         y0, prod, _, _, exit_y0, exit_prod = scan_backward(delta, decay, FLIP, False)

@@ -262,15 +262,36 @@ def load_f32(ptr, off, mask, other):
 
 
 @triton.jit
-def next_state_value(v_ptr, boot_ptr, last, off, t, m, T, trunc, BOOT: tl.constexpr):
-    """``v_next[t]``: the bootstrap where truncated or ``t = T-1``, else ``v[t+1]``.
+def later_step(x, ptr, off, t, m, T, FLIP: tl.constexpr):
+    """``x[t+1]`` (0 past the sequence) for a backward tile ``x`` of ``ptr``'s
+    values at ``off`` (masked to 0 where ``m`` is false).
+
+    A tile of 4-step groups has three of each group's four in its own
+    columns; the fourth is the first step of the next group in time, read as
+    one aligned vector (a shifted load would split into four scalar loads).
+    ``FLIP`` tiles load the shifted values.
+    """
+    if FLIP:
+        x1 = load_f32(ptr, off + 1, m & (t < T - 1), 0.0)
+    else:
+        later = load_f32(ptr, off + 4, m & (t + 4 < T), 0.0)
+        _, c1, c2, c3 = _columns(x)
+        l0, _, _, _ = _columns(later)
+        x1 = _tile(c1, c2, c3, l0)
+    return x1
+
+
+@triton.jit
+def next_state_value(v_ptr, boot_ptr, last, v, off, t, m, T, trunc, BOOT: tl.constexpr, FLIP: tl.constexpr):
+    """``v_next[t]``: the bootstrap where truncated or ``t = T-1``, else ``v[t+1]``
+    (``v``: the tile's values, masked to 0 where ``m`` is false).
 
     ``BOOT``: 0 no bootstrap (zeros), 1 a ``[E, T]`` ``bootstrap_values``,
     2 a ``[E]`` ``last_value`` (``last``, shaped to broadcast against the
     tile; no truncations allowed with it).
     """
     at_end = t == T - 1
-    v1 = load_f32(v_ptr, off + 1, m & (t < T - 1), 0.0)
+    v1 = later_step(v, v_ptr, off, t, m, T, FLIP)
     if BOOT == 1:
         boot = load_f32(boot_ptr, off, m, 0.0)
         v_next = tl.where(trunc | at_end, boot, v1)

@@ -36,7 +36,7 @@ def vtrace_kernel(
             trunc = load_flag(trunc_ptr, off, m)
         else:
             trunc = term
-        v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], off, t, m, T, trunc, BOOT)
+        v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], v, off, t, m, T, trunc, BOOT, FLIP)
         delta = tl.where(m, rho * (r + tl.where(term, 0.0, gamma * v_next) - v), 0.0)
         decay = tl.where(m, tl.where(term | trunc, 0.0, gamma * c), 1.0)
         y0, prod, next0, next_prod, exit_y0, exit_prod = scan_backward(delta, decay, FLIP, True)
