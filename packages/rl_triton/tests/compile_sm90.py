@@ -67,8 +67,13 @@ def main(ops: list[str]) -> None:
                          BLOCK_E=block_e, BLOCK_T=block_t)
                 if not chunked:
                     c["NUM_CHUNKS"] = 1  # an int argument equal to 1 is specialised as a constant
-                compile_variant(kernel, c, warps)
-                print(op, c, warps, "ok", flush=True)
+                # The plan leaves chunks masked; fused tiles are masked or not (EVEN).
+                evens = (False,) if chunked else (False, True)
+                for even in evens if "EVEN" in kernel.arg_names else (None,):
+                    if even is not None:
+                        c["EVEN"] = even
+                    compile_variant(kernel, c, warps)
+                    print(op, c, warps, "ok", flush=True)
 
 
 if __name__ == "__main__":

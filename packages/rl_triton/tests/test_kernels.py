@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import rl_triton
+from rl_triton._launch import plan
 from rollouts import OPS, REFERENCES, assert_matches, rollout, run
 
 pytestmark = pytest.mark.kernels
@@ -34,6 +35,16 @@ def check(op: str, batch, device: str) -> None:
 def test_random_rollouts(op, config, shape, kernel_device):
     batch = rollout(*shape, seed=zlib.crc32(repr((op, config, shape)).encode()))
     with rl_triton.launch_config(**CONFIGS[config]):
+        check(op, batch, kernel_device)
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+@pytest.mark.parametrize("flip", [False, True])
+def test_tiles_that_cover_the_inputs_run_unmasked(op, flip, kernel_device):
+    shape, config = (8, 64), {"block_t": 8, "chunked": False, "flip": flip}
+    assert plan(*shape, 1, 1, rl_triton.LaunchConfig(**config)).even
+    batch = rollout(*shape, seed=zlib.crc32(repr((op, flip, "even")).encode()))
+    with rl_triton.launch_config(**config):
         check(op, batch, kernel_device)
 
 

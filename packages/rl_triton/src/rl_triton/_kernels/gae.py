@@ -15,6 +15,7 @@ def gae_kernel(
     E, T, CHUNK_T, NUM_CHUNKS, gamma, lam,
     HAS_TRUNC: tl.constexpr, BOOT: tl.constexpr, CHUNKED: tl.constexpr,
     NC_PAD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, FLIP: tl.constexpr,
+    EVEN: tl.constexpr,
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
@@ -26,17 +27,22 @@ def gae_kernel(
         t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, FLIP)
         m = row_ok[:, None, None] & (t < T)
         off = row_off + t
-        r = load_f32(r_ptr, off, m, 0.0)
-        v = load_f32(v_ptr, off, m, 0.0)
-        term = load_flag(term_ptr, off, m)
+        if EVEN:
+            lm = None
+        else:
+            lm = m
+        r = load_f32(r_ptr, off, lm, 0.0)
+        v = load_f32(v_ptr, off, lm, 0.0)
+        term = load_flag(term_ptr, off, lm)
         if HAS_TRUNC:
-            trunc = load_flag(trunc_ptr, off, m)
+            trunc = load_flag(trunc_ptr, off, lm)
         else:
             trunc = term
-        v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], v, off, t, m, T, trunc, BOOT, FLIP)
+        v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], v, off, t, m, lm, T, trunc,
+                                  HAS_TRUNC, BOOT, FLIP)
         delta = tl.where(m, r + tl.where(term, 0.0, gamma * v_next) - v, 0.0)
         decay = tl.where(m, tl.where(term | trunc, 0.0, gamma * lam), 1.0)
         y0, prod, _, _, exit_y0, exit_prod = scan_backward(delta, decay, FLIP, False)
         carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
                                      chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
-        tl.store(adv_ptr + off, y0 + prod * carry_in[:, None, None], mask=m)
+        tl.store(adv_ptr + off, y0 + prod * carry_in[:, None, None], mask=lm, cache_modifier=".cs")

@@ -16,7 +16,7 @@ def returns_kernel(
     E, T, CHUNK_T, NUM_CHUNKS, gamma, lam,
     HAS_NEXT_VALUES: tl.constexpr, HAS_TRUNC: tl.constexpr, HAS_BOOT: tl.constexpr,
     CHUNKED: tl.constexpr, NC_PAD: tl.constexpr,
-    BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, FLIP: tl.constexpr,
+    BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, FLIP: tl.constexpr, EVEN: tl.constexpr,
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
@@ -31,18 +31,22 @@ def returns_kernel(
         t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, FLIP)
         m = row_ok[:, None, None] & (t < T)
         off = row_off + t
-        g = load_f32(r_ptr, off, m, 0.0)
-        done = load_flag(term_ptr, off, m)
+        if EVEN:
+            lm = None
+        else:
+            lm = m
+        g = load_f32(r_ptr, off, lm, 0.0)
+        done = load_flag(term_ptr, off, lm)
         if HAS_TRUNC:
-            trunc = load_flag(trunc_ptr, off, m)
+            trunc = load_flag(trunc_ptr, off, lm)
             done = done | trunc
             if HAS_BOOT:
-                g += tl.where(trunc, gamma * load_f32(boot_ptr, off, m, 0.0), 0.0)
+                g += tl.where(trunc, gamma * load_f32(boot_ptr, off, lm, 0.0), 0.0)
         if HAS_NEXT_VALUES:
-            g += tl.where(done, 0.0, gamma * (1.0 - lam) * load_f32(nv_ptr, off, m, 0.0))
+            g += tl.where(done, 0.0, gamma * (1.0 - lam) * load_f32(nv_ptr, off, lm, 0.0))
         g = tl.where(m, g, 0.0)
         decay = tl.where(m, tl.where(done, 0.0, gamma * lam), 1.0)
         y0, prod, _, _, exit_y0, exit_prod = scan_backward(g, decay, FLIP, False)
         carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
                                      chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
-        tl.store(out_ptr + off, y0 + prod * carry_in[:, None, None], mask=m)
+        tl.store(out_ptr + off, y0 + prod * carry_in[:, None, None], mask=lm, cache_modifier=".cs")

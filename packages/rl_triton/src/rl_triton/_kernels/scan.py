@@ -252,19 +252,36 @@ def chained_carry(
 
 @triton.jit
 def load_flag(ptr, off, mask):
-    """A boolean tile: nonzero entries of a flag tensor of any dtype."""
-    return tl.load(ptr + off, mask=mask, other=0) != 0
+    """A boolean tile: nonzero entries of a flag tensor of any dtype
+    (``mask`` as for ``load_f32``)."""
+    if mask is None:
+        x = tl.load(ptr + off, eviction_policy="evict_first")
+    else:
+        x = tl.load(ptr + off, mask=mask, other=0, eviction_policy="evict_first")
+    return x != 0
 
 
 @triton.jit
 def load_f32(ptr, off, mask, other):
-    return tl.load(ptr + off, mask=mask, other=other).to(tl.float32)
+    """A float32 tile, ``other`` where ``mask`` is false.
+
+    ``mask`` ``None``: every entry is in bounds (the plan's tiles cover the
+    inputs exactly, ``EVEN``). Unmasked loads have no registers to preset, so
+    the compiler issues a tile's loads together instead of waiting for one
+    before issuing the next. Inputs are read once: they leave the L2 first.
+    """
+    if mask is None:
+        x = tl.load(ptr + off, eviction_policy="evict_first")
+    else:
+        x = tl.load(ptr + off, mask=mask, other=other, eviction_policy="evict_first")
+    return x.to(tl.float32)
 
 
 @triton.jit
-def later_step(x, ptr, off, t, m, T, FLIP: tl.constexpr):
-    """``x[t+1]`` (0 past the sequence) for a backward tile ``x`` of ``ptr``'s
-    values at ``off`` (masked to 0 where ``m`` is false).
+def later_step(x, ptr, off, t, m, lm, T, FLIP: tl.constexpr):
+    """``x[t+1]`` for a backward tile ``x`` of ``ptr``'s values at ``off``
+    (``m``: in bounds; ``lm``: the loads' mask, ``bounds(m, EVEN)``); at
+    ``t = T-1`` the value is unspecified.
 
     A tile of 4-step groups has three of each group's four in its own
     columns; the fourth is the first step of the next group in time, read as
@@ -274,7 +291,8 @@ def later_step(x, ptr, off, t, m, T, FLIP: tl.constexpr):
     if FLIP:
         x1 = load_f32(ptr, off + 1, m & (t < T - 1), 0.0)
     else:
-        later = load_f32(ptr, off + 4, m & (t + 4 < T), 0.0)
+        # The last group has no next one: it reads its own steps instead.
+        later = load_f32(ptr, off + tl.where(t + 4 < T, 4, 0), lm, 0.0)
         _, c1, c2, c3 = _columns(x)
         l0, _, _, _ = _columns(later)
         x1 = _tile(c1, c2, c3, l0)
@@ -282,23 +300,31 @@ def later_step(x, ptr, off, t, m, T, FLIP: tl.constexpr):
 
 
 @triton.jit
-def next_state_value(v_ptr, boot_ptr, last, v, off, t, m, T, trunc, BOOT: tl.constexpr, FLIP: tl.constexpr):
+def next_state_value(v_ptr, boot_ptr, last, v, off, t, m, lm, T, trunc,
+                     HAS_TRUNC: tl.constexpr, BOOT: tl.constexpr, FLIP: tl.constexpr):
     """``v_next[t]``: the bootstrap where truncated or ``t = T-1``, else ``v[t+1]``
-    (``v``: the tile's values, masked to 0 where ``m`` is false).
+    (``v``: the tile's values; ``m``: in bounds; ``lm``: the loads' mask).
+
+    Only steps that are not terminated read ``v_next``, so without
+    truncations ``trunc`` (then the terminations) is not consulted: the value
+    does not wait for the flags' load.
 
     ``BOOT``: 0 no bootstrap (zeros), 1 a ``[E, T]`` ``bootstrap_values``,
     2 a ``[E]`` ``last_value`` (``last``, shaped to broadcast against the
     tile; no truncations allowed with it).
     """
     at_end = t == T - 1
-    v1 = later_step(v, v_ptr, off, t, m, T, FLIP)
-    if BOOT == 1:
-        boot = load_f32(boot_ptr, off, m, 0.0)
-        v_next = tl.where(trunc | at_end, boot, v1)
-    elif BOOT == 2:
-        v_next = tl.where(at_end, last, tl.where(trunc, 0.0, v1))
+    v1 = later_step(v, v_ptr, off, t, m, lm, T, FLIP)
+    if HAS_TRUNC:
+        cut = trunc | at_end
     else:
-        v_next = tl.where(trunc | at_end, 0.0, v1)
+        cut = at_end
+    if BOOT == 1:
+        v_next = tl.where(cut, load_f32(boot_ptr, off, lm, 0.0), v1)
+    elif BOOT == 2:
+        v_next = tl.where(at_end, last, tl.where(cut, 0.0, v1))
+    else:
+        v_next = tl.where(cut, 0.0, v1)
     return v_next
 
 

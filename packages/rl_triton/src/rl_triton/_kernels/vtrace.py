@@ -15,6 +15,7 @@ def vtrace_kernel(
     E, T, CHUNK_T, NUM_CHUNKS, gamma, rho_bar, c_bar,
     HAS_TRUNC: tl.constexpr, BOOT: tl.constexpr, CHUNKED: tl.constexpr,
     NC_PAD: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_T: tl.constexpr, FLIP: tl.constexpr,
+    EVEN: tl.constexpr,
 ):
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
@@ -26,17 +27,22 @@ def vtrace_kernel(
         t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, FLIP)
         m = row_ok[:, None, None] & (t < T)
         off = row_off + t
-        ratio = tl.exp(load_f32(lt_ptr, off, m, 0.0) - load_f32(lb_ptr, off, m, 0.0))
+        if EVEN:
+            lm = None
+        else:
+            lm = m
+        ratio = tl.exp(load_f32(lt_ptr, off, lm, 0.0) - load_f32(lb_ptr, off, lm, 0.0))
         rho = tl.minimum(rho_bar, ratio)
         c = tl.minimum(c_bar, ratio)
-        r = load_f32(r_ptr, off, m, 0.0)
-        v = load_f32(v_ptr, off, m, 0.0)
-        term = load_flag(term_ptr, off, m)
+        r = load_f32(r_ptr, off, lm, 0.0)
+        v = load_f32(v_ptr, off, lm, 0.0)
+        term = load_flag(term_ptr, off, lm)
         if HAS_TRUNC:
-            trunc = load_flag(trunc_ptr, off, m)
+            trunc = load_flag(trunc_ptr, off, lm)
         else:
             trunc = term
-        v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], v, off, t, m, T, trunc, BOOT, FLIP)
+        v_next = next_state_value(v_ptr, boot_ptr, last[:, None, None], v, off, t, m, lm, T, trunc,
+                                  HAS_TRUNC, BOOT, FLIP)
         delta = tl.where(m, rho * (r + tl.where(term, 0.0, gamma * v_next) - v), 0.0)
         decay = tl.where(m, tl.where(term | trunc, 0.0, gamma * c), 1.0)
         y0, prod, next0, next_prod, exit_y0, exit_prod = scan_backward(delta, decay, FLIP, True)
@@ -46,5 +52,5 @@ def vtrace_kernel(
         d_next = next0 + next_prod * carry_in[:, None, None]
         next_vs = v_next + tl.where(trunc | (t == T - 1), 0.0, d_next)
         adv = rho * (r + tl.where(term, 0.0, gamma * next_vs) - v)
-        tl.store(vs_ptr + off, d + v, mask=m)
-        tl.store(adv_ptr + off, adv, mask=m)
+        tl.store(vs_ptr + off, d + v, mask=lm, cache_modifier=".cs")
+        tl.store(adv_ptr + off, adv, mask=lm, cache_modifier=".cs")
