@@ -45,7 +45,7 @@ def main() -> None:
     grid = (1, 1)
     p = plan(E, T, 1, _target_programs(r.device.index), _override.get())
     values = [r, v, term, term, lv, adv, r, r, E, T, p.chunk_t, 1, 0.99, 0.95,
-              False, 2, False, 1, p.block_e, p.block_t, p.flip]
+              False, 2, False, 1, p.block_e, p.block_t, p.flip, p.even]
     compiled = gae_kernel[grid](*values, num_warps=p.num_warps)
     device = torch.cuda.current_device()
     driver = triton.runtime.driver.active
