@@ -11,7 +11,7 @@ TORCH ?= torch==2.13.0
 PACKAGES := rl_triton track_gen racing_env racing_stack
 PY := $(abspath $(VENV))/bin/python
 STAMP := $(VENV)/.installed
-DEV := pytest>=8 hypothesis>=6.100 matplotlib>=3.8 box2d==2.3.10 pygame>=2.5 "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+DEV := "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
 .PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
         test-integration docs benchmark-rl-triton benchmark-track-gen matrix clean
