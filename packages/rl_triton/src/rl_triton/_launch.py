@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import triton
 from triton import knobs
 from triton.runtime import driver as _driver
 
@@ -223,13 +222,21 @@ def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
     # faster on an H200 for programs that walk several tiles, slower for
     # one-tile programs (short rows, chunks), which keep their masks.
     even = tiles > 1 and not chunked and num_envs % block_e == 0 and seq_len % block_t == 0
-    return Plan(block_e, block_t, span, _cdiv(seq_len, span), num_warps, flip, _cdiv(num_envs, block_e), even)
+    return Plan(block_e, block_t, span, _cdiv(seq_len, span), num_warps, flip,
+                _cdiv(num_envs, block_e), even)
 
 
 #: Kernel arguments the launch supplies, by name; every kernel takes its
 #: pointers, then ``agg_ptr`` and ``sync_ptr``, then its scalars and constexprs.
 _SUPPLIED = ("agg_ptr", "sync_ptr", "E", "T", "CHUNK_T", "NUM_CHUNKS",
              "CHUNKED", "NC_PAD", "BLOCK_E", "BLOCK_T", "FLIP", "EVEN")
+
+
+def _supplied(p: Plan, agg: torch.Tensor, sync: torch.Tensor, num_envs: int,
+              seq_len: int) -> tuple[Any, ...]:
+    """The values of ``_SUPPLIED``, in its order."""
+    return (agg, sync, num_envs, seq_len, p.chunk_t, p.num_chunks,
+            p.chunked, p.nc_pad, p.block_e, p.block_t, p.flip, p.even)
 
 
 class _Launcher:
@@ -240,31 +247,30 @@ class _Launcher:
     on each integer's size, divisibility by 16 and equality to 1, and on the
     constexpr values. Here the integers are the shape's and the plan's, so a
     specialisation is fixed by the device, the shape, the plan, the op's
-    params other than floats, and the pointers' dtypes and alignment. The first launch of one
-    goes through ``kernel[grid](...)`` (compiling if needed); later launches
-    call the compiled kernel directly, which takes a fraction of the host time.
+    params other than floats, and the pointers' dtypes and alignment. The
+    first launch of one goes through ``kernel[grid](...)`` (compiling if
+    needed); later launches call the compiled kernel directly, which takes a
+    fraction of the host time.
     """
 
     def __init__(self, kernel: Any, pointers: int, params: dict[str, Any]) -> None:
         param_names = tuple(params)
         self.kernel = kernel
-        self.param_names = param_names
         names = kernel.arg_names
         sources = {name: pointers + i for i, name in enumerate(_SUPPLIED)}
         sources.update({name: pointers + len(_SUPPLIED) + i for i, name in enumerate(param_names)})
         if len(names) != pointers + len(param_names) + sum(n in names for n in _SUPPLIED):
-            raise TypeError(f"{kernel.fn.__name__} takes {names}, launched with {pointers} pointers "
-                            f"and {param_names}")
+            raise TypeError(f"{kernel.fn.__name__} takes {names}, launched with "
+                            f"{pointers} pointers and {param_names}")
         #: Position in (pointers, supplied, params) of each kernel argument.
         self.order = [i if i < pointers else sources[name] for i, name in enumerate(names)]
         #: The params that specialise the kernel: all but the floats.
         self.key_params = [i for i, v in enumerate(params.values()) if not isinstance(v, float)]
         self.compiled: dict[tuple, tuple[Any, ...]] = {}
 
-    def __call__(self, p: Plan, pointers: Sequence[torch.Tensor], agg: torch.Tensor, sync: torch.Tensor,
+    def __call__(self, p: Plan, pointers: Sequence[torch.Tensor], supplied: tuple[Any, ...],
                  num_envs: int, seq_len: int, params: tuple[Any, ...], device: int) -> None:
-        source = (*pointers, agg, sync, num_envs, seq_len, p.chunk_t, p.num_chunks,
-                  p.chunked, p.nc_pad, p.block_e, p.block_t, p.flip, p.even, *params)
+        source = (*pointers, *supplied, *params)
         args = [source[i] for i in self.order]
         misaligned = 0
         for x in pointers:
@@ -312,18 +318,18 @@ def launch(
         sync = torch.zeros(p.row_blocks * (p.num_chunks + 1), dtype=torch.int32, device=device)
     else:
         agg = sync = pointers[0]
+    supplied = _supplied(p, agg, sync, num_envs, seq_len)
     if _INTERPRET:
-        named = dict(zip(_SUPPLIED, (agg, sync, num_envs, seq_len, p.chunk_t, p.num_chunks,
-                                     p.chunked, p.nc_pad, p.block_e, p.block_t, p.flip, p.even)),
-                     **params)
+        named = dict(zip(_SUPPLIED, supplied), **params)
         names = kernel.arg_names[len(pointers):]
-        kernel[(p.row_blocks, p.num_chunks)](*pointers, *(named[n] for n in names), num_warps=p.num_warps)
+        kernel[(p.row_blocks, p.num_chunks)](*pointers, *(named[n] for n in names),
+                                             num_warps=p.num_warps)
         return
     names = tuple(params)
     launcher = _launchers.get((kernel, names))
     if launcher is None:
         launcher = _launchers.setdefault((kernel, names), _Launcher(kernel, len(pointers), params))
-    launcher(p, pointers, agg, sync, num_envs, seq_len, tuple(params.values()), index)
+    launcher(p, pointers, supplied, num_envs, seq_len, tuple(params.values()), index)
 
 
 def or_placeholder(x: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:

@@ -49,4 +49,5 @@ def returns_kernel(
         y0, prod, _, _, exit_y0, exit_prod = scan_backward(g, decay, FLIP, False)
         carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
                                      chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
-        tl.store(out_ptr + off, y0 + prod * carry_in[:, None, None], mask=lm, cache_modifier=".cs")
+        tl.store(out_ptr + off, y0 + prod * carry_in[:, None, None], mask=lm,
+                 cache_modifier=".cs")

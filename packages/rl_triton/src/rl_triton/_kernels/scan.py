@@ -254,11 +254,7 @@ def chained_carry(
 def load_flag(ptr, off, mask):
     """A boolean tile: nonzero entries of a flag tensor of any dtype
     (``mask`` as for ``load_f32``)."""
-    if mask is None:
-        x = tl.load(ptr + off, eviction_policy="evict_first")
-    else:
-        x = tl.load(ptr + off, mask=mask, other=0, eviction_policy="evict_first")
-    return x != 0
+    return _load(ptr, off, mask, 0) != 0
 
 
 @triton.jit
@@ -270,17 +266,22 @@ def load_f32(ptr, off, mask, other):
     the compiler issues a tile's loads together instead of waiting for one
     before issuing the next. Inputs are read once: they leave the L2 first.
     """
+    return _load(ptr, off, mask, other).to(tl.float32)
+
+
+@triton.jit
+def _load(ptr, off, mask, other):
     if mask is None:
         x = tl.load(ptr + off, eviction_policy="evict_first")
     else:
         x = tl.load(ptr + off, mask=mask, other=other, eviction_policy="evict_first")
-    return x.to(tl.float32)
+    return x
 
 
 @triton.jit
 def later_step(x, ptr, off, t, m, lm, T, FLIP: tl.constexpr):
     """``x[t+1]`` for a backward tile ``x`` of ``ptr``'s values at ``off``
-    (``m``: in bounds; ``lm``: the loads' mask, ``bounds(m, EVEN)``); at
+    (``m``: in bounds; ``lm``: the loads' mask, ``None`` when ``EVEN``); at
     ``t = T-1`` the value is unspecified.
 
     A tile of 4-step groups has three of each group's four in its own
