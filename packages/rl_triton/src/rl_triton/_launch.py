@@ -98,6 +98,7 @@ class LaunchConfig:
     chunked: bool | None = None
     num_warps: int | None = None
     flip: bool | None = None
+    _hash: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for field, least in (("block_e", 1), ("block_t", MIN_BLOCK_T), ("num_warps", 1)):
@@ -108,6 +109,12 @@ class LaunchConfig:
             v = getattr(self, field)
             if v is not None and not isinstance(v, bool):
                 raise ValueError(f"{field} must be a bool, got {v!r}")
+        # Hashed on every launch (the plan's cache key): once, here.
+        object.__setattr__(self, "_hash", hash((self.block_e, self.block_t, self.chunked,
+                                                self.num_warps, self.flip)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 _override: contextvars.ContextVar[LaunchConfig] = contextvars.ContextVar(
@@ -130,12 +137,16 @@ def launch_config(**fields: int | bool) -> Iterator[LaunchConfig]:
         _override.reset(token)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Plan:
     """A launch: ``grid = (row_blocks, num_chunks)`` programs of ``num_warps``
     warps, each owning ``block_e`` rows and ``chunk_t`` steps in tiles of
     ``block_t``; ``even`` when those tiles cover the inputs exactly (no
-    bounds masks)."""
+    bounds masks).
+
+    Compared by identity (``plan`` returns one object per set of arguments):
+    hashing it costs nothing on the launch path.
+    """
 
     block_e: int
     block_t: int
@@ -294,7 +305,8 @@ class _Launcher:
 
 
 _COMPILED_ATTRS = ("run", "function", "packed_metadata", "launch_metadata")
-_launchers: dict[tuple[Any, tuple[str, ...]], _Launcher] = {}
+#: By the kernel's id (kernels live as long as their modules) and param names.
+_launchers: dict[tuple[int, tuple[str, ...]], _Launcher] = {}
 
 
 def launch(
@@ -326,10 +338,15 @@ def launch(
                                              num_warps=p.num_warps)
         return
     names = tuple(params)
-    launcher = _launchers.get((kernel, names))
+    launcher = _launchers.get((id(kernel), names))
     if launcher is None:
-        launcher = _launchers.setdefault((kernel, names), _Launcher(kernel, len(pointers), params))
+        launcher = _launchers.setdefault((id(kernel), names), _Launcher(kernel, len(pointers), params))
     launcher(p, pointers, supplied, num_envs, seq_len, tuple(params.values()), index)
+
+
+def float32_like(x: torch.Tensor) -> torch.Tensor:
+    """An uninitialised float32 output shaped like the contiguous ``[E, T]`` input ``x``."""
+    return torch.empty_like(x, dtype=torch.float32)
 
 
 def or_placeholder(x: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,9 @@ import torch
 
 from rl_triton import _checks, reference
 from rl_triton._kernels.gae import gae_kernel
-from rl_triton._launch import PATH_REFERENCE, launch, on_reference, or_placeholder, select_path
+from rl_triton._launch import (
+    PATH_REFERENCE, float32_like, launch, on_reference, or_placeholder, select_path,
+)
 
 
 def compute_gae(
@@ -64,7 +66,7 @@ def compute_gae(
     if select_path(rewards.device) == PATH_REFERENCE:
         return on_reference(reference.gae, rewards.device, rewards, values, terminateds, truncateds,
                             gamma, lambda_, bootstrap_values, last_value)
-    advantages = torch.empty((num_envs, seq_len), dtype=torch.float32, device=rewards.device)
+    advantages = float32_like(rewards)
     boot = last_value if last_value is not None else bootstrap_values
     launch(
         gae_kernel,

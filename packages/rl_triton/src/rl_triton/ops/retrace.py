@@ -7,7 +7,9 @@ import triton
 
 from rl_triton import _checks, reference
 from rl_triton._kernels.retrace import retrace_kernel
-from rl_triton._launch import PATH_REFERENCE, launch, on_reference, or_placeholder, select_path
+from rl_triton._launch import (
+    PATH_REFERENCE, float32_like, launch, on_reference, or_placeholder, select_path,
+)
 
 
 def compute_retrace(
@@ -88,7 +90,7 @@ def compute_retrace(
     if select_path(ref.device) == PATH_REFERENCE:
         return on_reference(reference.retrace, ref.device, probs, behavior, q_values, next_q,
                             actions, ref, terminateds, truncateds, gamma, lambda_, c_bar, rho_bar)
-    q_ret = torch.empty((num_envs, seq_len), dtype=torch.float32, device=ref.device)
+    q_ret = float32_like(ref)
     advantages = torch.empty_like(q_ret)
     a_pad = triton.next_power_of_2(num_actions)
     launch(

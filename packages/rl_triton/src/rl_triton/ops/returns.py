@@ -7,7 +7,9 @@ import torch
 from rl_triton import _checks, reference
 from rl_triton._kernels.forward import forward_kernel
 from rl_triton._kernels.returns import returns_kernel
-from rl_triton._launch import PATH_REFERENCE, launch, on_reference, or_placeholder, select_path
+from rl_triton._launch import (
+    PATH_REFERENCE, float32_like, launch, on_reference, or_placeholder, select_path,
+)
 
 
 def compute_lambda_returns(
@@ -109,7 +111,7 @@ def _returns(
                                 truncateds, gamma, bootstrap_values)
         return on_reference(reference.lambda_returns, rewards.device, rewards, next_values,
                             terminateds, truncateds, gamma, lambda_, bootstrap_values)
-    out = torch.empty((num_envs, seq_len), dtype=torch.float32, device=rewards.device)
+    out = float32_like(rewards)
     launch(
         returns_kernel,
         (rewards, or_placeholder(next_values, rewards), terminateds,
@@ -178,7 +180,7 @@ def forward_scan(
 ) -> torch.Tensor:
     """``y[t] = x[t] + decay (1 - dones[t-shift]) y[t-1]`` on the Triton path."""
     num_envs, seq_len = x.shape
-    out = torch.empty((num_envs, seq_len), dtype=torch.float32, device=x.device)
+    out = float32_like(x)
     launch(
         forward_kernel,
         (x, dones, or_placeholder(seed_values, x), out),

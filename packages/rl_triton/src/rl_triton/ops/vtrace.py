@@ -6,7 +6,9 @@ import torch
 
 from rl_triton import _checks, reference
 from rl_triton._kernels.vtrace import vtrace_kernel
-from rl_triton._launch import PATH_REFERENCE, launch, on_reference, or_placeholder, select_path
+from rl_triton._launch import (
+    PATH_REFERENCE, float32_like, launch, on_reference, or_placeholder, select_path,
+)
 
 
 def compute_vtrace(
@@ -69,7 +71,7 @@ def compute_vtrace(
     if select_path(ref.device) == PATH_REFERENCE:
         return on_reference(reference.vtrace, ref.device, ref, log_pi_behavior, values, rewards,
                             terminateds, truncateds, gamma, rho_bar, c_bar, bootstrap_values, last_value)
-    vs = torch.empty((num_envs, seq_len), dtype=torch.float32, device=ref.device)
+    vs = float32_like(ref)
     advantages = torch.empty_like(vs)
     boot = last_value if last_value is not None else bootstrap_values
     launch(
