@@ -4,8 +4,10 @@
 
 Times, on a tiny input (so the GPU is never the bottleneck): an empty
 ``torch.empty``, the raw Triton launch of the GAE kernel through
-``JITFunction.__getitem__``, the same compiled kernel launched directly, and
-the full ``compute_gae`` call; then profiles ``compute_gae``.
+``JITFunction.__getitem__``, the same compiled kernel launched directly (as
+Triton does: tensors and launch hooks; then as ``rl_triton`` does without
+registered hooks: addresses, no hooks), and the full op calls; then profiles
+``compute_gae``.
 """
 
 from __future__ import annotations
@@ -56,10 +58,18 @@ def main() -> None:
                      compiled.launch_metadata(grid, stream, *values),
                      knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *values)
 
+    addresses = [x.data_ptr() if isinstance(x, torch.Tensor) else x for x in values]
+
+    def addressed() -> None:
+        stream = driver.get_current_stream(device)
+        compiled.run(1, 1, 1, stream, compiled.function, compiled.packed_metadata,
+                     None, None, None, *addresses)
+
     rows = {
         "torch.empty": per_call_us(lambda: torch.empty((E, T), device="cuda")),
         "triton JIT launch": per_call_us(lambda: gae_kernel[grid](*values, num_warps=p.num_warps)),
         "compiled kernel, direct": per_call_us(direct),
+        "compiled, addresses": per_call_us(addressed),
         "compute_gae": per_call_us(lambda: rl_triton.compute_gae(r, v, term, last_value=lv)),
         "compute_vtrace": per_call_us(lambda: rl_triton.compute_vtrace(r, v, v, r, term, last_value=lv)),
         "compute_discounted_returns": per_call_us(lambda: rl_triton.compute_discounted_returns(r, term)),

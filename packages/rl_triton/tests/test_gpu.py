@@ -58,3 +58,26 @@ def test_long_sequences_past_131072(op, cuda):
 def test_benchmark_shapes_against_reference(op, shape, cuda):
     batch = rollout(*shape, seed=8)
     assert_matches(run(op, batch, cuda), REFERENCES[op](batch))
+
+
+def test_registered_launch_hooks_see_every_launch(cuda):
+    """Triton's launch hooks (profilers register them) still run; with none
+    registered the launch passes addresses and skips them."""
+    from triton import knobs
+
+    batch = rollout(16, 100, seed=3)
+    run("gae", batch, cuda)  # compiled, so later calls take the direct launch
+    seen = []
+
+    def enter(metadata):
+        seen.append(metadata.get()["name"])
+
+    knobs.runtime.launch_enter_hook.add(enter)
+    try:
+        got = run("gae", batch, cuda)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(enter)
+    assert seen == ["gae_kernel"]
+    assert_matches(got, REFERENCES["gae"](batch))
+    run("gae", batch, cuda)
+    assert seen == ["gae_kernel"]

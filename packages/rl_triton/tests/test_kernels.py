@@ -110,3 +110,32 @@ def test_out_of_range_actions_have_probability_zero(kernel_device):
     batch.actions[0, 3] = -1
     batch.actions[1, 10] = 99
     assert_matches(run("retrace", batch, kernel_device), REFERENCES["retrace"](batch))
+
+
+
+@pytest.mark.parametrize("op", ["gae", "vtrace"])
+@pytest.mark.parametrize("config", ["planned", "chunked"])
+def test_infinite_last_value_of_a_terminated_env_is_never_used(op, config, kernel_device):
+    """``V(s_T)`` after a termination at ``T-1`` enters nothing: an infinite one
+    leaves the outputs finite (a carry started as ``0 * last_value`` would be NaN)."""
+    import torch
+
+    d = kernel_device
+    b = rollout(3, 24, seed=11)
+    term = b.t("terminateds", d).clone()
+    term[:, -1] = 1
+    r, v = b.t("rewards", d), b.t("values", d)
+
+    def outputs(last_value):
+        with rl_triton.launch_config(**CONFIGS[config]):
+            if op == "gae":
+                return (rl_triton.compute_gae(r, v, term, gamma=b.gamma, lambda_=b.lam,
+                                              last_value=last_value),)
+            return rl_triton.compute_vtrace(b.t("log_pi_target", d), b.t("log_pi_behavior", d),
+                                            v, r, term, gamma=b.gamma, last_value=last_value)
+
+    got = outputs(torch.tensor([float("inf"), -float("inf"), 1.0], device=d))
+    want = outputs(torch.tensor([0.0, 0.0, 1.0], device=d))
+    for g, w in zip(got, want):
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g, w)

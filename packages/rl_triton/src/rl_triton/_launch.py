@@ -281,27 +281,42 @@ class _Launcher:
 
     def __call__(self, p: Plan, pointers: Sequence[torch.Tensor], supplied: tuple[Any, ...],
                  num_envs: int, seq_len: int, params: tuple[Any, ...], device: int) -> None:
-        source = (*pointers, *supplied, *params)
-        args = [source[i] for i in self.order]
+        addresses = [x.data_ptr() for x in pointers]
         misaligned = 0
-        for x in pointers:
-            misaligned |= x.data_ptr()
-        aligned = not misaligned & 15 or tuple([x.data_ptr() & 15 == 0 for x in pointers])
+        for address in addresses:
+            misaligned |= address
+        aligned = not misaligned & 15 or tuple([a & 15 == 0 for a in addresses])
         key = (device, p, num_envs, seq_len, aligned, *[x.dtype for x in pointers],
                *[params[i] for i in self.key_params])
         compiled = self.compiled.get(key)
         grid = (p.row_blocks, p.num_chunks)
         if compiled is None:
-            kernel = self.kernel[grid](*args, num_warps=p.num_warps)
+            source = (*pointers, *supplied, *params)
+            kernel = self.kernel[grid](*[source[i] for i in self.order], num_warps=p.num_warps)
             if all(hasattr(kernel, a) for a in _COMPILED_ATTRS):
                 self.compiled[key] = (kernel.run, kernel.function, kernel.packed_metadata, kernel)
             return
         run, function, metadata, kernel = compiled
         stream = _driver.active.get_current_stream(device)
-        enter = knobs.runtime.launch_enter_hook
-        hook_data = None if enter is None else kernel.launch_metadata(grid, stream, *args)
-        run(grid[0], grid[1], 1, stream, function, metadata, hook_data, enter,
-            knobs.runtime.launch_exit_hook, *args)
+        enter = _registered(knobs.runtime.launch_enter_hook)
+        leave = _registered(knobs.runtime.launch_exit_hook)
+        if enter is None and leave is None:
+            # Addresses, not tensors: Triton's launcher then skips a data_ptr()
+            # call and a driver query per pointer (the tensors are on ``device``).
+            agg, sync = supplied[0].data_ptr(), supplied[1].data_ptr()
+            source = (*addresses, agg, sync, *supplied[2:], *params)
+            run(grid[0], grid[1], 1, stream, function, metadata, None, None, None,
+                *[source[i] for i in self.order])
+        else:
+            source = (*pointers, *supplied, *params)
+            args = [source[i] for i in self.order]
+            run(grid[0], grid[1], 1, stream, function, metadata,
+                kernel.launch_metadata(grid, stream, *args), enter, leave, *args)
+
+
+def _registered(hook: Any) -> Any:
+    """Triton's launch hook, or ``None`` when none is registered (an empty chain)."""
+    return hook if hook is not None and getattr(hook, "calls", True) else None
 
 
 _COMPILED_ATTRS = ("run", "function", "packed_metadata", "launch_metadata")

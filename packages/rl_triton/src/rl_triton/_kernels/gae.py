@@ -21,7 +21,7 @@ def gae_kernel(
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
     row_off = rows.to(tl.int64)[:, None, None] * T
     last = row_value(boot_ptr, rows, row_ok, BOOT == 2)
-    carry = 0.0 * last
+    carry = tl.zeros_like(last)
     n_tiles = tile_count(chunk, T, CHUNK_T, BLOCK_T)
     for i in range(0, n_tiles):
         t = backward_tile_times(chunk, i, n_tiles, CHUNK_T, BLOCK_T, FLIP)

@@ -109,7 +109,7 @@ def _scan_groups(a, b):
     p0 = b0 * p1
     # Across groups (latest group first): the carry entering each group is
     # ``enter + enter_prod * c``.
-    zero = 0.0 * y0
+    zero = tl.zeros_like(y0)
     all_y, all_p, enter, enter_prod = tl.associative_scan(
         (y0, p0, zero, zero + 1.0), 1, compose_with_previous)
     groups = tl.arange(0, a.shape[1])
@@ -125,7 +125,7 @@ def _scan_groups(a, b):
 
 @triton.jit
 def _scan_flipped(a, b, NEXT: tl.constexpr):
-    zero = 0.0 * a
+    zero = tl.zeros_like(a)
     if NEXT:
         y0, prod, next0, next_prod = tl.associative_scan((a, b, zero, zero + 1.0), 1, compose_with_previous)
     else:
