@@ -54,6 +54,15 @@ def test_long_sequences_past_131072(op, cuda):
 
 
 @pytest.mark.parametrize("op", ALL_OPS)
+def test_many_concurrent_chunks(op, cuda):
+    """782 chunks a row, more than the GPU holds at once, against the reference."""
+    batch = rollout(3, 200_003, seed=7, p_term=1e-4, p_trunc=1e-4)
+    with rl_triton.launch_config(chunked=True, block_t=256):
+        got = run(op, batch, cuda)
+    assert_matches(got, REFERENCES[op](batch), rtol=1e-4)
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("shape", [(4096, 33), (65536, 32), (3, 4097)])
 def test_benchmark_shapes_against_reference(op, shape, cuda):
     batch = rollout(*shape, seed=8)
