@@ -24,7 +24,7 @@ from rl_triton._kernels.vtrace import vtrace_kernel
 
 INTS = {"E", "T", "A", "CHUNK_T", "NUM_CHUNKS"}
 FLOATS = {"gamma", "lam", "rho_bar", "c_bar", "decay"}
-POINTER_TYPES = {"act_ptr": "*i64", "sync_ptr": "*i32"}
+POINTER_TYPES = {"act_ptr": "*i64", "sync_ptr": "*i64", "agg_ptr": "*i64"}
 # (block_e, block_t, num_warps) tiles the plan and the tests use.
 TILES = [(1, 512, 4), (8, 32, 1), (1, 2048, 4), (2, 8, 1), (2, 4, 1), (1, 64, 1), (1, 256, 8)]
 OPS = {

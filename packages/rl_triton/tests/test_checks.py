@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import rl_triton
+from rl_triton._launch import CHUNK_MAX_REGISTERS, CHUNK_TILE, plan
 from rollouts import OPS, rollout
 
 E, T = 3, 8
@@ -90,6 +91,21 @@ def test_launch_config_is_validated():
         rl_triton.LaunchConfig(block_t=12)
     with pytest.raises(ValueError, match="chunked must be a bool"):
         rl_triton.LaunchConfig(chunked=1)
+    for bad in (8, 256, True, 64.0):
+        with pytest.raises(ValueError, match="max_registers must be 0 or an int"):
+            rl_triton.LaunchConfig(max_registers=bad)
+
+
+def test_chunked_plans_cap_registers():
+    default = rl_triton.LaunchConfig()
+    long_rows = plan(16, 262144, 1, 1056, default)
+    assert long_rows.chunked and long_rows.max_registers == CHUNK_MAX_REGISTERS
+    assert long_rows.chunk_t == CHUNK_TILE
+    assert plan(4096, 2048, 1, 1056, default).max_registers is None  # fused: the compiler's choice
+    own = plan(16, 262144, 1, 1056, default, chunk_tile=1024, chunk_registers=80)
+    assert (own.chunk_t, own.max_registers) == (1024, 80)
+    assert plan(16, 262144, 1, 1056, rl_triton.LaunchConfig(max_registers=0)).max_registers is None
+    assert plan(4096, 2048, 1, 1056, rl_triton.LaunchConfig(max_registers=96)).max_registers == 96
 
 
 def test_correctness_warnings_only_with_the_flag(monkeypatch):

@@ -90,3 +90,19 @@ def test_registered_launch_hooks_see_every_launch(cuda):
     assert_matches(got, REFERENCES["gae"](batch))
     run("gae", batch, cuda)
     assert seen == ["gae_kernel"]
+
+
+def test_chunk_programs_keep_the_register_cap(cuda):
+    """Chunked launches compile to at most the plan's registers per thread."""
+    from rl_triton._kernels.gae import gae_kernel
+    from rl_triton._launch import CHUNK_MAX_REGISTERS, _launchers
+
+    batch = rollout(2, 20_000, seed=9)
+    with rl_triton.launch_config(chunked=True):
+        assert_matches(run("gae", batch, cuda), REFERENCES["gae"](batch))
+    launcher = next(lr for (kernel_id, _), lr in _launchers.items() if kernel_id == id(gae_kernel))
+    caps = [(p.max_registers, entry[3].n_regs) for (_, p, *_), entry in launcher.compiled.items()
+            if p.chunked]
+    assert caps
+    for cap, used in caps:
+        assert cap == CHUNK_MAX_REGISTERS and used <= cap

@@ -32,6 +32,6 @@ def forward_kernel(
         severed = load_flag(done_ptr, off - SHIFT, m & (t >= SHIFT))
         keep = tl.where(m, tl.where(severed, 0.0, decay), 1.0)
         y0, prod, exit_y0, exit_prod = scan_forward(x, keep)
-        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
-                                     chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, False)
+        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, rows, row_ok, chunk,
+                                     NUM_CHUNKS, CHUNKED, NC_PAD, False)
         tl.store(out_ptr + off, y0 + prod * carry_in[:, None], mask=m)

@@ -5,7 +5,7 @@ import triton.language as tl
 
 from rl_triton._kernels.scan import (
     backward_tile_times, chunk_of_program, load_f32, load_flag, next_state_value, program_rows,
-    row_value, scan_backward, tile_carry, tile_count,
+    row_value, scan_backward, store_tile, tile_carry, tile_count,
 )
 
 
@@ -43,7 +43,6 @@ def gae_kernel(
         delta = tl.where(m, r + tl.where(term, 0.0, gamma * v_next) - v, 0.0)
         decay = tl.where(m, tl.where(term | trunc, 0.0, gamma * lam), 1.0)
         y0, prod, _, _, exit_y0, exit_prod = scan_backward(delta, decay, FLIP, False)
-        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
-                                     chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
-        tl.store(adv_ptr + off, y0 + prod * carry_in[:, None, None], mask=lm,
-                 cache_modifier=".cs")
+        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, rows, row_ok, chunk,
+                                     NUM_CHUNKS, CHUNKED, NC_PAD, True)
+        store_tile(adv_ptr, off, y0 + prod * carry_in[:, None, None], lm)

@@ -51,8 +51,8 @@ def retrace_kernel(
         delta = tl.where(m, r + tl.where(term, 0.0, gamma * expected_next_q) - q, 0.0)
         decay = tl.where(m, tl.where(done, 0.0, gamma * c1), 1.0)
         y0, prod, next0, next_prod, exit_y0, exit_prod = scan_backward(delta, decay, FLIP, True)
-        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
-                                     chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
+        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, rows, row_ok, chunk,
+                                     NUM_CHUNKS, CHUNKED, NC_PAD, True)
         d = y0 + prod * carry_in[:, None, None]
         # Q_ret[t+1] = Q[t+1] + Δ[t+1]; past the buffer both are 0.
         q_ret_next = load_f32(q_ptr, off + 1, m1, 0.0) + next0 + next_prod * carry_in[:, None, None]

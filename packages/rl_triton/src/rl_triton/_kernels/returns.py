@@ -6,7 +6,7 @@ import triton.language as tl
 
 from rl_triton._kernels.scan import (
     backward_tile_times, chunk_of_program, load_f32, load_flag, program_rows, scan_backward,
-    tile_carry, tile_count,
+    store_tile, tile_carry, tile_count,
 )
 
 
@@ -47,7 +47,6 @@ def returns_kernel(
         g = tl.where(m, g, 0.0)
         decay = tl.where(m, tl.where(done, 0.0, gamma * lam), 1.0)
         y0, prod, _, _, exit_y0, exit_prod = scan_backward(g, decay, FLIP, False)
-        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
-                                     chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
-        tl.store(out_ptr + off, y0 + prod * carry_in[:, None, None], mask=lm,
-                 cache_modifier=".cs")
+        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, rows, row_ok, chunk,
+                                     NUM_CHUNKS, CHUNKED, NC_PAD, True)
+        store_tile(out_ptr, off, y0 + prod * carry_in[:, None, None], lm)

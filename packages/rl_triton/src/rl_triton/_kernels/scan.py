@@ -174,10 +174,11 @@ def chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED: tl.constexpr, REVERSE: tl.co
     Chunked: programs take tickets in the order they start, and the first
     ticket gets the first chunk in scan order, so a program only ever waits
     for programs that started before it (no deadlock, on the GPU or in the
-    interpreter, which runs programs one after another).
+    interpreter, which runs programs one after another). ``sync_ptr``: int64
+    ``[row blocks]`` counters starting at -1, counting down.
     """
     if CHUNKED:
-        ticket = tl.atomic_add(sync_ptr + tl.num_programs(0) * NUM_CHUNKS + tl.program_id(0), 1)
+        ticket = (-1 - tl.atomic_add(sync_ptr + tl.program_id(0), -1, sem="relaxed")).to(tl.int32)
         if REVERSE:
             chunk = NUM_CHUNKS - 1 - ticket
         else:
@@ -189,7 +190,7 @@ def chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED: tl.constexpr, REVERSE: tl.co
 
 @triton.jit
 def tile_carry(
-    exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS,
+    exit_y0, exit_prod, carry, agg_ptr, rows, row_ok, chunk, NUM_CHUNKS,
     CHUNKED: tl.constexpr, NC_PAD: tl.constexpr, REVERSE: tl.constexpr,
 ):
     """The carry entering a tile, and the one leaving it.
@@ -200,31 +201,30 @@ def tile_carry(
     comes from ``chained_carry``.
     """
     if CHUNKED:
-        carry = chained_carry(agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, carry,
-                              exit_y0, exit_prod, NC_PAD, REVERSE)
+        carry = chained_carry(agg_ptr, rows, row_ok, chunk, NUM_CHUNKS, carry, exit_y0, exit_prod,
+                              NC_PAD, REVERSE)
     return carry, exit_y0 + exit_prod * carry
 
 
 @triton.jit
 def chained_carry(
-    agg_ptr, sync_ptr, rows, row_ok, chunk, E, NUM_CHUNKS, boundary, a, b,
+    agg_ptr, rows, row_ok, chunk, NUM_CHUNKS, boundary, a, b,
     NC_PAD: tl.constexpr, REVERSE: tl.constexpr,
 ):
     """Publish this chunk's map ``(a, b)`` ([BLOCK_E] each), wait until every
     chunk before it in scan order has published, and return the carry entering
     this chunk: their maps composed and applied to ``boundary``.
 
-    ``agg_ptr``: float32 ``[2, E, NUM_CHUNKS]``; ``sync_ptr``: int32, zeroed,
-    ``[row blocks, NUM_CHUNKS]`` ready flags then ``[row blocks]`` tickets.
+    ``agg_ptr``: int64 ``[E, NUM_CHUNKS]``, all ones until written. Each
+    chunk's map is one 64-bit word (``a`` low, ``b`` high), so a single load
+    both sees that a map is published and reads it. ``b``'s NaNs are stored
+    as the canonical NaN, so no word is all ones.
     """
+    b = tl.where(b == b, b, float("nan"))
     off = rows.to(tl.int64) * NUM_CHUNKS + chunk
-    tl.store(agg_ptr + off, a, mask=row_ok)
-    tl.store(agg_ptr + E * NUM_CHUNKS + off, b, mask=row_ok)
-    # Every thread's stores are ordered before the release of the flag.
-    tl.debug_barrier()
-    flags = sync_ptr + tl.program_id(0) * NUM_CHUNKS
-    tl.atomic_xchg(flags + chunk, 1, sem="release")
-    # Position k of the composition is the k-th chunk in scan order.
+    word = a.to(tl.uint32, bitcast=True).to(tl.uint64) | (
+        b.to(tl.uint32, bitcast=True).to(tl.uint64) << 32)
+    tl.store(agg_ptr + off, word.to(tl.int64, bitcast=True), mask=row_ok)
     position = tl.arange(0, NC_PAD)
     if REVERSE:
         ks = NUM_CHUNKS - 1 - position
@@ -232,18 +232,21 @@ def chained_carry(
     else:
         ks = position
         before = ks < chunk
-    # Spin on plain (volatile) loads, then one acquire per flag orders the
-    # loads of the maps after their publication: atomics in the spin would
-    # compete with the publishing programs for the same cache lines.
-    waiting = tl.sum(tl.where(before, 1 - tl.load(flags + ks, mask=before, other=1, volatile=True), 0))
-    while waiting > 0:
-        waiting = tl.sum(tl.where(before, 1 - tl.load(flags + ks, mask=before, other=1, volatile=True), 0))
-    tl.atomic_add(flags + ks, 0, mask=before, sem="acquire")
-    tl.debug_barrier()
     m = row_ok[:, None] & before[None, :]
     maps = rows.to(tl.int64)[:, None] * NUM_CHUNKS + ks[None, :]
-    ma = tl.load(agg_ptr + maps, mask=m, other=0.0, cache_modifier=".cg")
-    mb = tl.load(agg_ptr + E * NUM_CHUNKS + maps, mask=m, other=1.0, cache_modifier=".cg")
+    words = tl.load(agg_ptr + maps, mask=m, other=0, volatile=True)
+    while tl.sum(tl.where(words == -1, 1, 0)) > 0:
+        words = tl.load(agg_ptr + maps, mask=m, other=0, volatile=True)
+    # Threads holding copies of one word loaded them at different times, and
+    # the wait ended on one copy: a thread whose copy is still unpublished
+    # reads it again from the L2, where it now is.
+    stale = words == -1
+    words = tl.where(stale, tl.load(agg_ptr + maps, mask=m & stale, other=0, cache_modifier=".cg"), words)
+    bits = words.to(tl.uint64, bitcast=True)
+    ma = (bits & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
+    mb = (bits >> 32).to(tl.uint32).to(tl.float32, bitcast=True)
+    ma = tl.where(m, ma, 0.0)
+    mb = tl.where(m, mb, 1.0)
     # The boundary enters at the first chunk in scan order; masked chunks are identities.
     ma = tl.where(position[None, :] == 0, ma + mb * boundary[:, None], ma)
     _, _, carry, _ = scan_forward(ma, mb)
@@ -272,9 +275,37 @@ def load_f32(ptr, off, mask, other):
 @triton.jit
 def _load(ptr, off, mask, other):
     if mask is None:
-        x = tl.load(ptr + off, eviction_policy="evict_first")
+        x = tl.load(_time_major(ptr + off), eviction_policy="evict_first")
     else:
-        x = tl.load(ptr + off, mask=mask, other=other, eviction_policy="evict_first")
+        x = tl.load(_time_major(ptr + off), mask=_time_major(tl.broadcast_to(mask, off.shape)),
+                    other=other, eviction_policy="evict_first")
+    return _time_major(x)
+
+
+@triton.jit
+def store_tile(ptr, off, x, mask):
+    """Store a tile of outputs (``mask`` as for ``load_f32``); they are not
+    read again, so they stream past the caches."""
+    if mask is None:
+        tl.store(_time_major(ptr + off), _time_major(x), cache_modifier=".cs")
+    else:
+        tl.store(_time_major(ptr + off), _time_major(x),
+                 mask=_time_major(tl.broadcast_to(mask, off.shape)), cache_modifier=".cs")
+
+
+@triton.jit
+def _time_major(x):
+    """A ``[BLOCK_E, R, 4]`` group tile as ``[R, BLOCK_E, 4]`` and back; other
+    tiles as they are.
+
+    Accessed time-major, a tile gets a layout with a row's consecutive groups
+    along a warp's lanes (not consecutive rows, the compiler's choice for the
+    row-major tile), so a warp's 16-byte accesses fill whole cache lines; the
+    values keep that layout. Measured on an H200, short rows (GAE at
+    65536 x 32): 1.60x -> 1.25x the floor.
+    """
+    if len(x.shape) == 3 and x.shape[2] == 4:
+        x = tl.permute(x, (1, 0, 2))
     return x
 
 

@@ -5,7 +5,7 @@ import triton.language as tl
 
 from rl_triton._kernels.scan import (
     backward_tile_times, chunk_of_program, load_f32, load_flag, next_state_value, program_rows,
-    row_value, scan_backward, tile_carry, tile_count,
+    row_value, scan_backward, store_tile, tile_carry, tile_count,
 )
 
 
@@ -46,11 +46,11 @@ def vtrace_kernel(
         delta = tl.where(m, rho * (r + tl.where(term, 0.0, gamma * v_next) - v), 0.0)
         decay = tl.where(m, tl.where(term | trunc, 0.0, gamma * c), 1.0)
         y0, prod, next0, next_prod, exit_y0, exit_prod = scan_backward(delta, decay, FLIP, True)
-        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, sync_ptr, rows, row_ok,
-                                     chunk, E, NUM_CHUNKS, CHUNKED, NC_PAD, True)
+        carry_in, carry = tile_carry(exit_y0, exit_prod, carry, agg_ptr, rows, row_ok, chunk,
+                                     NUM_CHUNKS, CHUNKED, NC_PAD, True)
         d = y0 + prod * carry_in[:, None, None]
         d_next = next0 + next_prod * carry_in[:, None, None]
         next_vs = v_next + tl.where(trunc | (t == T - 1), 0.0, d_next)
         adv = rho * (r + tl.where(term, 0.0, gamma * next_vs) - v)
-        tl.store(vs_ptr + off, d + v, mask=lm, cache_modifier=".cs")
-        tl.store(adv_ptr + off, adv, mask=lm, cache_modifier=".cs")
+        store_tile(vs_ptr, off, d + v, lm)
+        store_tile(adv_ptr, off, adv, lm)
