@@ -4,6 +4,7 @@ import zlib
 
 import numpy as np
 import pytest
+import torch
 
 import rl_triton
 from rl_triton._launch import plan
@@ -112,14 +113,11 @@ def test_out_of_range_actions_have_probability_zero(kernel_device):
     assert_matches(run("retrace", batch, kernel_device), REFERENCES["retrace"](batch))
 
 
-
 @pytest.mark.parametrize("op", ["gae", "vtrace"])
 @pytest.mark.parametrize("config", ["planned", "chunked"])
 def test_infinite_last_value_of_a_terminated_env_is_never_used(op, config, kernel_device):
     """``V(s_T)`` after a termination at ``T-1`` enters nothing: an infinite one
     leaves the outputs finite (a carry started as ``0 * last_value`` would be NaN)."""
-    import torch
-
     d = kernel_device
     b = rollout(3, 24, seed=11)
     term = b.t("terminateds", d).clone()

@@ -118,7 +118,8 @@ class LaunchConfig:
             if v is not None and not isinstance(v, bool):
                 raise ValueError(f"{field} must be a bool, got {v!r}")
         v = self.max_registers
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v != 0 and not 16 <= v <= 255):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool)
+                              or v != 0 and not 16 <= v <= 255):
             raise ValueError(f"max_registers must be 0 or an int in [16, 255], got {v!r}")
         # Hashed on every launch (the plan's cache key): once, here.
         object.__setattr__(self, "_hash", hash((self.block_e, self.block_t, self.chunked,
