@@ -67,9 +67,8 @@ def main(ops: list[str]) -> None:
                          BLOCK_E=block_e, BLOCK_T=block_t)
                 if not chunked:
                     c["NUM_CHUNKS"] = 1  # an int argument equal to 1 is specialised as a constant
-                # The plan leaves chunks masked; fused tiles are masked or not (EVEN).
-                evens = (False,) if chunked else (False, True)
-                for even in evens if "EVEN" in kernel.arg_names else (None,):
+                # Tiles are masked or not (EVEN), chunks too.
+                for even in (False, True) if "EVEN" in kernel.arg_names else (None,):
                     if even is not None:
                         c["EVEN"] = even
                     compile_variant(kernel, c, warps)

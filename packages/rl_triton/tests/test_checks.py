@@ -108,6 +108,13 @@ def test_chunked_plans_cap_registers():
     assert plan(4096, 2048, 1, 1056, rl_triton.LaunchConfig(max_registers=96)).max_registers == 96
 
 
+def test_chunks_that_cover_the_rows_run_unmasked_unless_the_op_says():
+    default = rl_triton.LaunchConfig()
+    assert plan(16, 262144, 1, 1056, default).even
+    assert not plan(16, 262144, 1, 1056, default, chunk_unmasked=False).even
+    assert not plan(16, 262143, 1, 1056, default).even  # the last chunk is partial
+
+
 def test_correctness_warnings_only_with_the_flag(monkeypatch):
     term = torch.zeros(E, T)
     trunc = torch.zeros(E, T)

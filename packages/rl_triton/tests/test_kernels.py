@@ -41,10 +41,11 @@ def test_random_rollouts(op, config, shape, kernel_device):
 
 @pytest.mark.parametrize("op", ALL_OPS)
 @pytest.mark.parametrize("flip", [False, True])
-def test_tiles_that_cover_the_inputs_run_unmasked(op, flip, kernel_device):
-    shape, config = (8, 64), {"block_t": 8, "chunked": False, "flip": flip}
+@pytest.mark.parametrize("chunked", [False, True])
+def test_tiles_that_cover_the_inputs_run_unmasked(op, flip, chunked, kernel_device):
+    shape, config = (8, 64), {"block_t": 8, "chunked": chunked, "flip": flip}
     assert plan(*shape, 1, 1, rl_triton.LaunchConfig(**config)).even
-    batch = rollout(*shape, seed=zlib.crc32(repr((op, flip, "even")).encode()))
+    batch = rollout(*shape, seed=zlib.crc32(repr((op, flip, chunked, "even")).encode()))
     with rl_triton.launch_config(**config):
         check(op, batch, kernel_device)
 

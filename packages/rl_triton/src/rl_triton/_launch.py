@@ -200,14 +200,14 @@ def _target_programs(device_index: int) -> int:
 @functools.lru_cache(maxsize=4096)
 def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
          config: LaunchConfig, chunk_tile: int = CHUNK_TILE,
-         chunk_registers: int = CHUNK_MAX_REGISTERS) -> Plan:
+         chunk_registers: int = CHUNK_MAX_REGISTERS, chunk_unmasked: bool = True) -> Plan:
     """The launch plan for ``[num_envs, seq_len]`` inputs whose tiles carry
     ``width`` values per step (1, or the padded action count for Retrace).
 
     Fused when the rows alone give ``target_programs`` programs (or the
     sequence fits one tile), chunked otherwise: chunks of ``chunk_tile``
     elements (twice that for wide tiles), ``chunk_registers`` per thread at
-    most.
+    most, unmasked where they cover the rows if ``chunk_unmasked``.
     """
     steps = _next_pow2(seq_len)
     wide = width > 1
@@ -246,10 +246,12 @@ def plan(num_envs: int, seq_len: int, width: int, target_programs: int,
         num_warps = 4 if block_t >= 256 else 2
     span = block_t if chunked else tiles * block_t
     flip = wide if config.flip is None else config.flip
-    # Unmasked tiles let the compiler issue a tile's loads together: measured
-    # faster on an H200 for programs that walk several tiles, slower for
-    # one-tile programs (short rows, chunks), which keep their masks.
-    even = tiles > 1 and not chunked and num_envs % block_e == 0 and seq_len % block_t == 0
+    # Unmasked tiles let the compiler issue a tile's loads together (with
+    # masks it loads a chunk's vectors one after another): measured faster on
+    # an H200 for programs that walk several tiles and for chunks (unless the
+    # op says otherwise), slower for short rows' one-tile programs.
+    even = (tiles > 1 and (not chunked or chunk_unmasked) and num_envs % block_e == 0
+            and seq_len % block_t == 0)
     if config.max_registers is not None:
         max_registers = config.max_registers or None
     else:
@@ -355,17 +357,18 @@ def launch(
     width: int = 1,
     chunk_tile: int = CHUNK_TILE,
     chunk_registers: int = CHUNK_MAX_REGISTERS,
+    chunk_unmasked: bool = True,
     **params: Any,
 ) -> None:
     """Launch ``kernel`` over ``[num_envs, seq_len]`` with the planned path
-    (``width``, ``chunk_tile``, ``chunk_registers``: as for ``plan``).
+    (``width`` and the ``chunk_`` parameters: as for ``plan``).
 
     ``pointers`` are the kernel's leading tensor arguments; ``params`` its own
     scalars and constexprs by name, except the launch plan's (``_SUPPLIED``).
     """
     index = device.index or 0
     p = plan(num_envs, seq_len, width, _target_programs(index), _override.get(), chunk_tile,
-             chunk_registers)
+             chunk_registers, chunk_unmasked)
     if p.chunked:
         # One fill: the chunks' maps (unpublished), then the ticket counters.
         maps = num_envs * p.num_chunks
