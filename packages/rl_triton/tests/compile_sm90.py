@@ -30,7 +30,8 @@ TILES = [(1, 512, 4), (8, 32, 1), (1, 2048, 4), (2, 8, 1), (2, 4, 1), (1, 64, 1)
 OPS = {
     "gae": (gae_kernel, dict(HAS_TRUNC=(False, True), BOOT=(0, 1, 2), FLIP=(False, True))),
     "vtrace": (vtrace_kernel, dict(HAS_TRUNC=(False, True), BOOT=(0, 1, 2), FLIP=(False, True))),
-    "retrace": (retrace_kernel, dict(HAS_TRUNC=(False, True), A_PAD=(8,), FLIP=(False, True))),
+    "retrace": (retrace_kernel, dict(HAS_TRUNC=(False, True), A=(5, 8), A_PAD=(8,),
+                                      FLIP=(False, True))),
     "returns": (returns_kernel, dict(HAS_NEXT_VALUES=(False, True), HAS_TRUNC=(False, True),
                                      HAS_BOOT=(False, True), FLIP=(False, True))),
     "forward": (forward_kernel, dict(SHIFT=(0, 1), HAS_SEED=(False, True))),

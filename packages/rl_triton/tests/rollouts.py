@@ -56,10 +56,11 @@ class Rollout:
 
 def rollout(num_envs: int, seq_len: int, seed: int = 0, p_term: float = 0.1,
             p_trunc: float = 0.1, last_truncated: bool = False,
-            gamma: float = 0.97, lam: float = 0.9) -> Rollout:
+            gamma: float = 0.97, lam: float = 0.9, num_actions: int = NUM_ACTIONS) -> Rollout:
     """Random inputs with terminations and truncations at rates ``p_term`` and
-    ``p_trunc`` (never both at one step) and bootstrap values exactly where the
-    conventions put them (truncated steps and ``t = T-1``)."""
+    ``p_trunc`` (never both at one step), bootstrap values exactly where the
+    conventions put them (truncated steps and ``t = T-1``) and ``num_actions``
+    actions."""
     rng = np.random.default_rng(seed)
     shape = (num_envs, seq_len)
     f32 = np.float32
@@ -70,7 +71,7 @@ def rollout(num_envs: int, seq_len: int, seed: int = 0, p_term: float = 0.1,
         term[:, -1] = False
     boot = np.where(trunc, rng.normal(size=shape), 0.0)
     boot[:, -1] = rng.normal(size=num_envs)
-    probs = rng.random((*shape, NUM_ACTIONS)) + 0.05
+    probs = rng.random((*shape, num_actions)) + 0.05
     probs /= probs.sum(-1, keepdims=True)
     return Rollout(
         rewards=rng.normal(size=shape).astype(f32),
@@ -85,8 +86,8 @@ def rollout(num_envs: int, seq_len: int, seed: int = 0, p_term: float = 0.1,
         probs_target=probs.astype(f32),
         probs_behavior=(0.1 + 0.9 * rng.random(shape)).astype(f32),
         q_values=rng.normal(size=shape).astype(f32),
-        next_q_all=rng.normal(size=(*shape, NUM_ACTIONS)).astype(f32),
-        actions=rng.integers(0, NUM_ACTIONS, size=shape),
+        next_q_all=rng.normal(size=(*shape, num_actions)).astype(f32),
+        actions=rng.integers(0, num_actions, size=shape),
         seeds=rng.normal(size=num_envs).astype(f32),
         gamma=gamma,
         lam=lam,

@@ -107,11 +107,34 @@ def test_low_precision_inputs_and_flag_dtypes(kernel_device):
         assert not np.allclose(got.cpu().numpy(), want[0], atol=0)  # inputs really were rounded
 
 
-def test_out_of_range_actions_have_probability_zero(kernel_device):
-    batch = rollout(2, 20, seed=9)
+@pytest.mark.parametrize("config", ["planned", "chunked", "unmasked", "unmasked_chunked"])
+@pytest.mark.parametrize("num_actions", [5, 8])
+def test_out_of_range_actions_have_probability_zero(config, num_actions, kernel_device):
+    """Also where the tiles cover the inputs: with a power-of-two action count
+    nothing is masked, and an out-of-range action must still read as 0."""
+    shape = (2, 20) if config in ("planned", "chunked") else (4, 64)
+    batch = rollout(*shape, seed=9, num_actions=num_actions)
     batch.actions[0, 3] = -1
     batch.actions[1, 10] = 99
-    assert_matches(run("retrace", batch, kernel_device), REFERENCES["retrace"](batch))
+    batch.actions[1, -1] = 99  # the step after the last is never read
+    chunked = config.endswith("chunked")
+    settings = {"block_t": 8, "chunked": chunked} if config != "planned" else {}
+    if config.startswith("unmasked"):
+        assert plan(*shape, 1, 1, rl_triton.LaunchConfig(**settings)).even
+    with rl_triton.launch_config(**settings):
+        assert_matches(run("retrace", batch, kernel_device), REFERENCES["retrace"](batch))
+
+
+@pytest.mark.parametrize("num_actions", [1, 2, 8])
+@pytest.mark.parametrize("chunked", [False, True])
+def test_retrace_unmasked_with_power_of_two_actions(num_actions, chunked, kernel_device):
+    """A power-of-two action count drops the last mask on tiles that cover the inputs."""
+    shape, config = (8, 64), {"block_t": 8, "chunked": chunked}
+    assert plan(*shape, 1, 1, rl_triton.LaunchConfig(**config)).even
+    batch = rollout(*shape, seed=zlib.crc32(repr((num_actions, chunked)).encode()),
+                    num_actions=num_actions)
+    with rl_triton.launch_config(**config):
+        check("retrace", batch, kernel_device)
 
 
 @pytest.mark.parametrize("op", ["gae", "vtrace"])

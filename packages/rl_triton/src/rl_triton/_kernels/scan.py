@@ -257,7 +257,7 @@ def chained_carry(
 def load_flag(ptr, off, mask):
     """A boolean tile: nonzero entries of a flag tensor of any dtype
     (``mask`` as for ``load_f32``)."""
-    return _load(ptr, off, mask, 0) != 0
+    return load_tile(ptr, off, mask, 0) != 0
 
 
 @triton.jit
@@ -269,11 +269,12 @@ def load_f32(ptr, off, mask, other):
     the compiler issues a tile's loads together instead of waiting for one
     before issuing the next. Inputs are read once: they leave the L2 first.
     """
-    return _load(ptr, off, mask, other).to(tl.float32)
+    return load_tile(ptr, off, mask, other).to(tl.float32)
 
 
 @triton.jit
-def _load(ptr, off, mask, other):
+def load_tile(ptr, off, mask, other):
+    """A tile of ``ptr``'s values in their own dtype (``mask`` as for ``load_f32``)."""
     if mask is None:
         x = tl.load(_time_major(ptr + off), eviction_policy="evict_first")
     else:
