@@ -5,7 +5,8 @@
 On a CUDA device, for each op and shape (default 4096x2048, 65536x32,
 16x262144, float32) it measures, in the same process:
 
-- ``per_call_us``: median wall time of back-to-back eager calls (what a caller pays);
+- ``per_call_us``: median wall time of back-to-back eager calls (what a caller pays),
+  after 0.1 s of untimed calls;
 - ``device_us``: median time per call under CUDA-graph replay, rotating over
   enough input sets that they exceed the 60 MB L2;
 - ``floor_us``: the call's own input and output bytes over the copy bandwidth
@@ -68,12 +69,23 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+#: Seconds of untimed calls before per-call timing.
+WARMUP_S = 0.1
+
+
 def per_call_seconds(fn: Callable[[], Any], device: str, calls: int, reps: int,
                      wait: Callable[[Any], Any] | None = None) -> float:
     """Median over ``reps`` of the wall time of ``calls`` back-to-back calls, per call
-    (garbage collection off while timing, as ``timeit`` does)."""
-    out = fn()
-    (wait or (lambda _: sync(device)))(out)
+    (garbage collection off while timing, as ``timeit`` does), after calls for
+    at least ``WARMUP_S`` (the host's clocks and caches settle)."""
+    done = wait or (lambda _: sync(device))
+    start = time.perf_counter()
+    while True:
+        for _ in range(calls):
+            out = fn()
+        done(out)
+        if time.perf_counter() - start >= WARMUP_S:
+            break
     times = []
     gc.disable()
     try:
@@ -82,7 +94,7 @@ def per_call_seconds(fn: Callable[[], Any], device: str, calls: int, reps: int,
             t0 = time.perf_counter()
             for _ in range(calls):
                 out = fn()
-            (wait or (lambda _: sync(device)))(out)
+            done(out)
             times.append((time.perf_counter() - t0) / calls)
     finally:
         gc.enable()
@@ -142,7 +154,7 @@ def time_library(lib: Any, op: str, shape: tuple[int, int], device: str) -> dict
     sets = input_sets(op, shape, device)
     row: dict[str, Any] = {"bytes": nbytes(op, sets[0])}
     calls = 200 if device == "cuda" else 3
-    row["per_call_us"] = 1e6 * per_call_seconds(lambda: call(op, lib, sets[0]), device, calls, 7)
+    row["per_call_us"] = 1e6 * per_call_seconds(lambda: call(op, lib, sets[0]), device, calls, 15)
     if device == "cuda":
         row["device_us"] = 1e6 * device_seconds(lambda x: call(op, lib, x), sets)
         row["input_sets"] = len(sets)
@@ -304,7 +316,8 @@ def main() -> None:
 
     report: dict[str, Any] = {"benchmark": "rl_triton scans", "environment": environment(device),
                               "rl_triton_version": rl_triton.__version__, "dtype": "float32",
-                              "timing": {"per_call": "median wall time of back-to-back eager calls",
+                              "timing": {"per_call": "median wall time of back-to-back eager calls "
+                                                     "after 0.1 s of untimed ones",
                                          "device": "median per call under CUDA-graph replay over "
                                                    "rotating input sets larger than the 60 MB L2",
                                          "floor": "call's input+output bytes / 1 GiB copy bandwidth"}}
