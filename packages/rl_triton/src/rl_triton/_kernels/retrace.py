@@ -19,8 +19,9 @@ def retrace_kernel(
     FLIP: tl.constexpr, EVEN: tl.constexpr,
 ):
     """``A``: actions, ``A_PAD`` that rounded up to a power of two. ``EVEN``:
-    the tiles cover the rows and steps exactly, so only the action axis (when
-    ``A < A_PAD``) and the step after the last need masks."""
+    the tiles cover the rows and steps exactly, so nothing is masked but the
+    action axis (when ``A < A_PAD``); the step after each is read clamped
+    into the row."""
     rows, row_ok = program_rows(E, BLOCK_E)
     chunk = chunk_of_program(sync_ptr, NUM_CHUNKS, CHUNKED, True)
     acts = tl.arange(0, A_PAD)[None, None, None, :]
