@@ -116,7 +116,7 @@ def test_out_of_range_actions_have_probability_zero(config, num_actions, kernel_
     batch = rollout(*shape, seed=9, num_actions=num_actions)
     batch.actions[0, 3] = -1
     batch.actions[1, 10] = 99
-    batch.actions[1, -1] = 99  # the step after the last is never read
+    batch.actions[1, -1] = 99  # also what the clamped read of the step after the last sees
     chunked = config.endswith("chunked")
     settings = {"block_t": 8, "chunked": chunked} if config != "planned" else {}
     if config.startswith("unmasked"):

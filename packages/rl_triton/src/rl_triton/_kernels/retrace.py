@@ -55,7 +55,7 @@ def retrace_kernel(
         action = load_tile(act_ptr, off, lm, 0)
         pi = tl.sum(tl.where(acts == action[:, :, :, None], probs, 0.0), axis=3)
         rho = tl.minimum(rho_bar, pi / load_f32(pb_ptr, off, lm, 1.0))
-        # c[t+1], and c[T] = 0. An action outside [0, A) has probability 0 and is never read.
+        # c[t+1], and c[T] = 0. An action outside [0, A) has probability 0.
         action1 = load_tile(act_ptr, off1, lm1, 0)
         valid1 = m1 & (action1 >= 0) & (action1 < A)
         if EVEN:
@@ -86,4 +86,3 @@ def retrace_kernel(
         adv = rho * (r + tl.where(term, 0.0, gamma * q_ret_next) - q)
         store_tile(qret_ptr, off, q + d, lm)
         store_tile(adv_ptr, off, adv, lm)
-
