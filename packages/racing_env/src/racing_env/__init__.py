@@ -1,4 +1,42 @@
 """``ControllerLearning/CarRacing-v0``: a JAX vector env of a physical
-four-wheel MuJoCo car, with NEXT_STEP autoreset on device."""
+four-wheel MuJoCo car, with NEXT_STEP autoreset on device.
+
+Importing the package registers ``ControllerLearning/CarRacing-v0`` with
+Gymnasium (``gymnasium.make`` builds `CarRacingEnv`; ``gymnasium.make_vec``
+with ``vectorization_mode="vector_entry_point"`` builds `VecCarRacingEnv`).
+"""
+
+import gymnasium
+
+from racing_env.config import LEVEL_0, Level, ProjectConfig
+from racing_env.env import CarRacingEnv
+from racing_env.tracks import BENCHMARK_VERSION, LEVEL0_TRACK_ID, TRACK_CAPACITY, Track, TrackPool, level0_track
+from racing_env.vector import TerminationReason, VecCarRacingEnv
 
 __version__ = "0.1.0"
+
+ENV_ID = "ControllerLearning/CarRacing-v0"
+
+__all__ = [
+    "BENCHMARK_VERSION",
+    "CarRacingEnv",
+    "ENV_ID",
+    "LEVEL0_TRACK_ID",
+    "LEVEL_0",
+    "Level",
+    "ProjectConfig",
+    "TRACK_CAPACITY",
+    "TerminationReason",
+    "Track",
+    "TrackPool",
+    "VecCarRacingEnv",
+    "level0_track",
+]
+
+if ENV_ID not in gymnasium.registry:
+    gymnasium.register(
+        id=ENV_ID,
+        entry_point="racing_env.env:CarRacingEnv",
+        vector_entry_point="racing_env.vector:VecCarRacingEnv",
+        disable_env_checker=True,
+    )

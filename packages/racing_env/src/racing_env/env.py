@@ -1,0 +1,108 @@
+"""`CarRacingEnv`: the registered single-world Gymnasium env
+(``ControllerLearning/CarRacing-v0``), a host/NumPy batch-one adapter over
+`VecCarRacingEnv`.
+
+It keeps the vector path's semantics for one world, except that after a
+terminal step it requires an explicit `reset()` instead of autoresetting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from racing_env.config import Level, ProjectConfig
+from racing_env.tracks import Track, TrackPool
+from racing_env.vector import VecCarRacingEnv
+
+__all__ = ["CarRacingEnv"]
+
+
+class CarRacingEnv(gymnasium.Env):
+    """One world of the Challenge.
+
+    Args:
+        config: the car and clock (required).
+        level: the Level (required).
+        backend: ``"cpu_reference"`` or ``"mjx_warp"`` (required).
+        track: one fixed Track, or
+        track_pool: a TrackPool of this Level (exactly one of the two).
+
+    Observations are fresh NumPy arrays (scalars as 0-d float32 arrays);
+    info holds the seven whitelisted fields, numeric ones as fresh 0-d
+    arrays and ``benchmark_version`` as a str.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        *,
+        config: ProjectConfig | None = None,
+        level: Level | None = None,
+        backend: str | None = None,
+        track: Track | None = None,
+        track_pool: TrackPool | None = None,
+    ) -> None:
+        self._vec = VecCarRacingEnv(1, config=config, level=level, backend=backend, track=track, track_pool=track_pool)
+        self.action_space = self._vec.single_action_space
+        self.observation_space = self._vec.single_observation_space
+        self._needs_reset = True
+
+    @property
+    def vector_env(self) -> VecCarRacingEnv:
+        """The batch-one vector env this adapter drives."""
+        return self._vec
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Start an episode.
+
+        Args:
+            seed: the root seed, an int in [0, 2**32) (``None`` continues
+                with the next episode counter).
+            options: ``{"track_index": i}`` picks TrackPool row i.
+        """
+        vec_options = _vector_options(options)
+        super().reset(seed=seed)
+        obs, info = self._vec.reset(seed=seed, options=vec_options)
+        self._needs_reset = False
+        return _first(obs), _first_info(info)
+
+    def step(self, action):
+        """One control step. An action that is not a finite float (2,)
+        vector terminates the episode as ``invalid_action``."""
+        if self._needs_reset:
+            raise RuntimeError("the episode has ended (or never started): call reset() before step()")
+        obs, reward, terminated, truncated, info = self._vec.step([action])
+        terminated = bool(np.asarray(terminated)[0])
+        truncated = bool(np.asarray(truncated)[0])
+        self._needs_reset = terminated or truncated
+        return _first(obs), float(np.asarray(reward)[0]), terminated, truncated, _first_info(info)
+
+
+def _vector_options(options: dict | None) -> dict | None:
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+    unknown = set(options) - {"track_index"}
+    if unknown:
+        raise ValueError(f"options has unknown keys {sorted(unknown)}; the only option is 'track_index'")
+    if "track_index" not in options:
+        return None
+    index = options["track_index"]
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+        raise TypeError(f"options['track_index'] must be an int, got {type(index).__name__}")
+    return {"track_indices": [index]}
+
+
+def _first(obs: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {key: np.array(value[0]) for key, value in obs.items()}
+
+
+def _first_info(info: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: value if isinstance(value, str) else np.array(value[0]) for key, value in info.items()
+    }

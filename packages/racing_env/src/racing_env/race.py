@@ -1,0 +1,228 @@
+"""The Race Core: lap progress and track limits, in pure JAX.
+
+A track of ``n`` valid points is a closed loop of ``n`` segments; segment
+``i`` joins point ``i`` to point ``(i + 1) mod n``, and its quad
+``(left_i, left_i+1, right_i+1, right_i)`` is the road beside it. Two
+searches follow each car, each over a window of `WINDOW` segments:
+
+- the localizer: the segment nearest the rear axle among the `WINDOW`
+  segments on either side of the last one. It follows the car both ways and
+  decides which quads the off-track test looks at;
+- legal progress: the rear axle projected on the nearest of the segments
+  from the last legal projection to `WINDOW` segments ahead. Progress is
+  that projection's arc length, never decreasing; driving backwards or
+  across the grass earns nothing, and a car that leaves the window ahead in
+  one control step earns nothing for that step.
+
+A car is off track when the ground point under any of its four wheel
+centres is outside every quad of the localizer's window (`car.wheel_points`).
+
+So a car may move at most `WINDOW` segments in one control step, and the
+window must reach every wheel: `check_segments` refuses tracks whose
+shortest segment is below `min_segment_length`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from racing_env.config import ProjectConfig
+
+__all__ = [
+    "WINDOW",
+    "TrackArrays",
+    "RaceState",
+    "track_arrays",
+    "min_segment_length",
+    "race_reset",
+    "race_update",
+    "points_on_track",
+]
+
+#: Segments searched on each side of the last localizer segment, and ahead of
+#: the last legal projection.
+WINDOW = 16
+
+
+class TrackArrays(NamedTuple):
+    """A pool's geometry as the Race Core reads it (device arrays).
+
+    Attributes:
+        centerline: float32 [P, C, 2], m.
+        left_boundary: float32 [P, C, 2], m.
+        right_boundary: float32 [P, C, 2], m.
+        arc: float32 [P, C], arc length from point 0 to point i along the
+            centerline, m.
+        num_points: int32 [P], valid points (= segments of the loop).
+        track_length: float32 [P], m.
+        start: float32 [P, 3], the start pose (x m, y m, yaw rad): point 0,
+            heading along segment 0.
+        track_mask: int8 [P, C], for the observation.
+        track_id: uint32 [P], for the info.
+    """
+
+    centerline: jax.Array
+    left_boundary: jax.Array
+    right_boundary: jax.Array
+    arc: jax.Array
+    num_points: jax.Array
+    track_length: jax.Array
+    start: jax.Array
+    track_mask: jax.Array
+    track_id: jax.Array
+
+
+class RaceState(NamedTuple):
+    """Per-world Race Core state.
+
+    Attributes:
+        row: int32 [E], the world's TrackPool row.
+        local_segment: int32 [E], the localizer's segment, in [0, n).
+        progress_segment: int32 [E], the segment of the last legal
+            projection, counted from the start without wrapping, in [0, n].
+        progress_m: float32 [E], legal arc length driven this lap, m.
+    """
+
+    row: jax.Array
+    local_segment: jax.Array
+    progress_segment: jax.Array
+    progress_m: jax.Array
+
+
+def track_arrays(centerline, left_boundary, right_boundary, track_mask, track_length, track_id) -> TrackArrays:
+    """Derive the Race Core's arrays from a pool's (on its device, in JAX).
+
+    Args:
+        centerline, left_boundary, right_boundary: float32 [P, C, 2], m.
+        track_mask: int8 [P, C], a prefix of ones.
+        track_length: float32 [P], m.
+        track_id: uint32 [P].
+    """
+    num_points = jnp.sum(track_mask.astype(jnp.int32), axis=1)
+    nxt = jnp.roll(centerline, -1, axis=1)
+    # The closing segment joins the last valid point to point 0.
+    last = jnp.arange(centerline.shape[1])[None, :] == (num_points - 1)[:, None]
+    nxt = jnp.where(last[..., None], centerline[:, :1, :], nxt)
+    seg = jnp.linalg.norm(nxt - centerline, axis=-1) * track_mask.astype(jnp.float32)
+    arc = jnp.concatenate([jnp.zeros_like(seg[:, :1]), jnp.cumsum(seg, axis=1)[:, :-1]], axis=1)
+    d = centerline[:, 1] - centerline[:, 0]
+    start = jnp.stack([centerline[:, 0, 0], centerline[:, 0, 1], jnp.arctan2(d[:, 1], d[:, 0])], axis=1)
+    return TrackArrays(
+        centerline=centerline,
+        left_boundary=left_boundary,
+        right_boundary=right_boundary,
+        arc=arc,
+        num_points=num_points,
+        track_length=track_length,
+        start=start,
+        track_mask=track_mask,
+        track_id=track_id,
+    )
+
+
+def min_segment_length(config: ProjectConfig) -> float:
+    """Shortest centerline segment the Race Core accepts, m: `WINDOW`
+    segments on either side must reach the farthest wheel, with the same
+    again to spare for the localizer's step."""
+    reach = (config.wheelbase_m**2 + (config.track_width_m / 2) ** 2) ** 0.5
+    return 2.0 * reach / WINDOW
+
+
+def _segment_ends(tracks: TrackArrays, row: jax.Array, seg: jax.Array, which: jax.Array):
+    """Points i and (i + 1) mod n of `which` [P, C, 2] for segments seg [E, K]."""
+    n = tracks.num_points[row][:, None]
+    i = jnp.mod(seg, n)
+    j = jnp.mod(seg + 1, n)
+    rows = row[:, None]
+    return which[rows, i], which[rows, j], i
+
+
+def _project(a: jax.Array, b: jax.Array, p: jax.Array):
+    """Projection of p [E, 1, 2] on segments a->b [E, K, 2]: (t in [0, 1], squared distance)."""
+    ab = b - a
+    denom = jnp.maximum(jnp.sum(ab * ab, axis=-1), 1e-12)
+    t = jnp.clip(jnp.sum((p - a) * ab, axis=-1) / denom, 0.0, 1.0)
+    q = a + t[..., None] * ab
+    return t, jnp.sum((q - p) ** 2, axis=-1)
+
+
+def race_reset(tracks: TrackArrays, row: jax.Array) -> RaceState:
+    """The Race Core state of cars standing at their tracks' start."""
+    zeros = jnp.zeros_like(row)
+    return RaceState(row=row, local_segment=zeros, progress_segment=zeros, progress_m=jnp.zeros(row.shape, jnp.float32))
+
+
+def points_on_track(tracks: TrackArrays, row: jax.Array, segment: jax.Array, points: jax.Array) -> jax.Array:
+    """Whether each point lies in one of the quads of the `WINDOW` segments
+    on either side of `segment`.
+
+    Args:
+        row: int32 [E]. segment: int32 [E]. points: float32 [E, M, 2], m.
+
+    Returns:
+        bool [E, M].
+    """
+    offsets = jnp.arange(-WINDOW, WINDOW + 1, dtype=jnp.int32)
+    seg = segment[:, None] + offsets[None, :]
+    l0, l1, _ = _segment_ends(tracks, row, seg, tracks.left_boundary)
+    r0, r1, _ = _segment_ends(tracks, row, seg, tracks.right_boundary)
+    # Quad corners in order around it: [E, K, 4, 2]; edges corner k -> k+1.
+    quad = jnp.stack([l0, l1, r1, r0], axis=2)
+    edge_start = quad[:, None]                                   # [E, 1, K, 4, 2]
+    edge_end = jnp.roll(quad, -1, axis=2)[:, None]
+    p = points[:, :, None, None, :]                              # [E, M, 1, 1, 2]
+    y0, y1 = edge_start[..., 1], edge_end[..., 1]
+    straddles = (y0 > p[..., 1]) != (y1 > p[..., 1])
+    x_cross = edge_start[..., 0] + (p[..., 1] - y0) * (edge_end[..., 0] - edge_start[..., 0]) / jnp.where(
+        y1 == y0, 1.0, y1 - y0
+    )
+    crossings = jnp.sum(straddles & (p[..., 0] < x_cross), axis=-1)  # [E, M, K]
+    return jnp.any(crossings % 2 == 1, axis=-1)
+
+
+def race_update(tracks: TrackArrays, race: RaceState, position: jax.Array, wheels: jax.Array):
+    """Advance the Race Core after a control step.
+
+    Args:
+        tracks: the pool's arrays.
+        race: the state before the step.
+        position: float32 [E, 2], the rear axle after the step, m.
+        wheels: float32 [E, 4, 2], the wheel ground points after the step, m.
+
+    Returns:
+        (race, track_progress float32 [E] in [0, 1], off_track bool [E],
+        lap_done bool [E]).
+    """
+    row = race.row
+    p = position[:, None, :]
+    length = tracks.track_length[row]
+
+    offsets = jnp.arange(-WINDOW, WINDOW + 1, dtype=jnp.int32)
+    seg = race.local_segment[:, None] + offsets[None, :]
+    a, b, wrapped = _segment_ends(tracks, row, seg, tracks.centerline)
+    _, dist2 = _project(a, b, p)
+    local_segment = jnp.take_along_axis(wrapped, jnp.argmin(dist2, axis=1)[:, None], axis=1)[:, 0]
+
+    ahead = race.progress_segment[:, None] + jnp.arange(WINDOW + 1, dtype=jnp.int32)[None, :]
+    a, b, wrapped = _segment_ends(tracks, row, ahead, tracks.centerline)
+    t, dist2 = _project(a, b, p)
+    best = jnp.argmin(dist2, axis=1)[:, None]
+    best_segment = jnp.take_along_axis(ahead, best, axis=1)[:, 0]
+    best_t = jnp.take_along_axis(t, best, axis=1)[:, 0]
+    best_wrapped = jnp.take_along_axis(wrapped, best, axis=1)[:, 0]
+    seg_len = jnp.linalg.norm(jnp.take_along_axis(b - a, best[..., None], axis=1)[:, 0], axis=-1)
+    n = tracks.num_points[row]
+    laps = (best_segment // n).astype(jnp.float32)
+    candidate = tracks.arc[row, best_wrapped] + best_t * seg_len + laps * length
+    advanced = candidate > race.progress_m
+    progress_m = jnp.where(advanced, candidate, race.progress_m)
+    progress_segment = jnp.where(advanced, best_segment, race.progress_segment)
+
+    off_track = ~jnp.all(points_on_track(tracks, row, local_segment, wheels), axis=1)
+    lap_done = progress_m >= length
+    track_progress = jnp.clip(progress_m / length, 0.0, 1.0)
+    race = RaceState(row=row, local_segment=local_segment, progress_segment=progress_segment, progress_m=progress_m)
+    return race, track_progress, off_track, lap_done

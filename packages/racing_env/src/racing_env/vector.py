@@ -1,0 +1,518 @@
+"""`VecCarRacingEnv`: the one vector state machine of the Challenge.
+
+It owns every world's vehicle, Race Core, seed, termination and NEXT_STEP
+autoreset state as JAX arrays. One public step is:
+
+1. the Challenge's action handling (`_Challenge.begin`): non-finite or
+   unconvertible actions mark their active world invalid, finite ones are
+   clipped into range and counted, pending-reset worlds ignore theirs;
+2. the physics backend's control step;
+3. the Race Core and termination (`_Challenge.finish`), then the NEXT_STEP
+   reset of the worlds whose previous call was terminal: they advance their
+   episode counter, draw new seeds and a new TrackPool row (SeedSequence
+   domain 2) and return their new initial observation with zero reward and
+   false flags.
+
+With ``mjx_warp`` all three run in one jitted function with the state
+donated, so no step moves data between host and device. ``cpu_reference``
+runs the same two Challenge functions around MuJoCo's C library.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from racing_env import car, seeds
+from racing_env.config import Level, ProjectConfig
+from racing_env.physics import BACKENDS, CpuReferencePhysics, MjxWarpPhysics
+from racing_env.race import RaceState, TrackArrays, min_segment_length, race_reset, race_update, track_arrays
+from racing_env.spaces import action_space, observation_space
+from racing_env.tracks import Track, TrackPool
+
+__all__ = ["VecCarRacingEnv", "TerminationReason", "EnvState"]
+
+_UINT32_END = 2**32
+
+
+class TerminationReason:
+    """The values of ``info["termination_reason"]``."""
+
+    NONE = 0
+    SUCCESS = 1
+    OFF_TRACK = 2
+    INVALID_ACTION = 3
+    TIMEOUT = 4
+
+
+class EnvState(NamedTuple):
+    """Every world's Challenge state (device arrays; E worlds).
+
+    Attributes:
+        race: the Race Core state.
+        root_seed: uint32 [], the root of every seed.
+        world: uint32 [E], world indices.
+        episode: uint32 [E], episode counters (0 after a seeded reset).
+        episode_seed: uint32 [E], SeedSequence domain 0 of the episode.
+        controller_seed: uint32 [E], SeedSequence domain 1 of the episode.
+        steps: int32 [E], control steps taken this episode.
+        pending: bool [E], the last call was terminal: the next call resets.
+        clipped: int32 [E], finite out-of-range actions clipped so far.
+    """
+
+    race: RaceState
+    root_seed: jax.Array
+    world: jax.Array
+    episode: jax.Array
+    episode_seed: jax.Array
+    controller_seed: jax.Array
+    steps: jax.Array
+    pending: jax.Array
+    clipped: jax.Array
+
+
+def _where(mask: jax.Array, new, old):
+    return jax.tree.map(lambda a, b: jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b), new, old)
+
+
+class _Challenge:
+    """The Challenge's pure functions for one config, level and pool."""
+
+    def __init__(self, config: ProjectConfig, level: Level, pool_size: int) -> None:
+        self.config = config
+        self.level = level
+        self.pool_size = pool_size
+        space = action_space(config)
+        self.low = space.low
+        self.high = space.high
+
+    def begin(self, state: EnvState, qvel: jax.Array, action: jax.Array, invalid: jax.Array):
+        """Action handling: (controls [E, NU], invalid-action mask [E], state)."""
+        active = ~state.pending
+        finite = jnp.all(jnp.isfinite(action), axis=1)
+        bad = active & (invalid | ~finite)
+        safe = jnp.where(finite[:, None], action, 0.0)
+        clipped = jnp.clip(safe, self.low, self.high)
+        was_clipped = active & ~bad & jnp.any(clipped != safe, axis=1)
+        applied = jnp.where((active & ~bad)[:, None], clipped, 0.0)
+        ctrl = car.controls(self.config, applied, qvel)
+        return ctrl, bad, state._replace(clipped=state.clipped + was_clipped.astype(jnp.int32))
+
+    def _identity(self, root: jax.Array, world: jax.Array, episode: jax.Array):
+        episode_seed = seeds.seed_word(root, seeds.EPISODE_DOMAIN, world, episode)
+        controller_seed = seeds.seed_word(root, seeds.CONTROLLER_DOMAIN, world, episode)
+        row = seeds.pool_row(seeds.seed_word(root, seeds.TRACK_DOMAIN, world, episode), self.pool_size)
+        return episode_seed, controller_seed, row
+
+    def _observe(self, tracks: TrackArrays, row, qpos, qvel, progress) -> dict[str, jax.Array]:
+        obs = car.planar_state(qpos, qvel)
+        obs["track_progress"] = progress
+        obs["centerline"] = tracks.centerline[row]
+        obs["left_boundary"] = tracks.left_boundary[row]
+        obs["right_boundary"] = tracks.right_boundary[row]
+        obs["track_mask"] = tracks.track_mask[row]
+        obs["track_length"] = tracks.track_length[row]
+        return obs
+
+    def _start_qpos(self, tracks: TrackArrays, row: jax.Array) -> jax.Array:
+        start = tracks.start[row]
+        return car.start_qpos(self.config, start[:, 0], start[:, 1], start[:, 2])
+
+    def _info(self, state: EnvState, tracks: TrackArrays, reason, lap_time) -> dict[str, jax.Array]:
+        return {
+            "episode_seed": state.episode_seed,
+            "controller_seed": state.controller_seed,
+            "track_id": tracks.track_id[state.race.row],
+            "termination_reason": reason,
+            "lap_completed": reason == TerminationReason.SUCCESS,
+            "lap_time_s": lap_time,
+        }
+
+    def reset(self, tracks: TrackArrays, state_root, world, episode, rows, explicit):
+        """A full reset of every world: (state, obs, info, start qpos [E, NQ]).
+
+        Args:
+            state_root: uint32 []. world: uint32 [E]. episode: uint32 [E],
+            the new episode counters. rows: int32 [E], used where `explicit`
+            (bool []) is set instead of the domain-2 choice.
+        """
+        episode_seed, controller_seed, drawn = self._identity(state_root, world, episode)
+        row = jnp.where(explicit, rows, drawn)
+        e = world.shape[0]
+        state = EnvState(
+            race=race_reset(tracks, row),
+            root_seed=state_root,
+            world=world,
+            episode=episode,
+            episode_seed=episode_seed,
+            controller_seed=controller_seed,
+            steps=jnp.zeros(e, jnp.int32),
+            pending=jnp.zeros(e, bool),
+            clipped=jnp.zeros(e, jnp.int32),
+        )
+        qpos = self._start_qpos(tracks, row)
+        obs = self._observe(tracks, row, qpos, jnp.zeros((e, car.NV), jnp.float32), jnp.zeros(e, jnp.float32))
+        info = self._info(state, tracks, jnp.zeros(e, jnp.int32), jnp.zeros(e, jnp.float32))
+        return state, obs, info, qpos
+
+    def finish(self, tracks: TrackArrays, state: EnvState, qpos, qvel, bad):
+        """Race Core, termination and NEXT_STEP reset after the physics step.
+
+        Returns:
+            (state, obs, reward, terminated, truncated, info, reset mask [E],
+            reset qpos [E, NQ]).
+        """
+        qpos = qpos.astype(jnp.float32)
+        qvel = qvel.astype(jnp.float32)
+        kin = car.planar_state(qpos, qvel)
+        wheels = car.wheel_points(self.config, kin["position"], kin["yaw"])
+        length = tracks.track_length[state.race.row]
+        before = jnp.minimum(state.race.progress_m, length)
+        race, progress, off_track, lap_done = race_update(tracks, state.race, kin["position"], wheels)
+        steps = state.steps + 1
+        reason = jnp.select(
+            [bad, off_track, lap_done, steps >= self.level.max_episode_steps],
+            [
+                TerminationReason.INVALID_ACTION,
+                TerminationReason.OFF_TRACK,
+                TerminationReason.SUCCESS,
+                TerminationReason.TIMEOUT,
+            ],
+            TerminationReason.NONE,
+        ).astype(jnp.int32)
+        reward = (jnp.minimum(race.progress_m, length) - before) / length
+        lap_time = jnp.where(reason == TerminationReason.SUCCESS, steps * self.config.control_dt_s, 0.0)
+
+        # NEXT_STEP: worlds whose previous call was terminal start over now.
+        reset = state.pending
+        episode = state.episode + reset.astype(jnp.uint32)
+        episode_seed, controller_seed, drawn = self._identity(state.root_seed, state.world, episode)
+        row = jnp.where(reset, drawn, race.row)
+        race = _where(reset, race_reset(tracks, row), race)
+        start = self._start_qpos(tracks, row)
+        qpos = jnp.where(reset[:, None], start, qpos)
+        qvel = jnp.where(reset[:, None], 0.0, qvel)
+        progress = jnp.where(reset, 0.0, progress)
+        reward = jnp.where(reset, 0.0, reward).astype(jnp.float32)
+        reason = jnp.where(reset, TerminationReason.NONE, reason)
+        lap_time = jnp.where(reset, 0.0, lap_time).astype(jnp.float32)
+        terminated = (reason == TerminationReason.SUCCESS) | (reason == TerminationReason.OFF_TRACK)
+        terminated = terminated | (reason == TerminationReason.INVALID_ACTION)
+        truncated = reason == TerminationReason.TIMEOUT
+        state = state._replace(
+            race=race,
+            episode=episode,
+            episode_seed=jnp.where(reset, episode_seed, state.episode_seed),
+            controller_seed=jnp.where(reset, controller_seed, state.controller_seed),
+            steps=jnp.where(reset, 0, steps),
+            pending=terminated | truncated,
+        )
+        obs = self._observe(tracks, row, qpos, qvel, progress)
+        info = self._info(state, tracks, reason, lap_time)
+        return state, obs, reward, terminated, truncated, info, reset, start
+
+
+def _missing(**given: Any) -> list[str]:
+    return [name for name, value in given.items() if value is None]
+
+
+class VecCarRacingEnv(gymnasium.vector.VectorEnv):
+    """`num_envs` worlds of the Challenge with strict NEXT_STEP autoreset.
+
+    Args:
+        num_envs: number of worlds (1 for ``cpu_reference``).
+        config: the car and clock (required).
+        level: the Level (required).
+        backend: ``"mjx_warp"`` or ``"cpu_reference"`` (required).
+        track: one fixed Track for every world, or
+        track_pool: a TrackPool of this Level (exactly one of the two).
+
+    `reset` and `step` return JAX arrays (observation fields with a leading
+    ``num_envs`` axis; reward float32 [E]; terminated, truncated bool [E])
+    and the seven-field info of `racing_env.spaces.INFO_FIELDS`.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(
+        self,
+        num_envs: int,
+        *,
+        config: ProjectConfig | None = None,
+        level: Level | None = None,
+        backend: str | None = None,
+        track: Track | None = None,
+        track_pool: TrackPool | None = None,
+    ) -> None:
+        missing = _missing(config=config, level=level, backend=backend)
+        if track is None and track_pool is None:
+            missing.append("track or track_pool")
+        if missing:
+            raise TypeError(f"VecCarRacingEnv needs explicit {', '.join(missing)}")
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        if not isinstance(config, ProjectConfig):
+            raise TypeError(f"config must be a ProjectConfig, got {type(config).__name__}")
+        if not isinstance(level, Level):
+            raise TypeError(f"level must be a Level, got {type(level).__name__}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if track is not None and track_pool is not None:
+            raise ValueError("give exactly one track source: track or track_pool, not both")
+        if track is not None:
+            if not isinstance(track, Track):
+                raise TypeError(f"track must be a Track, got {type(track).__name__}")
+            track_pool = TrackPool.from_tracks([track], level_id=level.level_id, split="fixed")
+        elif not isinstance(track_pool, TrackPool):
+            raise TypeError(f"track_pool must be a TrackPool, got {type(track_pool).__name__}")
+        if track_pool.level_id != level.level_id:
+            raise ValueError(
+                f"track_pool belongs to level {track_pool.level_id}, not to level {level.level_id}"
+            )
+        num_envs = int(num_envs)
+        tracks = jax.jit(track_arrays)(
+            track_pool.centerline,
+            track_pool.left_boundary,
+            track_pool.right_boundary,
+            track_pool.track_mask,
+            track_pool.track_length,
+            track_pool.track_id,
+        )
+        shortest = float(_shortest_segment(tracks))
+        if shortest < min_segment_length(config):
+            raise ValueError(
+                f"track_pool has a centerline segment of {shortest:.3f} m; the Race Core needs every "
+                f"segment >= {min_segment_length(config):.3f} m for this car"
+            )
+
+        self.num_envs = num_envs
+        self.config = config
+        self.level = level
+        self.backend = backend
+        self.track_pool = track_pool
+        self.benchmark_version = track_pool.benchmark_version
+        self.single_action_space = action_space(config)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.single_observation_space = observation_space()
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+
+        self._tracks = tracks
+        self._challenge = _Challenge(config, level, len(track_pool))
+        self._world = jnp.arange(num_envs, dtype=jnp.uint32)
+        self._no_invalid = jnp.zeros(num_envs, bool)
+        self._state: EnvState | None = None
+        if backend == "mjx_warp":
+            self._physics = MjxWarpPhysics(config, num_envs)
+            self._data = self._physics.initial()
+            self._reset_fn = jax.jit(self._mjx_reset, donate_argnums=(0,))
+            self._step_fn = jax.jit(self._mjx_step, donate_argnums=(0, 1))
+        else:
+            self._physics = CpuReferencePhysics(config, num_envs)
+            self._reset_fn = jax.jit(self._challenge.reset)
+            self._begin_fn = jax.jit(self._challenge.begin)
+            self._finish_fn = jax.jit(self._challenge.finish)
+
+    # -- jitted bodies of the mjx_warp backend ---------------------------------
+
+    def _mjx_reset(self, data, tracks, root, world, episode, rows, explicit):
+        state, obs, info, qpos = self._challenge.reset(tracks, root, world, episode, rows, explicit)
+        data = self._physics.reset(data, jnp.ones(world.shape, bool), qpos)
+        return data, state, obs, info
+
+    def _mjx_step(self, state, data, tracks, action, invalid):
+        ctrl, bad, state = self._challenge.begin(state, data.qvel, action, invalid)
+        data = self._physics.step(data, ctrl)
+        state, obs, reward, terminated, truncated, info, reset, start = self._challenge.finish(
+            tracks, state, data.qpos, data.qvel, bad
+        )
+        data = self._physics.reset(data, reset, start)
+        return state, data, obs, reward, terminated, truncated, info
+
+    # -- the public API --------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Reset every world.
+
+        Args:
+            seed: the root seed, an int in [0, 2**32): episode counters
+                restart at 0. ``None`` continues: the root stays (a random
+                one on the first reset) and every world's counter advances.
+            options: ``{"track_indices": [E ints]}`` picks each world's
+                TrackPool row instead of the domain-2 choice.
+
+        Returns:
+            (obs, info).
+        """
+        rows, explicit = self._track_indices(options)
+        if seed is not None:
+            root = _root_seed(seed)
+            episode = np.zeros(self.num_envs, np.uint32)
+        elif self._state is not None:
+            root = int(self._state.root_seed)
+            episode = np.asarray(self._state.episode) + np.uint32(1)
+        else:
+            root = int(np.random.SeedSequence().generate_state(1, np.uint32)[0])
+            episode = np.zeros(self.num_envs, np.uint32)
+        self._np_random_seed = root
+        args = (
+            self._tracks,
+            jnp.asarray(root, jnp.uint32),
+            self._world,
+            jnp.asarray(episode, jnp.uint32),
+            jnp.asarray(rows, jnp.int32),
+            jnp.asarray(explicit),
+        )
+        if self.backend == "mjx_warp":
+            self._data, state, obs, info = self._reset_fn(self._data, *args)
+        else:
+            state, obs, info, qpos = self._reset_fn(*args)
+            self._physics.reset(np.ones(1, bool), np.asarray(qpos, np.float64))
+        self._state = state
+        return obs, self._public_info(info)
+
+    def step(self, actions):
+        """Advance every world one control step.
+
+        Args:
+            actions: float32 [E, 2] (a JAX array stays on its device). A
+                wrong overall shape or a failed conversion makes every
+                active world's action invalid; a row that is NaN, infinite,
+                of the wrong length or not numeric makes that world's.
+
+        Returns:
+            (obs, reward, terminated, truncated, info).
+        """
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        action, invalid = self._convert(actions)
+        if self.backend == "mjx_warp":
+            self._state, self._data, obs, reward, terminated, truncated, info = self._step_fn(
+                self._state, self._data, self._tracks, action, invalid
+            )
+        else:
+            _, qvel = self._physics.kinematics()
+            ctrl, bad, state = self._begin_fn(self._state, jnp.asarray(qvel, jnp.float32), action, invalid)
+            self._physics.step(np.asarray(ctrl, np.float64))
+            qpos, qvel = self._physics.kinematics()
+            state, obs, reward, terminated, truncated, info, reset, start = self._finish_fn(
+                self._tracks, state, jnp.asarray(qpos, jnp.float32), jnp.asarray(qvel, jnp.float32), bad
+            )
+            self._physics.reset(np.asarray(reset), np.asarray(start, np.float64))
+            self._state = state
+        return obs, reward, terminated, truncated, self._public_info(info)
+
+    @property
+    def clipped_action_count(self) -> jax.Array:
+        """int32 [E]: finite out-of-range actions clipped in each world since
+        the last seeded reset."""
+        if self._state is None:
+            raise RuntimeError("call reset() first")
+        return self._state.clipped
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _public_info(self, info: dict[str, jax.Array]) -> dict[str, Any]:
+        return {
+            "episode_seed": info["episode_seed"],
+            "controller_seed": info["controller_seed"],
+            "track_id": info["track_id"],
+            "benchmark_version": self.benchmark_version,
+            "termination_reason": info["termination_reason"],
+            "lap_completed": info["lap_completed"],
+            "lap_time_s": info["lap_time_s"],
+        }
+
+    def _track_indices(self, options: dict | None) -> tuple[np.ndarray, bool]:
+        none = (np.zeros(self.num_envs, np.int32), False)
+        if options is None:
+            return none
+        if not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        unknown = set(options) - {"track_indices"}
+        if unknown:
+            raise ValueError(f"options has unknown keys {sorted(unknown)}; the only option is 'track_indices'")
+        if "track_indices" not in options:
+            return none
+        return _indices(options["track_indices"], self.num_envs, len(self.track_pool)), True
+
+    def _convert(self, actions) -> tuple[jax.Array, jax.Array]:
+        e = self.num_envs
+        if isinstance(actions, jax.Array) and jnp.issubdtype(actions.dtype, jnp.number) and not jnp.issubdtype(
+            actions.dtype, jnp.complexfloating
+        ):
+            if actions.shape == (e, 2):
+                return actions.astype(jnp.float32), self._no_invalid
+            return jnp.zeros((e, 2), jnp.float32), ~self._no_invalid
+        action, invalid = _host_actions(actions, e)
+        return jnp.asarray(action), jnp.asarray(invalid)
+
+
+def _shortest_segment(tracks: TrackArrays) -> jax.Array:
+    seg = jnp.diff(
+        jnp.concatenate([tracks.arc, tracks.track_length[:, None]], axis=1), axis=1
+    )
+    valid = jnp.arange(tracks.arc.shape[1])[None, :] < tracks.num_points[:, None]
+    return jnp.min(jnp.where(valid, seg, jnp.inf))
+
+
+def _root_seed(seed: object) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int in [0, 2**32) or None, got {type(seed).__name__}")
+    if not 0 <= int(seed) < _UINT32_END:
+        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
+    return int(seed)
+
+
+def _indices(value: object, num_envs: int, pool_size: int) -> np.ndarray:
+    name = "options['track_indices']"
+    if isinstance(value, jax.Array):
+        value = np.asarray(value)
+    if isinstance(value, np.ndarray):
+        if not np.issubdtype(value.dtype, np.integer):
+            raise TypeError(f"{name} must hold integers, got dtype {value.dtype}")
+        items = value.tolist()
+        if value.ndim != 1:
+            raise ValueError(f"{name} must be one integer per world ({num_envs}), got shape {value.shape}")
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        raise TypeError(f"{name} must be a sequence of {num_envs} integers, got {type(value).__name__}")
+    if len(items) != num_envs:
+        raise ValueError(f"{name} must hold exactly one integer per world ({num_envs}), got {len(items)}")
+    for i, item in enumerate(items):
+        if isinstance(item, bool) or not isinstance(item, (int, np.integer)):
+            raise TypeError(f"{name}[{i}] must be an int, got {type(item).__name__}")
+        if not 0 <= int(item) < pool_size:
+            raise ValueError(f"{name}[{i}] = {item} is out of range for a pool of {pool_size} tracks")
+    return np.asarray(items, np.int32)
+
+
+def _host_actions(actions: object, num_envs: int) -> tuple[np.ndarray, np.ndarray]:
+    """float32 [E, 2] and the invalid mask [E] of a host action batch."""
+    try:
+        whole = np.asarray(actions, dtype=np.float32)
+    except (TypeError, ValueError, OverflowError):
+        whole = None
+    if whole is not None and whole.shape == (num_envs, 2):
+        return whole, np.zeros(num_envs, bool)
+    if whole is not None or not isinstance(actions, (list, tuple)) or len(actions) != num_envs:
+        return np.zeros((num_envs, 2), np.float32), np.ones(num_envs, bool)
+    out = np.zeros((num_envs, 2), np.float32)
+    invalid = np.zeros(num_envs, bool)
+    for i, row in enumerate(actions):
+        try:
+            value = np.asarray(row, dtype=np.float32)
+        except (TypeError, ValueError, OverflowError):
+            invalid[i] = True
+            continue
+        if value.shape != (2,):
+            invalid[i] = True
+        else:
+            out[i] = value
+    return out, invalid

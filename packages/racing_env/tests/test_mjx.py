@@ -1,0 +1,207 @@
+"""The mjx_warp backend on Warp's CPU device: the vector contract over
+several worlds (a hand-built NEXT_STEP timeline, isolation of an invalid
+world, seeds and track choice), parity with the MuJoCo C reference, stable
+donated buffers and no host-to-device transfers in a step."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import SHORT_LEVEL
+from driving import pursuit
+from racing_env import TerminationReason, VecCarRacingEnv, level0_track
+from racing_env.seeds import host_pool_row, host_seed_word
+
+ROOT = 2024
+
+
+def run(env, actions):
+    """Step through a list of [E, 2] host actions; the NumPy outcome of each call."""
+    out = []
+    for action in actions:
+        obs, reward, terminated, truncated, info = env.step(jnp.asarray(action))
+        out.append(
+            (
+                {k: np.asarray(v) for k, v in obs.items()},
+                np.asarray(reward),
+                np.asarray(terminated),
+                np.asarray(truncated),
+                {k: v if isinstance(v, str) else np.asarray(v) for k, v in info.items()},
+            )
+        )
+    return out
+
+
+def expected_timeline(steps: int, invalid_at: dict[int, int], timeout: int):
+    """Hand-built NEXT_STEP timeline of one world.
+
+    Returns per call (1-based): (episode counter, reason, terminated,
+    truncated, is reset transition).
+    """
+    rows = []
+    episode, age, pending = 0, 0, False
+    for call in range(1, steps + 1):
+        if pending:
+            episode, age, pending = episode + 1, 0, False
+            rows.append((episode, 0, False, False, True))
+            continue
+        age += 1
+        if invalid_at.get(call):
+            reason = TerminationReason.INVALID_ACTION
+        elif age >= timeout:
+            reason = TerminationReason.TIMEOUT
+        else:
+            reason = TerminationReason.NONE
+        terminated = reason == TerminationReason.INVALID_ACTION
+        truncated = reason == TerminationReason.TIMEOUT
+        pending = terminated or truncated
+        rows.append((episode, reason, terminated, truncated, False))
+    return rows
+
+
+def test_next_step_timeline(mjx_pool_env, short_pool):
+    env = mjx_pool_env
+    worlds, steps = env.num_envs, 14
+    invalid = {1: {2: 1, 9: 1}, 2: {5: 1}}  # world -> calls with a NaN action
+    actions = []
+    for call in range(1, steps + 1):
+        a = np.tile(np.float32([[0.05, 1.0]]), (worlds, 1))
+        for world, calls in invalid.items():
+            if call in calls:
+                a[world] = np.nan
+        actions.append(a)
+    obs0, info0 = env.reset(seed=ROOT)
+    out = run(env, actions)
+    ids = np.asarray(short_pool.track_id)
+    centerlines = np.asarray(short_pool.centerline)
+    for world in range(worlds):
+        timeline = expected_timeline(steps, invalid.get(world, {}), SHORT_LEVEL.max_episode_steps)
+        for call, (episode, reason, terminated, truncated, is_reset) in enumerate(timeline, start=1):
+            obs, reward, term, trunc, info = out[call - 1]
+            where = f"world {world}, call {call}"
+            assert int(info["termination_reason"][world]) == reason, where
+            assert bool(term[world]) == terminated and bool(trunc[world]) == truncated, where
+            assert int(info["episode_seed"][world]) == host_seed_word(ROOT, 0, world, episode), where
+            assert int(info["controller_seed"][world]) == host_seed_word(ROOT, 1, world, episode), where
+            row = host_pool_row(host_seed_word(ROOT, 2, world, episode), len(short_pool))
+            assert int(info["track_id"][world]) == ids[row], where
+            np.testing.assert_array_equal(obs["centerline"][world], centerlines[row], err_msg=where)
+            if is_reset:
+                assert float(reward[world]) == 0.0, where
+                np.testing.assert_array_equal(obs["velocity_body"][world], 0.0, err_msg=where)
+                assert float(obs["track_progress"][world]) == 0.0, where
+                np.testing.assert_allclose(obs["position"][world], centerlines[row][0], atol=1e-4, err_msg=where)
+    assert out[0][4]["benchmark_version"] == short_pool.benchmark_version
+
+
+def test_an_invalid_world_leaves_the_others_bitwise_unchanged(mjx_pool_env):
+    env = mjx_pool_env
+    rng = np.random.default_rng(0)
+    actions = [rng.uniform([-0.3, -2.0], [0.3, 4.0], size=(env.num_envs, 2)).astype(np.float32) for _ in range(9)]
+    env.reset(seed=ROOT)
+    clean = run(env, actions)
+    spoiled = [a.copy() for a in actions]
+    spoiled[2][1] = [np.inf, 0.0]
+    env.reset(seed=ROOT)
+    dirty = run(env, spoiled)
+    assert int(dirty[2][4]["termination_reason"][1]) == TerminationReason.INVALID_ACTION
+    for call, (a, b) in enumerate(zip(clean, dirty)):
+        for world in (0, 2):
+            for key in a[0]:
+                np.testing.assert_array_equal(a[0][key][world], b[0][key][world], err_msg=f"{key} call {call}")
+            assert a[1][world] == b[1][world]
+
+
+def test_pending_reset_worlds_ignore_their_action(mjx_pool_env):
+    env = mjx_pool_env
+    nan = np.float32([[np.nan, np.nan]] * env.num_envs)
+    calm = np.zeros((env.num_envs, 2), np.float32)
+    results = []
+    for reset_action in (calm, nan, np.float32([[9.0, -99.0]] * env.num_envs)):
+        env.reset(seed=ROOT)
+        results.append(run(env, [nan, reset_action, calm]))
+    for other in results[1:]:
+        for key in results[0][1][0]:
+            np.testing.assert_array_equal(results[0][1][0][key], other[1][0][key])
+            np.testing.assert_array_equal(results[0][2][0][key], other[2][0][key])
+    assert not results[1][1][2].any() and not results[1][1][3].any()
+
+
+def test_track_choice_for_many_worlds_and_episodes(mjx_pool_env, short_pool):
+    env = mjx_pool_env
+    ids = np.asarray(short_pool.track_id)
+    for root in (0, 7, 2**32 - 1):
+        _, info = env.reset(seed=root)
+        for episode in range(3):
+            for world in range(env.num_envs):
+                row = host_pool_row(host_seed_word(root, 2, world, episode), len(short_pool))
+                assert int(info["track_id"][world]) == ids[row]
+            _, info = env.reset()
+    _, info = env.reset(seed=5, options={"track_indices": [2, 0, 2]})
+    np.testing.assert_array_equal(np.asarray(info["track_id"]), ids[[2, 0, 2]])
+
+
+def test_donated_buffers_keep_their_addresses(mjx_pool_env):
+    env = mjx_pool_env
+    env.reset(seed=1)
+    action = jnp.zeros((env.num_envs, 2), jnp.float32)
+    env.step(action)
+    qpos = env._data.qpos.unsafe_buffer_pointer()
+    progress = env._state.race.progress_m.unsafe_buffer_pointer()
+    for _ in range(3):
+        env.step(action)
+        assert env._data.qpos.unsafe_buffer_pointer() == qpos
+        assert env._state.race.progress_m.unsafe_buffer_pointer() == progress
+
+
+def test_no_host_transfers_in_active_and_mixed_reset_steps(mjx_pool_env):
+    """On CPU the guard sees host-to-device transfers only (the GPU test
+    covers both directions)."""
+    env = mjx_pool_env
+    env.reset(seed=ROOT)
+    action = jnp.full((env.num_envs, 2), 0.1, jnp.float32)
+    spoil = action.at[1].set(jnp.nan)
+    env.step(action)  # warm-up
+    with jax.transfer_guard("disallow_explicit"):
+        env.step(action)
+        out = env.step(spoil)  # world 1 terminal
+        terminated = out[2]
+        out = env.step(action)  # world 1 resets, the others advance
+    assert bool(np.asarray(terminated)[1]) and not np.asarray(terminated)[[0, 2]].any()
+    assert float(np.asarray(out[1])[1]) == 0.0
+
+
+def test_parity_with_the_cpu_reference(mjx_level0_env, cpu_env):
+    """Same actions from the same state: the float32 MJX-Warp trajectory
+    stays within 1 cm and 1 mrad of MuJoCo C's over 10 s of driving."""
+    env = mjx_level0_env
+    ref_obs, _ = cpu_env.reset(seed=9)
+    obs, _ = env.reset(seed=9)
+    worst_position, worst_yaw = 0.0, 0.0
+    for _ in range(500):
+        action = pursuit(ref_obs, speed_mps=11.0)
+        ref_obs = cpu_env.step(jnp.asarray(action))[0]
+        obs = env.step(jnp.asarray(np.repeat(action, env.num_envs, axis=0)))[0]
+        position = np.asarray(obs["position"])
+        yaw = np.asarray(obs["yaw"])
+        worst_position = max(worst_position, float(np.abs(position - np.asarray(ref_obs["position"])).max()))
+        worst_yaw = max(worst_yaw, float(np.abs(yaw - np.asarray(ref_obs["yaw"])).max()))
+        # Identical worlds in one batch are bitwise equal.
+        np.testing.assert_array_equal(position[0], position[1])
+    assert float(np.asarray(ref_obs["velocity_body"])[0, 0]) > 10.0
+    assert worst_position < 0.01, worst_position
+    assert worst_yaw < 1e-3, worst_yaw
+
+
+def test_mjx_observation_dtypes(mjx_level0_env):
+    obs, info = mjx_level0_env.reset(seed=0)
+    assert obs["track_mask"].dtype == jnp.int8 and obs["centerline"].shape == (2, 640, 2)
+    assert info["track_id"].dtype == jnp.uint32
+    assert all(isinstance(v, jax.Array) for k, v in info.items() if k != "benchmark_version")
+
+
+def test_cpu_reference_is_batch_one(config):
+    with pytest.raises(ValueError, match="num_envs"):
+        VecCarRacingEnv(2, config=config, level=SHORT_LEVEL, backend="cpu_reference", track=level0_track())

@@ -1,0 +1,330 @@
+"""The vector contract on the cpu_reference backend (batch one, MuJoCo C):
+construction, observation and info, seeds, actions, termination and the
+NEXT_STEP reset."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import SHORT_LEVEL, circle_track
+from driving import pursuit
+from oracles import on_track, wheel_points
+from racing_env import (
+    BENCHMARK_VERSION,
+    LEVEL0_TRACK_ID,
+    LEVEL_0,
+    TRACK_CAPACITY,
+    Level,
+    ProjectConfig,
+    TerminationReason,
+    TrackPool,
+    VecCarRacingEnv,
+    level0_track,
+)
+from racing_env.seeds import host_pool_row, host_seed_word
+from racing_env.spaces import INFO_FIELDS, OBSERVATION_FIELDS
+
+OBS_SPEC = {
+    "position": ((1, 2), np.float32),
+    "yaw": ((1,), np.float32),
+    "velocity_body": ((1, 2), np.float32),
+    "yaw_rate": ((1,), np.float32),
+    "steering_angle": ((1,), np.float32),
+    "track_progress": ((1,), np.float32),
+    "centerline": ((1, TRACK_CAPACITY, 2), np.float32),
+    "left_boundary": ((1, TRACK_CAPACITY, 2), np.float32),
+    "right_boundary": ((1, TRACK_CAPACITY, 2), np.float32),
+    "track_mask": ((1, TRACK_CAPACITY), np.int8),
+    "track_length": ((1,), np.float32),
+}
+
+
+def numpy_obs(obs):
+    return {key: np.asarray(value) for key, value in obs.items()}
+
+
+def step(env, action):
+    obs, reward, terminated, truncated, info = env.step(jnp.asarray(np.asarray(action, np.float32)))
+    return numpy_obs(obs), float(reward[0]), bool(terminated[0]), bool(truncated[0]), info
+
+
+# -- construction ---------------------------------------------------------------
+
+
+def test_missing_arguments_are_named(config):
+    with pytest.raises(TypeError, match="config, level, backend, track or track_pool"):
+        VecCarRacingEnv(1)
+    with pytest.raises(TypeError, match="backend"):
+        VecCarRacingEnv(1, config=config, level=LEVEL_0, track=level0_track())
+    with pytest.raises(TypeError, match="track or track_pool"):
+        VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference")
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"backend": "gpu"}, ValueError, "backend"),
+        ({"config": {"dt": 0.01}}, TypeError, "config"),
+        ({"level": 0}, TypeError, "level"),
+        ({"track": "oval"}, TypeError, "track"),
+        ({"num_envs": 0}, ValueError, "num_envs"),
+        ({"num_envs": 2}, ValueError, "num_envs"),
+        ({"num_envs": True}, ValueError, "num_envs"),
+    ],
+)
+def test_bad_constructor_arguments(config, kwargs, error, match):
+    args = {"num_envs": 1, "config": config, "level": LEVEL_0, "backend": "cpu_reference", "track": level0_track()}
+    args.update(kwargs)
+    num_envs = args.pop("num_envs")
+    with pytest.raises(error, match=match):
+        VecCarRacingEnv(num_envs, **args)
+
+
+def test_one_track_source_and_its_level(config, short_pool):
+    with pytest.raises(ValueError, match="exactly one track source"):
+        VecCarRacingEnv(1, config=config, level=SHORT_LEVEL, backend="cpu_reference", track=level0_track(),
+                        track_pool=short_pool)
+    with pytest.raises(ValueError, match="level"):
+        VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track_pool=short_pool)
+    with pytest.raises(TypeError, match="track_pool"):
+        VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track_pool=[level0_track()])
+
+
+def test_tracks_with_segments_too_short_are_refused(config):
+    tiny = circle_track(10.0, 400, 3.0, 5)  # 0.16 m segments
+    with pytest.raises(ValueError, match="segment"):
+        VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track=tiny)
+
+
+def test_spaces_and_metadata(cpu_env):
+    from gymnasium.vector import AutoresetMode
+
+    assert cpu_env.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+    assert set(cpu_env.single_observation_space.spaces) == set(OBSERVATION_FIELDS)
+    np.testing.assert_array_equal(cpu_env.single_action_space.low, np.float32([-0.6, -8.0]))
+    np.testing.assert_array_equal(cpu_env.single_action_space.high, np.float32([0.6, 4.0]))
+    assert cpu_env.single_action_space.dtype == np.float32
+
+
+# -- observation, info, seeds ------------------------------------------------------
+
+
+def test_reset_observation_and_info(cpu_env):
+    track = level0_track()
+    obs, info = cpu_env.reset(seed=12345)
+    obs = numpy_obs(obs)
+    assert set(obs) == set(OBSERVATION_FIELDS)
+    for key, (shape, dtype) in OBS_SPEC.items():
+        assert obs[key].shape == shape and obs[key].dtype == dtype, key
+    assert list(info) == list(INFO_FIELDS)
+    assert info["benchmark_version"] == BENCHMARK_VERSION
+    assert np.asarray(info["episode_seed"]).dtype == np.uint32
+    assert int(info["episode_seed"][0]) == host_seed_word(12345, 0, 0, 0)
+    assert int(info["controller_seed"][0]) == host_seed_word(12345, 1, 0, 0)
+    assert int(info["track_id"][0]) == LEVEL0_TRACK_ID
+    assert int(info["termination_reason"][0]) == 0
+    assert not bool(info["lap_completed"][0])
+    assert float(info["lap_time_s"][0]) == 0.0
+    # At rest at the centerline's start, heading along its tangent.
+    np.testing.assert_allclose(obs["position"][0], track.centerline[0], atol=1e-5)
+    tangent = track.centerline[1] - track.centerline[0]
+    np.testing.assert_allclose(obs["yaw"][0], np.arctan2(tangent[1], tangent[0]), atol=1e-6)
+    np.testing.assert_array_equal(obs["velocity_body"], 0.0)
+    assert obs["track_progress"][0] == 0.0
+    np.testing.assert_array_equal(obs["centerline"][0], track.centerline)
+    np.testing.assert_array_equal(obs["left_boundary"][0], track.left_boundary)
+    np.testing.assert_array_equal(obs["right_boundary"][0], track.right_boundary)
+    np.testing.assert_array_equal(obs["track_mask"][0], track.track_mask)
+    assert obs["track_length"][0] == track.track_length
+
+
+def test_seed_none_continues_with_the_next_episode(cpu_env):
+    cpu_env.reset(seed=77)
+    _, info = cpu_env.reset()
+    assert int(info["episode_seed"][0]) == host_seed_word(77, 0, 0, 1)
+    _, info = cpu_env.reset()
+    assert int(info["controller_seed"][0]) == host_seed_word(77, 1, 0, 2)
+    _, info = cpu_env.reset(seed=77)
+    assert int(info["episode_seed"][0]) == host_seed_word(77, 0, 0, 0)
+
+
+@pytest.mark.parametrize("seed, error", [(-1, ValueError), (2**32, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_bad_seeds_raise_and_change_nothing(cpu_env, seed, error):
+    cpu_env.reset(seed=5)
+    before = numpy_obs(step(cpu_env, [[0.1, 1.0]])[0])
+    with pytest.raises(error, match="seed"):
+        cpu_env.reset(seed=seed)
+    cpu_env.reset(seed=5)
+    np.testing.assert_array_equal(step(cpu_env, [[0.1, 1.0]])[0]["position"], before["position"])
+
+
+def test_track_choice_is_seedsequence_domain_two(config, short_pool):
+    env = VecCarRacingEnv(1, config=config, level=SHORT_LEVEL, backend="cpu_reference", track_pool=short_pool)
+    ids = np.asarray(short_pool.track_id)
+    for root in [0, 1, 2, 99, 2**32 - 1, 123456789]:
+        _, info = env.reset(seed=root)
+        row = host_pool_row(host_seed_word(root, 2, 0, 0), len(short_pool))
+        assert int(info["track_id"][0]) == ids[row]
+
+
+def test_explicit_track_index_changes_only_the_row(config, short_pool):
+    env = VecCarRacingEnv(1, config=config, level=SHORT_LEVEL, backend="cpu_reference", track_pool=short_pool)
+    for row in range(3):
+        obs, info = env.reset(seed=8, options={"track_indices": [row]})
+        assert int(info["track_id"][0]) == int(short_pool.track_id[row])
+        assert int(info["episode_seed"][0]) == host_seed_word(8, 0, 0, 0)
+        np.testing.assert_array_equal(np.asarray(obs["centerline"][0]), np.asarray(short_pool.centerline[row]))
+
+
+@pytest.mark.parametrize(
+    "options, error",
+    [
+        ({"track_indices": [3]}, ValueError),
+        ({"track_indices": [-1]}, ValueError),
+        ({"track_indices": [0, 1]}, ValueError),
+        ({"track_indices": [1.0]}, TypeError),
+        ({"track_indices": [True]}, TypeError),
+        ({"track_indices": 1}, TypeError),
+        ({"track_index": 1}, ValueError),
+        ("track_indices", TypeError),
+    ],
+)
+def test_bad_reset_options(config, short_pool, options, error):
+    env = VecCarRacingEnv(1, config=config, level=SHORT_LEVEL, backend="cpu_reference", track_pool=short_pool)
+    with pytest.raises(error, match="options"):
+        env.reset(seed=1, options=options)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(np.zeros((1, 2), np.float32))
+
+
+# -- actions -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        [[np.nan, 0.0]],
+        [[0.0, np.inf]],
+        [[-np.inf, 1.0]],
+        np.zeros((1, 3), np.float32),
+        np.zeros((2,), np.float32),
+        [["left", "fast"]],
+        [[0.0, 1.0, 2.0]],
+        "steer",
+        None,
+        [object()],
+    ],
+    ids=["nan", "inf", "neg-inf", "shape-1x3", "shape-2", "strings", "long-row", "str", "none", "object"],
+)
+def test_invalid_actions_terminate_as_invalid_action(cpu_env, action):
+    cpu_env.reset(seed=3)
+    step(cpu_env, [[0.0, 2.0]])
+    obs, reward, terminated, truncated, info = cpu_env.step(action)
+    assert bool(terminated[0]) and not bool(truncated[0])
+    assert int(info["termination_reason"][0]) == TerminationReason.INVALID_ACTION
+    assert not bool(info["lap_completed"][0])
+    # The next call is the NEXT_STEP reset, whatever action it is given.
+    obs, reward, terminated, truncated, info = cpu_env.step([[np.nan, np.nan]])
+    assert not bool(terminated[0]) and not bool(truncated[0]) and float(reward[0]) == 0.0
+    assert int(info["episode_seed"][0]) == host_seed_word(3, 0, 0, 1)
+    np.testing.assert_array_equal(np.asarray(obs["velocity_body"]), 0.0)
+
+
+def test_out_of_range_actions_are_clipped_and_counted(config):
+    a = VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track=level0_track())
+    b = VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track=level0_track())
+    a.reset(seed=1)
+    b.reset(seed=1)
+    wild = [[[2.0, 10.0]], [[-5.0, -30.0]], [[0.3, 1.0]], [[0.7, 4.5]]]
+    tame = [[[0.6, 4.0]], [[-0.6, -8.0]], [[0.3, 1.0]], [[0.6, 4.0]]]
+    for x, y in zip(wild, tame):
+        oa, ra, *_ = step(a, x)
+        ob, rb, *_ = step(b, y)
+        for key in oa:
+            np.testing.assert_array_equal(oa[key], ob[key])
+        assert ra == rb
+    assert int(a.clipped_action_count[0]) == 3
+    assert int(b.clipped_action_count[0]) == 0
+
+
+def test_host_and_device_actions_agree(config):
+    a = VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track=level0_track())
+    b = VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track=level0_track())
+    a.reset(seed=2)
+    b.reset(seed=2)
+    for action in ([0.2, 3.0], [0.1, -1.0]):
+        oa = a.step([action])[0]
+        ob = b.step(jnp.asarray([action], jnp.float64 if jax.config.jax_enable_x64 else jnp.float32))[0]
+        np.testing.assert_array_equal(np.asarray(oa["position"]), np.asarray(ob["position"]))
+
+
+# -- termination ---------------------------------------------------------------------------
+
+
+def test_a_driven_lap_is_a_success(cpu_env, config):
+    obs, _ = cpu_env.reset(seed=4)
+    total = 0.0
+    for n in range(1, 4000):
+        obs, reward, terminated, truncated, info = step(cpu_env, pursuit(obs, speed_mps=15.0))
+        total += reward
+        assert not truncated
+        if terminated:
+            break
+    assert int(info["termination_reason"][0]) == TerminationReason.SUCCESS
+    assert bool(info["lap_completed"][0])
+    assert obs["track_progress"][0] == 1.0
+    np.testing.assert_allclose(float(info["lap_time_s"][0]), n * config.control_dt_s, rtol=1e-6)
+    # The Challenge reward is the lap fraction gained: it sums to the progress.
+    np.testing.assert_allclose(total, 1.0, rtol=1e-5)
+    obs, reward, terminated, truncated, info = step(cpu_env, [[0.0, 0.0]])
+    assert reward == 0.0 and not terminated and not truncated
+    assert obs["track_progress"][0] == 0.0 and int(info["termination_reason"][0]) == 0
+    assert float(info["lap_time_s"][0]) == 0.0 and not bool(info["lap_completed"][0])
+
+
+def test_leaving_the_road_is_off_track(cpu_env, config):
+    track = level0_track()
+    n = track.num_points
+    obs, _ = cpu_env.reset(seed=4)
+    history = []
+    for _ in range(400):
+        obs, reward, terminated, truncated, info = step(cpu_env, [[0.5, 2.0]])
+        wheels = wheel_points(obs["position"][0].astype(np.float64), float(obs["yaw"][0]),
+                              config.wheelbase_m, config.track_width_m)
+        inside = on_track(wheels, track.left_boundary[:n].astype(np.float64),
+                          track.right_boundary[:n].astype(np.float64))
+        history.append(inside.all())
+        if terminated:
+            break
+    assert int(info["termination_reason"][0]) == TerminationReason.OFF_TRACK
+    assert not history[-1] and all(history[:-1])
+
+
+def test_timeout_truncates(config):
+    level = Level(level_id=0, name="quick", max_episode_steps=5)
+    env = VecCarRacingEnv(1, config=config, level=level, backend="cpu_reference", track=level0_track())
+    env.reset(seed=0)
+    flags = [step(env, [[0.0, 0.0]])[2:4] for _ in range(7)]
+    assert flags == [(False, False)] * 4 + [(False, True)] + [(False, False)] * 2
+
+
+def test_neutral_action_reaches_the_timeout_at_rest(config):
+    level = Level(level_id=0, name="quick", max_episode_steps=60)
+    env = VecCarRacingEnv(1, config=config, level=level, backend="cpu_reference", track=level0_track())
+    obs0, _ = env.reset(seed=0)
+    for _ in range(60):
+        obs, reward, terminated, truncated, info = step(env, [[0.0, 0.0]])
+    assert truncated and not terminated and int(info["termination_reason"][0]) == TerminationReason.TIMEOUT
+    np.testing.assert_allclose(obs["position"], np.asarray(obs0["position"]), atol=1e-3)
+    assert obs["track_progress"][0] < 1e-4
+
+
+def test_pool_rows_reach_the_observation(config):
+    pool = TrackPool.from_tracks([circle_track(70.0, 640, 6.0, 1), circle_track(90.0, 300, 6.0, 2)],
+                                 level_id=0, split="train")
+    env = VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track_pool=pool)
+    obs, info = env.reset(seed=0, options={"track_indices": [1]})
+    assert int(np.asarray(obs["track_mask"]).sum()) == 300
+    np.testing.assert_allclose(float(obs["position"][0, 0]), 90.0, atol=1e-4)
