@@ -3,6 +3,7 @@
 #
 #   make tests                 every package's CPU tests and the integration tests
 #   make benchmark-rl-triton   the rl_triton benchmark (full report on a CUDA GPU)
+#   make benchmark-racing-env  the racing_env M4 protocol (formal report on a CUDA GPU)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,7 +15,7 @@ STAMP := $(VENV)/.installed
 DEV := "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
 .PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration docs benchmark-rl-triton benchmark-track-gen matrix clean
+        test-integration docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env matrix clean
 
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -42,7 +43,9 @@ test-integration: $(STAMP)
 
 gpu-tests: $(STAMP)
 	$(PY) -m pytest -q packages/rl_triton/tests -m 'kernels or gpu' \
-		&& $(PY) -m pytest -q packages/track_gen/tests -m gpu
+		&& $(PY) -m pytest -q packages/track_gen/tests -m gpu \
+		&& $(PY) -m pytest -q packages/racing_env/tests -m gpu \
+		&& $(PY) -m pytest -q packages/racing_stack/tests -m gpu
 
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict
@@ -52,6 +55,9 @@ benchmark-rl-triton: $(STAMP)
 
 benchmark-track-gen: $(STAMP)
 	$(PY) benchmarks/track_gen/generate.py && $(PY) benchmarks/track_gen/step.py
+
+benchmark-racing-env: $(STAMP)
+	$(PY) benchmarks/racing_env/m4_environment.py
 
 # Each package installed alone in its own environment, with its own tests:
 # proves that its pyproject.toml declares everything it needs.

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import SHORT_LEVEL
-from driving import pursuit
+from racing_env.pursuit import pursuit
 from racing_env import TerminationReason, VecCarRacingEnv, level0_track
 from racing_env.seeds import host_pool_row, host_seed_word
 

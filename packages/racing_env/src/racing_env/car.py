@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import mujoco
 
-from racing_env.config import ProjectConfig
+from racing_env.config import KNUCKLE_MASS_KG, ProjectConfig
 
 __all__ = [
     "NQ",
@@ -50,8 +50,6 @@ STEER_QPOS = (7, 9)
 #: qvel addresses of the wheel spin hinges: front left, front right, rear left, rear right.
 WHEEL_QVEL = (7, 9, 10, 11)
 
-_KNUCKLE_MASS_KG = 1.0
-
 
 def build_model(config: ProjectConfig) -> mujoco.MjModel:
     """The car on an infinite flat ground plane, as a compiled MuJoCo model.
@@ -67,7 +65,7 @@ def build_model(config: ProjectConfig) -> mujoco.MjModel:
 def _mjcf(c: ProjectConfig) -> str:
     length, width, height = c.chassis_size_m
     # The steering knuckles are part of the sprung mass.
-    m = c.chassis_mass_kg - 2 * _KNUCKLE_MASS_KG
+    m = c.chassis_mass_kg - 2 * KNUCKLE_MASS_KG
     ixx = m / 12 * (width**2 + height**2)
     iyy = m / 12 * (length**2 + height**2)
     izz = m / 12 * (length**2 + width**2)
@@ -91,7 +89,7 @@ def _mjcf(c: ProjectConfig) -> str:
         return (
             f'<body name="{name}_knuckle" pos="{x} {y} 0">'
             f'<joint name="{name}_steer" type="hinge" axis="0 0 1"/>'
-            f'<inertial pos="0 0 0" mass="{_KNUCKLE_MASS_KG}" diaginertia="{knuckle_i} {knuckle_i} {knuckle_i}"/>'
+            f'<inertial pos="0 0 0" mass="{KNUCKLE_MASS_KG}" diaginertia="{knuckle_i} {knuckle_i} {knuckle_i}"/>'
             f'<body name="{name}">{tyre(name)}</body></body>'
         )
 

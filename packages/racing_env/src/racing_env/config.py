@@ -10,20 +10,25 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 
-__all__ = ["ProjectConfig", "Level", "LEVEL_0"]
+__all__ = ["ProjectConfig", "Level", "LEVEL_0", "KNUCKLE_MASS_KG"]
+
+#: Mass of one steering knuckle (the body between the chassis and a front
+#: wheel that carries the steering hinge), kg; part of the sprung mass.
+KNUCKLE_MASS_KG = 1.0
 
 
 def _positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be finite and > 0, got {value!r}")
 
 
 def _count(name: str, value: object, low: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}")
@@ -97,12 +102,17 @@ class ProjectConfig:
                 for i, side in enumerate(value):
                     _positive(f"chassis_size_m[{i}]", side)
             elif field.name == "min_acceleration_mps2":
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                if isinstance(value, bool) or not isinstance(value, numbers.Real):
                     raise TypeError(f"min_acceleration_mps2 must be a real number, got {type(value).__name__}")
                 if not math.isfinite(value) or value >= 0:
                     raise ValueError(f"min_acceleration_mps2 must be finite and < 0, got {value!r}")
             else:
                 _positive(field.name, value)
+        if not self.chassis_mass_kg > 2 * KNUCKLE_MASS_KG:
+            raise ValueError(
+                f"chassis_mass_kg must exceed the two steering knuckles' {2 * KNUCKLE_MASS_KG} kg, "
+                f"got {self.chassis_mass_kg}"
+            )
         if not self.brake_front_share <= 1.0:
             raise ValueError(f"brake_front_share must be in (0, 1], got {self.brake_front_share}")
         if not self.com_ahead_of_rear_axle_m < self.wheelbase_m:
@@ -151,8 +161,10 @@ class Level:
 
     def __post_init__(self) -> None:
         _count("level_id", self.level_id, low=0)
-        if not isinstance(self.name, str) or not self.name:
-            raise TypeError(f"name must be a non-empty str, got {self.name!r}")
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, got {type(self.name).__name__}")
+        if not self.name:
+            raise ValueError("name must be a non-empty str")
         _count("max_episode_steps", self.max_episode_steps)
 
 

@@ -64,7 +64,7 @@ class CarRacingEnv(gymnasium.Env):
                 with the next episode counter).
             options: ``{"track_index": i}`` picks TrackPool row i.
         """
-        vec_options = _vector_options(options)
+        vec_options = _vector_options(options, len(self._vec.track_pool))
         super().reset(seed=seed)
         obs, info = self._vec.reset(seed=seed, options=vec_options)
         self._needs_reset = False
@@ -82,7 +82,7 @@ class CarRacingEnv(gymnasium.Env):
         return _first(obs), float(np.asarray(reward)[0]), terminated, truncated, _first_info(info)
 
 
-def _vector_options(options: dict | None) -> dict | None:
+def _vector_options(options: dict | None, pool_size: int) -> dict | None:
     if options is None:
         return None
     if not isinstance(options, dict):
@@ -95,6 +95,8 @@ def _vector_options(options: dict | None) -> dict | None:
     index = options["track_index"]
     if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
         raise TypeError(f"options['track_index'] must be an int, got {type(index).__name__}")
+    if not 0 <= int(index) < pool_size:
+        raise ValueError(f"options['track_index'] = {index} is out of range for a pool of {pool_size} tracks")
     return {"track_indices": [index]}
 
 

@@ -1,0 +1,466 @@
+"""The M4 environment-throughput protocol of racing_env, in one run.
+
+    python benchmarks/racing_env/m4_environment.py [--out FILE] [--worlds 1024]
+        [--steps 10000] [--scale-worlds 8192 65536] [--scale-steps 2000]
+
+On a CUDA device (the formal run, ``mjx_warp``):
+
+1. Tracks: track_gen generates courses on the GPU; the integration layer's
+   bridge admits the valid ones as a TrackPool (on the device); world i of
+   the headline run drives on pool row i, so 1,024 worlds use 1,024
+   different validated tracks.
+2. Timed run: ``--steps`` env steps of ``--worlds`` worlds without per-step
+   host synchronisation (one ``block_until_ready`` at the end), actions
+   cycled from 64 random in-range batches held on the device.
+3. Raw physics: the same car, worlds, substeps and calling pattern (one
+   jitted, donated call per control step) with no env logic, in the same
+   run; the env's share = env transitions/s / raw transitions/s.
+4. Health run: zero actions for the Level's timeout + 2 steps from a fresh
+   seeded reset; every world must time out exactly once and autoreset on
+   the next call; no success, off-track or invalid action; every public
+   value finite at every step.
+5. Transfer guards (``jax.transfer_guard("disallow")``, both directions on
+   the GPU) around an active step and a mixed-world autoreset step.
+6. Process VRAM sampled by a background thread (``nvidia-smi``) through the
+   timed run: peak, and growth after the first tenth of the run.
+7. ``--scale-worlds``: the timed run and its raw-physics twin at more worlds
+   (on rows drawn from the pool by SeedSequence domain 2).
+
+Gates (one H200): >= 500,000 transitions/s at 1,024 worlds; >= 4,000,000 at
+65,536; env >= 0.8 of raw physics at every size; zero steady VRAM growth;
+zero non-finite public values; every world times out and autoresets in the
+health run; both transfer guards pass. The report passes only when every
+gate passes. Without CUDA it runs a small ``mjx_warp`` smoke on Warp's CPU
+device (evaluating no throughput gate) and writes
+``benchmarks/results/m4_environment_cpu.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import warp as wp  # noqa: E402
+
+import racing_env  # noqa: E402
+from racing_env import LEVEL_0, Level, ProjectConfig, TerminationReason, TrackPool, VecCarRacingEnv, car  # noqa: E402
+from racing_env.physics import MjxWarpPhysics  # noqa: E402
+from racing_stack.bridge import pool_from_course  # noqa: E402
+from track_gen.course import Course  # noqa: E402
+from track_gen.pipeline import presets  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+ACTION_BATCHES = 64
+#: track_gen seeds of the benchmark's courses: TRACK_SEED + env index.
+TRACK_SEED = 1_000_000
+GATE_TPS_1024 = 500_000
+GATE_TPS_65536 = 4_000_000
+GATE_SHARE = 0.8
+#: Level 1 of the benchmark: the Level 0 timeout on generated tracks.
+LEVEL = Level(level_id=1, name="m4", max_episode_steps=LEVEL_0.max_episode_steps)
+
+
+def log(msg: str) -> None:
+    print(f"[m4 {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def source_hashes() -> dict[str, str]:
+    """sha256 of every source file that decides what was measured."""
+    files = sorted((ROOT / "packages/racing_env/src").rglob("*.py"))
+    files += sorted((ROOT / "packages/racing_stack/src").rglob("*.py"))
+    files.append(Path(__file__).resolve())
+    return {str(f.relative_to(ROOT)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def environment() -> dict[str, Any]:
+    env = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "jax": jax.__version__,
+        "jaxlib": version("jaxlib"),
+        "warp": wp.__version__,
+        "mujoco": version("mujoco"),
+        "mujoco_mjx": version("mujoco-mjx"),
+        "gymnasium": version("gymnasium"),
+        "racing_env": racing_env.__version__,
+        "jax_devices": [str(d) for d in jax.devices()],
+    }
+    if jax.default_backend() == "gpu":
+        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+        env["gpu"] = subprocess.run(query, capture_output=True, text=True).stdout.strip()
+    return env
+
+
+class VramSampler:
+    """This process's GPU memory (MiB, from nvidia-smi) every `period` s."""
+
+    def __init__(self, period: float = 0.5) -> None:
+        self.period = period
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def read(self) -> int | None:
+        query = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+        try:
+            out = subprocess.run(query, capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        used = [int(m) for p, m in (line.split(",") for line in out.strip().splitlines() if "," in line)
+                if int(p) == os.getpid()]
+        return sum(used) if used else None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = self.read()
+            if value is not None:
+                self.samples.append((time.perf_counter(), value))
+            self._stop.wait(self.period)
+
+    def __enter__(self) -> VramSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def make_pool(num_tracks: int, device: str):
+    """Generate courses on `device`; admit the valid ones and keep the first
+    `num_tracks` of them (all on the device)."""
+    t0 = time.perf_counter()
+    generated = int(num_tracks * 1.1) + 16
+    course = Course.track(presets.track(num_envs=generated, device=device), seeds=TRACK_SEED)
+    pool = pool_from_course(course, level_id=LEVEL.level_id, split="m4")
+    valid = len(pool)
+    if valid < num_tracks:
+        raise RuntimeError(f"only {valid} valid courses of {generated}; need {num_tracks}")
+    rows = jnp.arange(num_tracks)
+    pool = TrackPool.from_arrays(
+        pool.centerline[rows], pool.left_boundary[rows], pool.right_boundary[rows], pool.track_mask[rows],
+        pool.track_length[rows], pool.track_id[rows], level_id=pool.level_id, split=pool.split,
+        benchmark_version=pool.benchmark_version, check_values=False,
+    )
+    return pool, {"generated": generated, "valid": valid, "admitted": num_tracks,
+                  "track_gen_seeds": f"{TRACK_SEED} + env index", "seconds": time.perf_counter() - t0}
+
+
+def random_actions(env: VecCarRacingEnv, seed: int) -> list[jax.Array]:
+    low = jnp.asarray(env.single_action_space.low)
+    high = jnp.asarray(env.single_action_space.high)
+    key = jax.random.PRNGKey(seed)
+    batches = jax.random.uniform(key, (ACTION_BATCHES, env.num_envs, 2), minval=low, maxval=high)
+    return [batches[k] for k in range(ACTION_BATCHES)]
+
+
+def timed_env(env: VecCarRacingEnv, steps: int, sampler: VramSampler | None) -> dict[str, Any]:
+    actions = random_actions(env, 0)
+    for k in range(20):
+        out = env.step(actions[k % ACTION_BATCHES])
+    jax.block_until_ready(out)
+    start = time.perf_counter()
+    for k in range(steps):
+        out = env.step(actions[k % ACTION_BATCHES])
+    jax.block_until_ready(out)
+    seconds = time.perf_counter() - start
+    obs, reward, terminated, truncated, info = out
+    result = {
+        "steps": steps,
+        "worlds": env.num_envs,
+        "seconds": seconds,
+        "env_steps_per_s": steps / seconds,
+        "transitions_per_s": steps * env.num_envs / seconds,
+        "final_nonfinite": int(count_nonfinite(obs, reward, info["lap_time_s"])),
+    }
+    if sampler is not None:
+        result["vram"] = vram_summary(sampler.samples, start, start + seconds)
+    return result
+
+
+def timed_physics(config: ProjectConfig, start_qpos: jax.Array, steps: int) -> dict[str, Any]:
+    """Raw MJX-Warp: the same car and worlds, one jitted donated call per
+    control step holding constant controls, no env logic."""
+    worlds = start_qpos.shape[0]
+    physics = MjxWarpPhysics(config, worlds)
+    data = physics.reset(physics.initial(), jnp.ones(worlds, bool), start_qpos)
+    step = jax.jit(physics.step, donate_argnums=(0,))
+    key = jax.random.PRNGKey(1)
+    steer = jax.random.uniform(key, (ACTION_BATCHES, worlds, 2), minval=-0.3, maxval=0.3)
+    torque = jax.random.uniform(key, (ACTION_BATCHES, worlds, 4), minval=-500.0, maxval=1500.0)
+    ctrls = [jnp.concatenate([steer[k], torque[k]], axis=1) for k in range(ACTION_BATCHES)]
+    t0 = time.perf_counter()
+    data = step(data, ctrls[0])
+    jax.block_until_ready(data)
+    compile_s = time.perf_counter() - t0
+    for k in range(20):
+        data = step(data, ctrls[k % ACTION_BATCHES])
+    jax.block_until_ready(data)
+    start = time.perf_counter()
+    for k in range(steps):
+        data = step(data, ctrls[k % ACTION_BATCHES])
+    jax.block_until_ready(data)
+    seconds = time.perf_counter() - start
+    return {"steps": steps, "worlds": worlds, "seconds": seconds, "first_call_s": compile_s,
+            "transitions_per_s": steps * worlds / seconds}
+
+
+@jax.jit
+def count_nonfinite(obs, reward, lap_time_s) -> jax.Array:
+    """Non-finite entries among the public numeric values of one call."""
+    leaves = [*obs.values(), reward, lap_time_s]
+    return sum(jnp.sum(~jnp.isfinite(x.astype(jnp.float32))) for x in leaves)
+
+
+def vram_summary(samples: list[tuple[float, int]], start: float, end: float) -> dict[str, Any]:
+    inside = [(t, m) for t, m in samples if start <= t <= end]
+    if len(inside) < 3:
+        return {"samples": len(inside), "peak_mib": None, "steady_growth_mib": None}
+    settle = start + 0.1 * (end - start)
+    steady = [m for t, m in inside if t >= settle]
+    return {
+        "samples": len(inside),
+        "peak_mib": max(m for _, m in samples),
+        "after_first_tenth_mib": steady[0],
+        "steady_max_mib": max(steady),
+        "steady_growth_mib": max(steady) - steady[0],
+    }
+
+
+def health_run(env: VecCarRacingEnv) -> dict[str, Any]:
+    """Zero actions from a fresh reset until every world has timed out and
+    autoreset once."""
+    timeout = env.level.max_episode_steps
+    obs, info = env.reset(seed=4)
+    zero = jnp.zeros((env.num_envs, 2), jnp.float32)
+    counts = {name: jnp.zeros(env.num_envs, jnp.int32) for name in ("timeout", "success", "off_track", "invalid")}
+    resets = jnp.zeros(env.num_envs, jnp.int32)
+    nonfinite = jnp.zeros((), jnp.int32)
+    timeout_call = jnp.zeros(env.num_envs, jnp.int32)
+    reset_call = jnp.zeros(env.num_envs, jnp.int32)
+    first_episode = info["episode_seed"]
+    pending = jnp.zeros(env.num_envs, bool)
+
+    @jax.jit
+    def tally(call, counts, resets, nonfinite, timeout_call, reset_call, pending, obs, reward, terminated, truncated,
+              info):
+        reason = info["termination_reason"]
+        counts = {
+            "timeout": counts["timeout"] + (reason == TerminationReason.TIMEOUT),
+            "success": counts["success"] + (reason == TerminationReason.SUCCESS),
+            "off_track": counts["off_track"] + (reason == TerminationReason.OFF_TRACK),
+            "invalid": counts["invalid"] + (reason == TerminationReason.INVALID_ACTION),
+        }
+        timeout_call = jnp.where(truncated, call, timeout_call)
+        is_reset = pending & (reward == 0) & ~terminated & ~truncated & (info["episode_seed"] != first_episode)
+        resets = resets + is_reset
+        reset_call = jnp.where(is_reset, call, reset_call)
+        nonfinite = nonfinite + count_nonfinite(obs, reward, info["lap_time_s"])
+        return counts, resets, nonfinite, timeout_call, reset_call, terminated | truncated
+
+    steps = timeout + 2
+    t0 = time.perf_counter()
+    nonfinite = nonfinite + count_nonfinite(obs, jnp.zeros(env.num_envs), info["lap_time_s"])
+    for call in range(1, steps + 1):
+        obs, reward, terminated, truncated, info = env.step(zero)
+        counts, resets, nonfinite, timeout_call, reset_call, pending = tally(
+            jnp.int32(call), counts, resets, nonfinite, timeout_call, reset_call, pending, obs, reward, terminated,
+            truncated, {k: v for k, v in info.items() if k != "benchmark_version"},
+        )
+    jax.block_until_ready(resets)
+    counts = {k: np.asarray(v) for k, v in counts.items()}
+    timeout_call, reset_call = np.asarray(timeout_call), np.asarray(reset_call)
+    return {
+        "steps": steps,
+        "seconds": time.perf_counter() - t0,
+        "worlds": env.num_envs,
+        "timeouts": int(counts["timeout"].sum()),
+        "worlds_timed_out_once": int((counts["timeout"] == 1).sum()),
+        "timeout_at_call": sorted(set(timeout_call.tolist())),
+        "autoresets": int(np.asarray(resets).sum()),
+        "worlds_reset_once": int((np.asarray(resets) == 1).sum()),
+        "reset_at_call": sorted(set(reset_call.tolist())),
+        "success": int(counts["success"].sum()),
+        "off_track": int(counts["off_track"].sum()),
+        "invalid_action": int(counts["invalid"].sum()),
+        "nonfinite_public_values": int(nonfinite),
+    }
+
+
+def transfer_guards(env: VecCarRacingEnv) -> dict[str, Any]:
+    """An active step and a mixed-world autoreset step under
+    ``jax.transfer_guard("disallow")`` after warm-up."""
+    env.reset(seed=5)
+    action = jnp.full((env.num_envs, 2), 0.05, jnp.float32)
+    spoiled = action.at[::2].set(jnp.nan)
+    for a in (action, spoiled, action):
+        jax.block_until_ready(env.step(a))
+    env.reset(seed=5)
+    result = {}
+    for name, steps in (("active_step", [action]), ("mixed_autoreset_step", [spoiled, action])):
+        try:
+            with jax.transfer_guard("disallow"):
+                for a in steps:
+                    out = env.step(a)
+                jax.block_until_ready(out)
+            result[name] = {"passed": True}
+        except Exception as error:  # the guard raises a backend-specific error type
+            result[name] = {"passed": False, "error": str(error)[:500]}
+    terminated = np.asarray(out[2])
+    result["mixed_autoreset_step"]["worlds_reset"] = int(np.asarray(out[4]["termination_reason"] == 0).sum())
+    result["mixed_autoreset_step"]["note"] = "even worlds invalid on the first step, reset on the second"
+    result["active_step"]["terminated_after"] = int(terminated.sum())
+    return result
+
+
+def build_env(worlds: int, pool, level: Level) -> tuple[VecCarRacingEnv, dict[str, float]]:
+    times = {}
+    t0 = time.perf_counter()
+    env = VecCarRacingEnv(worlds, config=ProjectConfig(), level=level, backend="mjx_warp", track_pool=pool)
+    times["creation_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    options = {"track_indices": np.arange(worlds) % len(pool)} if worlds <= len(pool) else None
+    jax.block_until_ready(env.reset(seed=0, options=options))
+    times["reset_compile_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    jax.block_until_ready(env.step(jnp.zeros((worlds, 2), jnp.float32)))
+    times["first_step_compile_s"] = time.perf_counter() - t0
+    return env, times
+
+
+def start_qpos_of(env: VecCarRacingEnv) -> jax.Array:
+    """The start pose of every world's current track (for the raw run)."""
+    start = env._tracks.start[env._state.race.row]
+    return car.start_qpos(env.config, start[:, 0], start[:, 1], start[:, 2])
+
+
+def gate(name: str, value: Any, threshold: Any, passed: bool) -> dict[str, Any]:
+    return {"name": name, "value": value, "threshold": threshold, "passed": bool(passed)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", help="report path (default benchmarks/v0.1/m4_environment_report.json on a GPU)")
+    parser.add_argument("--worlds", type=int, default=1024)
+    parser.add_argument("--steps", type=int, default=10_000)
+    parser.add_argument("--scale-worlds", type=int, nargs="*", default=[8192, 65536])
+    parser.add_argument("--scale-steps", type=int, default=2_000)
+    args = parser.parse_args()
+    gpu = jax.default_backend() == "gpu"
+    if not gpu:
+        wp.config.quiet = True
+        args.worlds, args.steps, args.scale_worlds, args.scale_steps = 4, 20, [], 0
+    if args.out is None:
+        args.out = "benchmarks/v0.1/m4_environment_report.json" if gpu else "benchmarks/results/m4_environment_cpu.json"
+    device = "cuda:0" if gpu else "cpu"
+    # The CPU smoke reaches its timeout after a few steps.
+    level = LEVEL if gpu else Level(level_id=LEVEL.level_id, name="m4-cpu-smoke", max_episode_steps=8)
+    report: dict[str, Any] = {"protocol": "M4", "environment": environment(), "source_sha256": source_hashes(),
+                              "config": {"project": ProjectConfig().__dict__, "level": level.__dict__,
+                                         "backend": "mjx_warp", "worlds": args.worlds, "steps": args.steps,
+                                         "scale_worlds": args.scale_worlds, "scale_steps": args.scale_steps,
+                                         "actions": f"{ACTION_BATCHES} uniform random in-range batches, cycled"}}
+    log(f"generating {args.worlds} valid tracks on {device}")
+    pool, generation = make_pool(args.worlds, device)
+    report["tracks"] = {**generation, "track_ids": np.asarray(pool.track_id).tolist(),
+                        "lap_m": {"min": float(jnp.min(pool.track_length)), "max": float(jnp.max(pool.track_length))}}
+
+    log(f"building the env: {args.worlds} worlds")
+    env, compile_times = build_env(args.worlds, pool, level)
+    report["compile"] = compile_times
+    log(f"compile {compile_times}")
+    _, info = env.reset(seed=0, options={"track_indices": np.arange(args.worlds) % len(pool)})
+    distinct = len(set(np.asarray(info["track_id"]).tolist()))
+    report["tracks"]["distinct_tracks_in_timed_run"] = distinct
+    sampler = VramSampler() if gpu else None
+    if sampler is not None:
+        sampler.__enter__()
+    log("timed env run")
+    runs = {args.worlds: {"env": timed_env(env, args.steps, sampler)}}
+    if sampler is not None:
+        sampler.__exit__()
+    log(f"env {runs[args.worlds]['env']['transitions_per_s']:.0f} transitions/s")
+    runs[args.worlds]["physics"] = timed_physics(env.config, start_qpos_of(env), args.steps)
+    log(f"raw physics {runs[args.worlds]['physics']['transitions_per_s']:.0f} transitions/s")
+    log("health run")
+    report["health"] = health_run(env)
+    log(f"health {report['health']}")
+    report["transfer_guards"] = transfer_guards(env)
+    report["transfer_guards"]["directions"] = "host-to-device and device-to-host" if gpu else "host-to-device only"
+    del env
+    failed: dict[int, str] = {}
+    for worlds in args.scale_worlds:
+        log(f"scale run: {worlds} worlds")
+        try:
+            big, times = build_env(worlds, pool, level)
+            runs[worlds] = {"compile": times, "env": timed_env(big, args.scale_steps, None)}
+            runs[worlds]["physics"] = timed_physics(big.config, start_qpos_of(big), args.scale_steps)
+            del big
+        except Exception as error:  # recorded: the gates of this size then fail
+            failed[worlds] = f"{type(error).__name__}: {str(error)[:500]}"
+            log(f"{worlds} failed: {failed[worlds]}")
+            continue
+        log(f"{worlds}: env {runs[worlds]['env']['transitions_per_s']:.0f}, "
+            f"raw {runs[worlds]['physics']['transitions_per_s']:.0f} transitions/s")
+    for run in runs.values():
+        run["env_share_of_physics"] = run["env"]["transitions_per_s"] / run["physics"]["transitions_per_s"]
+    report["runs"] = {str(k): v for k, v in runs.items()}
+    report["failed_runs"] = {str(k): v for k, v in failed.items()}
+
+    health = report["health"]
+    gates = []
+    if gpu:
+        headline = runs[args.worlds]["env"]
+        gates.append(gate("transitions_per_s_1024", headline["transitions_per_s"], GATE_TPS_1024,
+                          args.worlds == 1024 and headline["transitions_per_s"] >= GATE_TPS_1024))
+        big = runs.get(65536)
+        gates.append(gate("transitions_per_s_65536", big and big["env"]["transitions_per_s"], GATE_TPS_65536,
+                          big is not None and big["env"]["transitions_per_s"] >= GATE_TPS_65536))
+        for worlds, run in runs.items():
+            gates.append(gate(f"env_share_of_physics_{worlds}", run["env_share_of_physics"], GATE_SHARE,
+                              run["env_share_of_physics"] >= GATE_SHARE))
+        for worlds in failed:
+            gates.append(gate(f"run_{worlds}_completed", False, True, False))
+        growth = headline["vram"]["steady_growth_mib"]
+        gates.append(gate("steady_vram_growth_mib", growth, 0, growth == 0))
+        gates.append(gate("distinct_validated_tracks", distinct, args.worlds, distinct == args.worlds == 1024))
+    nonfinite = health["nonfinite_public_values"] + sum(r["env"]["final_nonfinite"] for r in runs.values())
+    gates.append(gate("nonfinite_public_values", nonfinite, 0, nonfinite == 0))
+    every = health["worlds"]
+    gates.append(gate("health_every_world_times_out_once", health["worlds_timed_out_once"], every,
+                      health["worlds_timed_out_once"] == every and health["timeouts"] == every))
+    gates.append(gate("health_every_world_autoresets_once", health["worlds_reset_once"], every,
+                      health["worlds_reset_once"] == every and health["autoresets"] == every))
+    unexpected = health["success"] + health["off_track"] + health["invalid_action"]
+    gates.append(gate("health_no_other_outcome", unexpected, 0, unexpected == 0))
+    for name in ("active_step", "mixed_autoreset_step"):
+        passed = report["transfer_guards"][name]["passed"]
+        gates.append(gate(f"transfer_guard_{name}", passed, True, passed))
+    report["gates"] = gates
+    report["passed"] = gpu and all(g["passed"] for g in gates)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2, default=float) + "\n")
+    log(f"wrote {out}: passed={report['passed']}")
+    for g in gates:
+        log(f"  {'PASS' if g['passed'] else 'FAIL'} {g['name']}: {g['value']} (gate {g['threshold']})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
