@@ -51,17 +51,26 @@ def test_no_transfers_either_way_in_active_and_mixed_reset_steps(gpu_env):
 
 
 def test_donated_buffers_keep_their_addresses(gpu_env):
+    """MJX-Warp keys its CUDA graph on buffer addresses: every physics buffer
+    stays where it is across steps and resets, every env-state buffer across
+    steps."""
     env = gpu_env
+
+    def addresses(tree):
+        jax.block_until_ready(tree)
+        return [leaf.unsafe_buffer_pointer() for leaf in jax.tree.leaves(tree) if leaf.size]
+
     env.reset(seed=2)
     action = jnp.zeros((env.num_envs, 2), jnp.float32)
     env.step(action)
-    pointers = [leaf.unsafe_buffer_pointer() for leaf in jax.tree.leaves(env._data) if hasattr(leaf, "shape")
-                and leaf.size]
+    data, state = addresses(env._data), addresses(env._state)
     for _ in range(5):
         env.step(action)
-    again = [leaf.unsafe_buffer_pointer() for leaf in jax.tree.leaves(env._data) if hasattr(leaf, "shape")
-             and leaf.size]
-    assert pointers == again
+    assert addresses(env._state) == state
+    env.reset(seed=3)
+    env.step(action.at[0].set(jnp.nan))
+    env.step(action)
+    assert addresses(env._data) == data
 
 
 def test_parity_with_the_cpu_reference_on_the_gpu(config):

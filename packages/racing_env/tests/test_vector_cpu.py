@@ -98,6 +98,26 @@ def test_tracks_with_segments_too_short_are_refused(config):
         VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track=tiny)
 
 
+def test_tracks_with_too_few_points_are_refused(config):
+    from racing_env.race import MIN_POINTS
+
+    few = circle_track(60.0, MIN_POINTS - 1, 6.0, 5)
+    with pytest.raises(ValueError, match=f">= {MIN_POINTS}"):
+        VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track=few)
+    VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference",
+                    track=circle_track(60.0, MIN_POINTS, 6.0, 5))
+
+
+def test_a_track_length_that_is_not_the_perimeter_is_refused(config):
+    from racing_env import Track
+
+    good = circle_track(60.0, 300, 6.0, 5)
+    bad = Track(good.centerline, good.left_boundary, good.right_boundary, good.track_mask,
+                np.float32(good.track_length * 1.01), good.track_id)
+    with pytest.raises(ValueError, match="perimeter"):
+        VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track=bad)
+
+
 def test_spaces_and_metadata(cpu_env):
     from gymnasium.vector import AutoresetMode
 

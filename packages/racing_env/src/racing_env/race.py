@@ -2,24 +2,29 @@
 
 A track of ``n`` valid points is a closed loop of ``n`` segments; segment
 ``i`` joins point ``i`` to point ``(i + 1) mod n``, and its quad
-``(left_i, left_i+1, right_i+1, right_i)`` is the road beside it. Two
-searches follow each car, each over a window of `WINDOW` segments:
+``(left_i, left_i+1, right_i+1, right_i)`` is the road beside it.
 
-- the localizer: the segment nearest the rear axle among the `WINDOW`
-  segments on either side of the last one. It follows the car both ways and
-  decides which quads the off-track test looks at;
-- legal progress: the rear axle projected on the nearest of the segments
-  from the last legal projection to `WINDOW` segments ahead. Progress is
-  that projection's arc length, never decreasing; driving backwards or
-  across the grass earns nothing, and a car that leaves the window ahead in
-  one control step earns nothing for that step.
+- The localizer follows each car: its segment is the one nearest the rear
+  axle among the `WINDOW` segments on either side of the last one, so it
+  follows the car both ways.
+- Legal progress: the rear axle's projection on the localizer's segment
+  counts when that segment lies within `WINDOW` segments ahead of the last
+  legal projection, the car is on the road (not off track, below) and the
+  car is *legal*: its localizer has stayed within `WINDOW` segments of the
+  last legal projection (ahead or behind); once it leaves that band it earns
+  nothing until it comes back into the band from behind. So progress never decreases, and
+  driving backwards (even a whole lap round to the front of the progress
+  point), across the grass, or more than `WINDOW` segments in one control
+  step earns nothing. `track_progress` is the legal arc length over the
+  centerline's perimeter; a lap is complete when it reaches the perimeter.
+- Off track: a car is off track when the ground point under any of its four
+  wheel centres (`car.wheel_points`) is outside every quad of the
+  `WINDOW` segments on either side of the localizer's segment.
 
-A car is off track when the ground point under any of its four wheel
-centres is outside every quad of the localizer's window (`car.wheel_points`).
-
-So a car may move at most `WINDOW` segments in one control step, and the
-window must reach every wheel: `check_segments` refuses tracks whose
-shortest segment is below `min_segment_length`.
+So a car may move at most `WINDOW` segments in one control step, the window
+must reach every wheel, and ahead and behind must not overlap:
+`VecCarRacingEnv` refuses tracks whose shortest segment is below
+`min_segment_length` or which have fewer than `MIN_POINTS` points.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from racing_env.config import ProjectConfig
 
 __all__ = [
     "WINDOW",
+    "MIN_POINTS",
     "TrackArrays",
     "RaceState",
     "track_arrays",
@@ -45,6 +51,9 @@ __all__ = [
 #: Segments searched on each side of the last localizer segment, and ahead of
 #: the last legal projection.
 WINDOW = 16
+#: Fewest points (= segments) a track needs so the windows ahead and behind
+#: the progress point never overlap.
+MIN_POINTS = 2 * WINDOW + 2
 
 
 class TrackArrays(NamedTuple):
@@ -57,7 +66,9 @@ class TrackArrays(NamedTuple):
         arc: float32 [P, C], arc length from point 0 to point i along the
             centerline, m.
         num_points: int32 [P], valid points (= segments of the loop).
-        track_length: float32 [P], m.
+        track_length: float32 [P], m (the pool's, for the observation).
+        lap_m: float32 [P], the centerline's perimeter as the Race Core
+            measures it, m.
         start: float32 [P, 3], the start pose (x m, y m, yaw rad): point 0,
             heading along segment 0.
         track_mask: int8 [P, C], for the observation.
@@ -70,6 +81,7 @@ class TrackArrays(NamedTuple):
     arc: jax.Array
     num_points: jax.Array
     track_length: jax.Array
+    lap_m: jax.Array
     start: jax.Array
     track_mask: jax.Array
     track_id: jax.Array
@@ -84,12 +96,15 @@ class RaceState(NamedTuple):
         progress_segment: int32 [E], the segment of the last legal
             projection, counted from the start without wrapping, in [0, n].
         progress_m: float32 [E], legal arc length driven this lap, m.
+        legal: bool [E], the localizer has stayed within `WINDOW` segments
+            of the last legal projection (or came back into them from behind).
     """
 
     row: jax.Array
     local_segment: jax.Array
     progress_segment: jax.Array
     progress_m: jax.Array
+    legal: jax.Array
 
 
 def track_arrays(centerline, left_boundary, right_boundary, track_mask, track_length, track_id) -> TrackArrays:
@@ -117,6 +132,7 @@ def track_arrays(centerline, left_boundary, right_boundary, track_mask, track_le
         arc=arc,
         num_points=num_points,
         track_length=track_length,
+        lap_m=jnp.sum(seg, axis=1),
         start=start,
         track_mask=track_mask,
         track_id=track_id,
@@ -152,7 +168,13 @@ def _project(a: jax.Array, b: jax.Array, p: jax.Array):
 def race_reset(tracks: TrackArrays, row: jax.Array) -> RaceState:
     """The Race Core state of cars standing at their tracks' start."""
     zeros = jnp.zeros_like(row)
-    return RaceState(row=row, local_segment=zeros, progress_segment=zeros, progress_m=jnp.zeros(row.shape, jnp.float32))
+    return RaceState(
+        row=row,
+        local_segment=zeros,
+        progress_segment=zeros,
+        progress_m=jnp.zeros(row.shape, jnp.float32),
+        legal=jnp.ones(row.shape, bool),
+    )
 
 
 def points_on_track(tracks: TrackArrays, row: jax.Array, segment: jax.Array, points: jax.Array) -> jax.Array:
@@ -197,32 +219,32 @@ def race_update(tracks: TrackArrays, race: RaceState, position: jax.Array, wheel
         lap_done bool [E]).
     """
     row = race.row
-    p = position[:, None, :]
-    length = tracks.track_length[row]
+    n = tracks.num_points[row]
+    lap = tracks.lap_m[row]
 
     offsets = jnp.arange(-WINDOW, WINDOW + 1, dtype=jnp.int32)
     seg = race.local_segment[:, None] + offsets[None, :]
     a, b, wrapped = _segment_ends(tracks, row, seg, tracks.centerline)
-    _, dist2 = _project(a, b, p)
-    local_segment = jnp.take_along_axis(wrapped, jnp.argmin(dist2, axis=1)[:, None], axis=1)[:, 0]
-
-    ahead = race.progress_segment[:, None] + jnp.arange(WINDOW + 1, dtype=jnp.int32)[None, :]
-    a, b, wrapped = _segment_ends(tracks, row, ahead, tracks.centerline)
-    t, dist2 = _project(a, b, p)
+    t, dist2 = _project(a, b, position[:, None, :])
     best = jnp.argmin(dist2, axis=1)[:, None]
-    best_segment = jnp.take_along_axis(ahead, best, axis=1)[:, 0]
-    best_t = jnp.take_along_axis(t, best, axis=1)[:, 0]
-    best_wrapped = jnp.take_along_axis(wrapped, best, axis=1)[:, 0]
-    seg_len = jnp.linalg.norm(jnp.take_along_axis(b - a, best[..., None], axis=1)[:, 0], axis=-1)
-    n = tracks.num_points[row]
-    laps = (best_segment // n).astype(jnp.float32)
-    candidate = tracks.arc[row, best_wrapped] + best_t * seg_len + laps * length
-    advanced = candidate > race.progress_m
-    progress_m = jnp.where(advanced, candidate, race.progress_m)
-    progress_segment = jnp.where(advanced, best_segment, race.progress_segment)
+    local_segment = jnp.take_along_axis(wrapped, best, axis=1)[:, 0]
+    local_t = jnp.take_along_axis(t, best, axis=1)[:, 0]
+    local_len = jnp.linalg.norm(jnp.take_along_axis(b - a, best[..., None], axis=1)[:, 0], axis=-1)
 
     off_track = ~jnp.all(points_on_track(tracks, row, local_segment, wheels), axis=1)
-    lap_done = progress_m >= length
-    track_progress = jnp.clip(progress_m / length, 0.0, 1.0)
-    race = RaceState(row=row, local_segment=local_segment, progress_segment=progress_segment, progress_m=progress_m)
+    ahead = jnp.mod(local_segment - race.progress_segment, n)
+    is_ahead = ahead <= WINDOW
+    is_behind = ahead >= n - WINDOW
+    legal = (is_ahead | is_behind) & (race.legal | is_behind)
+    segment = race.progress_segment + ahead
+    laps = (segment // n).astype(jnp.float32)
+    candidate = tracks.arc[row, local_segment] + local_t * local_len + laps * lap
+    advanced = legal & is_ahead & ~off_track & (candidate > race.progress_m)
+    progress_m = jnp.where(advanced, candidate, race.progress_m)
+    progress_segment = jnp.where(advanced, segment, race.progress_segment)
+    lap_done = progress_m >= lap
+    track_progress = jnp.clip(progress_m / lap, 0.0, 1.0)
+    race = RaceState(
+        row=row, local_segment=local_segment, progress_segment=progress_segment, progress_m=progress_m, legal=legal
+    )
     return race, track_progress, off_track, lap_done

@@ -32,7 +32,15 @@ from gymnasium.vector.utils import batch_space
 from racing_env import car, seeds
 from racing_env.config import Level, ProjectConfig
 from racing_env.physics import BACKENDS, CpuReferencePhysics, MjxWarpPhysics
-from racing_env.race import RaceState, TrackArrays, min_segment_length, race_reset, race_update, track_arrays
+from racing_env.race import (
+    MIN_POINTS,
+    RaceState,
+    TrackArrays,
+    min_segment_length,
+    race_reset,
+    race_update,
+    track_arrays,
+)
 from racing_env.spaces import action_space, observation_space
 from racing_env.tracks import Track, TrackPool
 
@@ -172,7 +180,7 @@ class _Challenge:
         qvel = qvel.astype(jnp.float32)
         kin = car.planar_state(qpos, qvel)
         wheels = car.wheel_points(self.config, kin["position"], kin["yaw"])
-        length = tracks.track_length[state.race.row]
+        length = tracks.lap_m[state.race.row]
         before = jnp.minimum(state.race.progress_m, length)
         race, progress, off_track, lap_done = race_update(tracks, state.race, kin["position"], wheels)
         steps = state.steps + 1
@@ -284,13 +292,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             track_pool.track_length,
             track_pool.track_id,
         )
-        shortest = float(_shortest_segment(tracks))
-        if shortest < min_segment_length(config):
-            raise ValueError(
-                f"track_pool has a centerline segment of {shortest:.3f} m; the Race Core needs every "
-                f"segment >= {min_segment_length(config):.3f} m for this car"
-            )
-
+        _check_geometry(tracks, config)
         self.num_envs = num_envs
         self.config = config
         self.level = level
@@ -310,8 +312,13 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         if backend == "mjx_warp":
             self._physics = MjxWarpPhysics(config, num_envs)
             self._data = self._physics.initial()
-            self._reset_fn = jax.jit(self._mjx_reset, donate_argnums=(0,))
-            self._step_fn = jax.jit(self._mjx_step, donate_argnums=(0, 1))
+            # Explicit output shardings make JAX alias each donated input to
+            # the output of the same place in the tree; left to XLA, buffers
+            # of one shape swap places from call to call, and MJX-Warp, which
+            # keys its CUDA graph on buffer addresses, would capture anew.
+            sharding = self._data.qpos.sharding
+            self._reset_fn = jax.jit(self._mjx_reset, donate_argnums=(0,), out_shardings=sharding, keep_unused=True)
+            self._step_fn = jax.jit(self._mjx_step, donate_argnums=(0, 1), out_shardings=sharding, keep_unused=True)
         else:
             self._physics = CpuReferencePhysics(config, num_envs)
             self._reset_fn = jax.jit(self._challenge.reset)
@@ -453,12 +460,30 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         return jnp.asarray(action), jnp.asarray(invalid)
 
 
-def _shortest_segment(tracks: TrackArrays) -> jax.Array:
-    seg = jnp.diff(
-        jnp.concatenate([tracks.arc, tracks.track_length[:, None]], axis=1), axis=1
-    )
+def _check_geometry(tracks: TrackArrays, config: ProjectConfig) -> None:
+    """Refuse pools the Race Core cannot follow (one host read of a few
+    scalars, at construction)."""
+    seg = jnp.diff(jnp.concatenate([tracks.arc, tracks.lap_m[:, None]], axis=1), axis=1)
     valid = jnp.arange(tracks.arc.shape[1])[None, :] < tracks.num_points[:, None]
-    return jnp.min(jnp.where(valid, seg, jnp.inf))
+    shortest, fewest, mismatch = jax.device_get(
+        (
+            jnp.min(jnp.where(valid, seg, jnp.inf)),
+            jnp.min(tracks.num_points),
+            jnp.max(jnp.abs(tracks.track_length - tracks.lap_m) / tracks.lap_m),
+        )
+    )
+    if fewest < MIN_POINTS:
+        raise ValueError(f"track_pool has a track of {int(fewest)} points; the Race Core needs >= {MIN_POINTS}")
+    if shortest < min_segment_length(config):
+        raise ValueError(
+            f"track_pool has a centerline segment of {float(shortest):.3f} m; the Race Core needs every "
+            f"segment >= {min_segment_length(config):.3f} m for this car"
+        )
+    if mismatch > 1e-3:
+        raise ValueError(
+            f"track_pool has a track_length {float(mismatch):.2%} away from its centerline's perimeter; "
+            "track_length must be the closed centerline's length"
+        )
 
 
 def _root_seed(seed: object) -> int:
