@@ -259,6 +259,7 @@ def health_run(env: VecCarRacingEnv) -> dict[str, Any]:
     @jax.jit
     def tally(call, counts, resets, nonfinite, timeout_call, reset_call, pending, obs, reward, terminated, truncated,
               info):
+        call = call + 1
         reason = info["termination_reason"]
         counts = {
             "timeout": counts["timeout"] + (reason == TerminationReason.TIMEOUT),
@@ -271,15 +272,16 @@ def health_run(env: VecCarRacingEnv) -> dict[str, Any]:
         resets = resets + is_reset
         reset_call = jnp.where(is_reset, call, reset_call)
         nonfinite = nonfinite + count_nonfinite(obs, reward, info["lap_time_s"])
-        return counts, resets, nonfinite, timeout_call, reset_call, terminated | truncated
+        return call, counts, resets, nonfinite, timeout_call, reset_call, terminated | truncated
 
     steps = timeout + 2
     t0 = time.perf_counter()
     nonfinite = nonfinite + count_nonfinite(obs, jnp.zeros(env.num_envs), info["lap_time_s"])
-    for call in range(1, steps + 1):
+    call = jnp.zeros((), jnp.int32)  # on the device: no transfer per step
+    for _ in range(steps):
         obs, reward, terminated, truncated, info = env.step(zero)
-        counts, resets, nonfinite, timeout_call, reset_call, pending = tally(
-            jnp.int32(call), counts, resets, nonfinite, timeout_call, reset_call, pending, obs, reward, terminated,
+        call, counts, resets, nonfinite, timeout_call, reset_call, pending = tally(
+            call, counts, resets, nonfinite, timeout_call, reset_call, pending, obs, reward, terminated,
             truncated, {k: v for k, v in info.items() if k != "benchmark_version"},
         )
     jax.block_until_ready(resets)

@@ -54,6 +54,8 @@ WINDOW = 16
 #: Fewest points (= segments) a track needs so the windows ahead and behind
 #: the progress point never overlap.
 MIN_POINTS = 2 * WINDOW + 2
+#: Points of a window of 2 WINDOW + 1 segments.
+_SPAN = 2 * WINDOW + 2
 
 
 class TrackArrays(NamedTuple):
@@ -73,6 +75,10 @@ class TrackArrays(NamedTuple):
             heading along segment 0.
         track_mask: int8 [P, C], for the observation.
         track_id: uint32 [P], for the info.
+        windows: float32 [P, C + 2 WINDOW + 1, 3, 2], the centerline, left
+            and right boundary points unrolled around the loop: entry ``k``
+            holds point ``(k - WINDOW) mod n``, so the points of any window
+            of segments are one contiguous slice (one gather per world).
     """
 
     centerline: jax.Array
@@ -85,6 +91,7 @@ class TrackArrays(NamedTuple):
     start: jax.Array
     track_mask: jax.Array
     track_id: jax.Array
+    windows: jax.Array
 
 
 class RaceState(NamedTuple):
@@ -124,6 +131,10 @@ def track_arrays(centerline, left_boundary, right_boundary, track_mask, track_le
     seg = jnp.linalg.norm(nxt - centerline, axis=-1) * track_mask.astype(jnp.float32)
     arc = jnp.concatenate([jnp.zeros_like(seg[:, :1]), jnp.cumsum(seg, axis=1)[:, :-1]], axis=1)
     d = centerline[:, 1] - centerline[:, 0]
+    k = jnp.arange(centerline.shape[1] + _SPAN - 1)
+    unrolled = jnp.mod(k[None, :] - WINDOW, num_points[:, None])
+    points = jnp.stack([centerline, left_boundary, right_boundary], axis=2)
+    windows = jnp.take_along_axis(points, unrolled[:, :, None, None], axis=1)
     start = jnp.stack([centerline[:, 0, 0], centerline[:, 0, 1], jnp.arctan2(d[:, 1], d[:, 0])], axis=1)
     return TrackArrays(
         centerline=centerline,
@@ -136,6 +147,7 @@ def track_arrays(centerline, left_boundary, right_boundary, track_mask, track_le
         start=start,
         track_mask=track_mask,
         track_id=track_id,
+        windows=windows,
     )
 
 
@@ -147,13 +159,15 @@ def min_segment_length(config: ProjectConfig) -> float:
     return 2.0 * reach / WINDOW
 
 
-def _segment_ends(tracks: TrackArrays, row: jax.Array, seg: jax.Array, which: jax.Array):
-    """Points i and (i + 1) mod n of `which` [P, C, 2] for segments seg [E, K]."""
-    n = tracks.num_points[row][:, None]
-    i = jnp.mod(seg, n)
-    j = jnp.mod(seg + 1, n)
-    rows = row[:, None]
-    return which[rows, i], which[rows, j], i
+def _window(tracks: TrackArrays, row: jax.Array, segment: jax.Array) -> jax.Array:
+    """Points of the 2 WINDOW + 1 segments centred on `segment` [E] (taken
+    modulo n): float32 [E, 2 WINDOW + 2, 3, 2] (centerline, left, right)."""
+    start = jnp.mod(segment, tracks.num_points[row])
+
+    def one(r, first):
+        return jax.lax.dynamic_slice_in_dim(tracks.windows[r], first, _SPAN, axis=0)
+
+    return jax.vmap(one)(row, start)
 
 
 def _project(a: jax.Array, b: jax.Array, p: jax.Array):
@@ -182,26 +196,36 @@ def points_on_track(tracks: TrackArrays, row: jax.Array, segment: jax.Array, poi
     on either side of `segment`.
 
     Args:
-        row: int32 [E]. segment: int32 [E]. points: float32 [E, M, 2], m.
+        row: int32 [E]. segment: int32 [E] (taken modulo n). points:
+        float32 [E, M, 2], m.
 
     Returns:
         bool [E, M].
     """
-    offsets = jnp.arange(-WINDOW, WINDOW + 1, dtype=jnp.int32)
-    seg = segment[:, None] + offsets[None, :]
-    l0, l1, _ = _segment_ends(tracks, row, seg, tracks.left_boundary)
-    r0, r1, _ = _segment_ends(tracks, row, seg, tracks.right_boundary)
-    # Quad corners in order around it: [E, K, 4, 2]; edges corner k -> k+1.
-    quad = jnp.stack([l0, l1, r1, r0], axis=2)
-    edge_start = quad[:, None]                                   # [E, 1, K, 4, 2]
-    edge_end = jnp.roll(quad, -1, axis=2)[:, None]
-    p = points[:, :, None, None, :]                              # [E, M, 1, 1, 2]
-    y0, y1 = edge_start[..., 1], edge_end[..., 1]
-    straddles = (y0 > p[..., 1]) != (y1 > p[..., 1])
-    x_cross = edge_start[..., 0] + (p[..., 1] - y0) * (edge_end[..., 0] - edge_start[..., 0]) / jnp.where(
-        y1 == y0, 1.0, y1 - y0
-    )
-    crossings = jnp.sum(straddles & (p[..., 0] < x_cross), axis=-1)  # [E, M, K]
+    return _on_quads(_window(tracks, row, segment), points)
+
+
+def _crossings(start: jax.Array, end: jax.Array, points: jax.Array) -> jax.Array:
+    """int32 [E, M, K]: whether the ray from each point [E, M, 2] towards +x
+    crosses each edge start -> end [E, K, 2] (half-open in y)."""
+    p = points[:, :, None, :]
+    a, b = start[:, None], end[:, None]
+    straddles = (a[..., 1] > p[..., 1]) != (b[..., 1] > p[..., 1])
+    dy = jnp.where(b[..., 1] == a[..., 1], 1.0, b[..., 1] - a[..., 1])
+    x_cross = a[..., 0] + (p[..., 1] - a[..., 1]) * (b[..., 0] - a[..., 0]) / dy
+    return (straddles & (p[..., 0] < x_cross)).astype(jnp.int32)
+
+
+def _on_quads(window: jax.Array, points: jax.Array) -> jax.Array:
+    """Even-odd test of points [E, M, 2] against each quad
+    (left_i, left_i+1, right_i+1, right_i) of a window [E, K + 1, 3, 2];
+    True where some quad holds the point. Neighbouring quads share their
+    seam edge (left_i, right_i), so each edge is tested once."""
+    left, right = window[:, :, 1], window[:, :, 2]
+    along_left = _crossings(left[:, :-1], left[:, 1:], points)
+    along_right = _crossings(right[:, :-1], right[:, 1:], points)
+    seams = _crossings(left, right, points)
+    crossings = along_left + along_right + seams[..., :-1] + seams[..., 1:]
     return jnp.any(crossings % 2 == 1, axis=-1)
 
 
@@ -222,14 +246,13 @@ def race_update(tracks: TrackArrays, race: RaceState, position: jax.Array, wheel
     n = tracks.num_points[row]
     lap = tracks.lap_m[row]
 
-    offsets = jnp.arange(-WINDOW, WINDOW + 1, dtype=jnp.int32)
-    seg = race.local_segment[:, None] + offsets[None, :]
-    a, b, wrapped = _segment_ends(tracks, row, seg, tracks.centerline)
+    line = _window(tracks, row, race.local_segment)[:, :, 0]     # [E, 2 WINDOW + 2, 2]
+    a, b = line[:, :-1], line[:, 1:]
     t, dist2 = _project(a, b, position[:, None, :])
-    best = jnp.argmin(dist2, axis=1)[:, None]
-    local_segment = jnp.take_along_axis(wrapped, best, axis=1)[:, 0]
-    local_t = jnp.take_along_axis(t, best, axis=1)[:, 0]
-    local_len = jnp.linalg.norm(jnp.take_along_axis(b - a, best[..., None], axis=1)[:, 0], axis=-1)
+    best = jnp.argmin(dist2, axis=1)
+    local_segment = jnp.mod(race.local_segment + best - WINDOW, n)
+    local_t = jnp.take_along_axis(t, best[:, None], axis=1)[:, 0]
+    local_len = jnp.linalg.norm(jnp.take_along_axis(b - a, best[:, None, None], axis=1)[:, 0], axis=-1)
 
     off_track = ~jnp.all(points_on_track(tracks, row, local_segment, wheels), axis=1)
     ahead = jnp.mod(local_segment - race.progress_segment, n)
