@@ -15,7 +15,7 @@ import numpy as np
 
 from racing_env.config import Level, ProjectConfig
 from racing_env.tracks import Track, TrackPool
-from racing_env.vector import VecCarRacingEnv
+from racing_env.vector import VecCarRacingEnv, reset_option
 
 __all__ = ["CarRacingEnv"]
 
@@ -83,16 +83,9 @@ class CarRacingEnv(gymnasium.Env):
 
 
 def _vector_options(options: dict | None, pool_size: int) -> dict | None:
-    if options is None:
+    index = reset_option(options, "track_index")
+    if index is None:
         return None
-    if not isinstance(options, dict):
-        raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
-    unknown = set(options) - {"track_index"}
-    if unknown:
-        raise ValueError(f"options has unknown keys {sorted(unknown)}; the only option is 'track_index'")
-    if "track_index" not in options:
-        return None
-    index = options["track_index"]
     if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
         raise TypeError(f"options['track_index'] must be an int, got {type(index).__name__}")
     if not 0 <= int(index) < pool_size:

@@ -436,17 +436,10 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         }
 
     def _track_indices(self, options: dict | None) -> tuple[np.ndarray, bool]:
-        none = (np.zeros(self.num_envs, np.int32), False)
-        if options is None:
-            return none
-        if not isinstance(options, dict):
-            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
-        unknown = set(options) - {"track_indices"}
-        if unknown:
-            raise ValueError(f"options has unknown keys {sorted(unknown)}; the only option is 'track_indices'")
-        if "track_indices" not in options:
-            return none
-        return _indices(options["track_indices"], self.num_envs, len(self.track_pool)), True
+        value = reset_option(options, "track_indices")
+        if value is None:
+            return np.zeros(self.num_envs, np.int32), False
+        return _indices(value, self.num_envs, len(self.track_pool)), True
 
     def _convert(self, actions) -> tuple[jax.Array, jax.Array]:
         e = self.num_envs
@@ -484,6 +477,19 @@ def _check_geometry(tracks: TrackArrays, config: ProjectConfig) -> None:
             f"track_pool has a track_length {float(mismatch):.2%} away from its centerline's perimeter; "
             "track_length must be the closed centerline's length"
         )
+
+
+def reset_option(options: dict | None, key: str) -> object | None:
+    """The value of the one reset option `key` (None when absent), after
+    checking that `options` is None or a dict holding no other key."""
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+    unknown = set(options) - {key}
+    if unknown:
+        raise ValueError(f"options has unknown keys {sorted(unknown)}; the only option is {key!r}")
+    return options.get(key)
 
 
 def _root_seed(seed: object) -> int:
