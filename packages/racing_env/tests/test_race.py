@@ -382,7 +382,7 @@ def test_track_arrays_against_float64(tracks):
 def test_race_reset_stands_at_the_start(tracks):
     _, arrays, _ = tracks
     row = jnp.asarray([5, 0, 3, 3, 1], jnp.int32)
-    race = race_reset(arrays, row)
+    race = race_reset(row)
     np.testing.assert_array_equal(np.asarray(race.row), np.asarray(row))
     for field in (race.local_segment, race.progress_segment, race.progress_m):
         assert field.shape == row.shape and not np.any(np.asarray(field))
@@ -599,7 +599,7 @@ def driven(tracks):
             segment0[w], progress0[w] = k[0], s[0]
     positions = positions.astype(np.float32)
     yaws = yaws.astype(np.float32)
-    race = race_reset(arrays, jnp.asarray(rows, jnp.int32))._replace(
+    race = race_reset(jnp.asarray(rows, jnp.int32))._replace(
         local_segment=jnp.asarray(segment0, jnp.int32),
         progress_segment=jnp.asarray(segment0, jnp.int32),
         progress_m=jnp.asarray(progress0, jnp.float32))

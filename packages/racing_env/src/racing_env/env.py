@@ -13,6 +13,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from racing_env._checks import integer_in
 from racing_env.config import Level, ProjectConfig
 from racing_env.tracks import Track, TrackPool
 from racing_env.vector import VecCarRacingEnv, reset_option
@@ -86,11 +87,7 @@ def _vector_options(options: dict | None, pool_size: int) -> dict | None:
     index = reset_option(options, "track_index")
     if index is None:
         return None
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
-        raise TypeError(f"options['track_index'] must be an int, got {type(index).__name__}")
-    if not 0 <= int(index) < pool_size:
-        raise ValueError(f"options['track_index'] = {index} is out of range for a pool of {pool_size} tracks")
-    return {"track_indices": [index]}
+    return {"track_indices": [integer_in(index, "options['track_index']", 0, pool_size)]}
 
 
 def _first(obs: dict[str, Any]) -> dict[str, np.ndarray]:

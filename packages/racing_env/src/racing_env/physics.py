@@ -70,10 +70,6 @@ class MjxWarpPhysics:
         """(qpos float32 [E, NQ], qvel float32 [E, NV])."""
         return data.qpos, data.qvel
 
-    def overflow(self, data) -> jax.Array:
-        """int [E]: nonzero where a world ran out of contact or constraint room."""
-        return data._impl.overflow
-
     def step(self, data, ctrl: jax.Array):
         """One control step: `substeps` physics steps holding `ctrl` [E, NU]."""
         data = data.replace(ctrl=ctrl)

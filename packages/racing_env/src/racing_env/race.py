@@ -179,8 +179,8 @@ def _project(a: jax.Array, b: jax.Array, p: jax.Array):
     return t, jnp.sum((q - p) ** 2, axis=-1)
 
 
-def race_reset(tracks: TrackArrays, row: jax.Array) -> RaceState:
-    """The Race Core state of cars standing at their tracks' start."""
+def race_reset(row: jax.Array) -> RaceState:
+    """The Race Core state of cars standing at their tracks' start (row: int32 [E])."""
     zeros = jnp.zeros_like(row)
     return RaceState(
         row=row,

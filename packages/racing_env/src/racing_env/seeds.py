@@ -44,6 +44,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from racing_env._checks import integer_in
+
 __all__ = [
     "CONTROLLER_DOMAIN",
     "EPISODE_DOMAIN",
@@ -132,20 +134,10 @@ def _draw(pool: list[jax.Array], n_words: int) -> list[jax.Array]:
     ]
 
 
-def _check_int(value: object, name: str, low: int, end: int, end_text: str) -> int:
-    """``value`` as a Python int in ``[low, end)``; bools and floats are refused."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    value = int(value)
-    if not low <= value < end:
-        raise ValueError(f"{name} must be in [{low}, {end_text}), got {value}")
-    return value
-
-
 def _as_word(value: object, name: str) -> jax.Array:
     """A word argument as a uint32 JAX array (a scalar one for ints)."""
     if isinstance(value, (bool, np.bool_, int, np.integer)):
-        return jnp.asarray(np.uint32(_check_int(value, name, 0, _UINT32_END, "2**32")))
+        return jnp.asarray(np.uint32(integer_in(value, name, 0, _UINT32_END, "2**32")))
     dtype = getattr(value, "dtype", None)
     if dtype is None:
         raise TypeError(
@@ -180,7 +172,7 @@ def generate_state(entropy: jax.Array, n_words: int = 1) -> jax.Array:
       TypeError: ``entropy`` is not a uint32 array, or ``n_words`` is not an int.
       ValueError: ``entropy``'s last axis is not 4, or ``n_words < 0``.
     """
-    n_words = _check_int(n_words, "n_words", 0, _UINT32_END, "2**32")
+    n_words = integer_in(n_words, "n_words", 0, _UINT32_END, "2**32")
     dtype = getattr(entropy, "dtype", None)
     if dtype is None or dtype != np.uint32:
         got = f"dtype {dtype}" if dtype is not None else type(entropy).__name__
@@ -247,7 +239,7 @@ def host_seed_word(root: int, domain: int, world: int, episode: int) -> int:
       ValueError: an argument lies outside ``[0, 2**32)``; the message names it.
     """
     named = {"root": root, "domain": domain, "world": world, "episode": episode}
-    entropy = [_check_int(value, name, 0, _UINT32_END, "2**32") for name, value in named.items()]
+    entropy = [integer_in(value, name, 0, _UINT32_END, "2**32") for name, value in named.items()]
     return int(np.random.SeedSequence(entropy).generate_state(1, np.uint32)[0])
 
 
@@ -273,7 +265,7 @@ def pool_row(word: WordLike, pool_size: int) -> jax.Array:
       ValueError: ``word`` (an int) or ``pool_size`` is out of range (the
         message names it).
     """
-    pool_size = _check_int(pool_size, "pool_size", 1, _POOL_SIZE_END, "2**31")
+    pool_size = integer_in(pool_size, "pool_size", 1, _POOL_SIZE_END, "2**31")
     word = _as_word(word, "word")
     size_low = np.uint32(pool_size & 0xFFFF)
     size_high = np.uint32(pool_size >> 16)
@@ -297,6 +289,6 @@ def host_pool_row(word: int, pool_size: int) -> int:
       ValueError: ``word`` outside ``[0, 2**32)`` or ``pool_size`` outside
         ``[1, 2**31)`` (the message names it).
     """
-    word = _check_int(word, "word", 0, _UINT32_END, "2**32")
-    pool_size = _check_int(pool_size, "pool_size", 1, _POOL_SIZE_END, "2**31")
+    word = integer_in(word, "word", 0, _UINT32_END, "2**32")
+    pool_size = integer_in(pool_size, "pool_size", 1, _POOL_SIZE_END, "2**31")
     return (word * pool_size) >> 32

@@ -30,6 +30,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from racing_env import car, seeds
+from racing_env._checks import integer_in
 from racing_env.config import Level, ProjectConfig
 from racing_env.physics import BACKENDS, CpuReferencePhysics, MjxWarpPhysics
 from racing_env.race import (
@@ -41,7 +42,7 @@ from racing_env.race import (
     race_update,
     track_arrays,
 )
-from racing_env.spaces import action_space, observation_space
+from racing_env.spaces import INFO_FIELDS, action_space, observation_space
 from racing_env.tracks import Track, TrackPool
 
 __all__ = ["VecCarRacingEnv", "TerminationReason", "EnvState"]
@@ -154,7 +155,7 @@ class _Challenge:
         row = jnp.where(explicit, rows, drawn)
         e = world.shape[0]
         state = EnvState(
-            race=race_reset(tracks, row),
+            race=race_reset(row),
             root_seed=state_root,
             world=world,
             episode=episode,
@@ -202,7 +203,7 @@ class _Challenge:
         episode = state.episode + reset.astype(jnp.uint32)
         episode_seed, controller_seed, drawn = self._identity(state.root_seed, state.world, episode)
         row = jnp.where(reset, drawn, race.row)
-        race = _where(reset, race_reset(tracks, row), race)
+        race = _where(reset, race_reset(row), race)
         start = self._start_qpos(tracks, row)
         qpos = jnp.where(reset[:, None], start, qpos)
         qvel = jnp.where(reset[:, None], 0.0, qvel)
@@ -358,7 +359,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         """
         rows, explicit = self._track_indices(options)
         if seed is not None:
-            root = _root_seed(seed)
+            root = integer_in(seed, "seed", 0, _UINT32_END, "2**32")
             episode = np.zeros(self.num_envs, np.uint32)
         elif self._state is not None:
             root = int(self._state.root_seed)
@@ -425,15 +426,9 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
     # -- helpers ---------------------------------------------------------------
 
     def _public_info(self, info: dict[str, jax.Array]) -> dict[str, Any]:
-        return {
-            "episode_seed": info["episode_seed"],
-            "controller_seed": info["controller_seed"],
-            "track_id": info["track_id"],
-            "benchmark_version": self.benchmark_version,
-            "termination_reason": info["termination_reason"],
-            "lap_completed": info["lap_completed"],
-            "lap_time_s": info["lap_time_s"],
-        }
+        """The seven whitelisted fields in their order; the string is added here
+        because a jitted function cannot return one."""
+        return {key: self.benchmark_version if key == "benchmark_version" else info[key] for key in INFO_FIELDS}
 
     def _track_indices(self, options: dict | None) -> tuple[np.ndarray, bool]:
         value = reset_option(options, "track_indices")
@@ -492,14 +487,6 @@ def reset_option(options: dict | None, key: str) -> object | None:
     return options.get(key)
 
 
-def _root_seed(seed: object) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int in [0, 2**32) or None, got {type(seed).__name__}")
-    if not 0 <= int(seed) < _UINT32_END:
-        raise ValueError(f"seed must be in [0, 2**32), got {seed}")
-    return int(seed)
-
-
 def _indices(value: object, num_envs: int, pool_size: int) -> np.ndarray:
     name = "options['track_indices']"
     if isinstance(value, jax.Array):
@@ -516,12 +503,7 @@ def _indices(value: object, num_envs: int, pool_size: int) -> np.ndarray:
         raise TypeError(f"{name} must be a sequence of {num_envs} integers, got {type(value).__name__}")
     if len(items) != num_envs:
         raise ValueError(f"{name} must hold exactly one integer per world ({num_envs}), got {len(items)}")
-    for i, item in enumerate(items):
-        if isinstance(item, bool) or not isinstance(item, (int, np.integer)):
-            raise TypeError(f"{name}[{i}] must be an int, got {type(item).__name__}")
-        if not 0 <= int(item) < pool_size:
-            raise ValueError(f"{name}[{i}] = {item} is out of range for a pool of {pool_size} tracks")
-    return np.asarray(items, np.int32)
+    return np.asarray([integer_in(item, f"{name}[{i}]", 0, pool_size) for i, item in enumerate(items)], np.int32)
 
 
 def _host_actions(actions: object, num_envs: int) -> tuple[np.ndarray, np.ndarray]:
