@@ -871,3 +871,9 @@ def test_level_validation() -> None:
         kwargs = dict(level_id=1, name="one", max_episode_steps=100) | override
         with pytest.raises(error, match=field):
             Level(**kwargs)
+
+
+@pytest.mark.parametrize("field", ["substeps", "solver_iterations", "ls_iterations"])
+def test_iteration_counts_are_bounded(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        ProjectConfig(**{field: 10**9})

@@ -348,3 +348,26 @@ def test_pool_rows_reach_the_observation(config):
     obs, info = env.reset(seed=0, options={"track_indices": [1]})
     assert int(np.asarray(obs["track_mask"]).sum()) == 300
     np.testing.assert_allclose(float(obs["position"][0, 0]), 90.0, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "action",
+    [np.zeros((1, 2), np.complex64), [[1j, 0.0]], np.array([[1.0, 2.0]], dtype=object).astype(str)],
+    ids=["complex-array", "complex-row", "numeric-strings"],
+)
+def test_non_real_actions_are_invalid(cpu_env, action):
+    cpu_env.reset(seed=3)
+    _, _, terminated, _, info = cpu_env.step(action)
+    assert bool(terminated[0]) and int(info["termination_reason"][0]) == TerminationReason.INVALID_ACTION
+
+
+def test_finite_actions_beyond_float32_are_clipped_not_invalid(config):
+    a = VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track=level0_track())
+    b = VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="cpu_reference", track=level0_track())
+    a.reset(seed=1)
+    b.reset(seed=1)
+    oa, _, terminated, _, info = a.step(np.array([[1e300, -1e300]], np.float64))
+    ob, *_ = step(b, [[0.6, -8.0]])
+    assert not bool(terminated[0]) and int(info["termination_reason"][0]) == TerminationReason.NONE
+    assert int(a.clipped_action_count[0]) == 1
+    np.testing.assert_array_equal(np.asarray(oa["position"]), ob["position"])

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 __all__ = ["ProjectConfig", "Level", "LEVEL_0", "KNUCKLE_MASS_KG"]
 
+#: Most physics substeps per control step, and most solver iterations.
+_MAX_ITERATIONS = 1000
+
 #: Mass of one steering knuckle (the body between the chassis and a front
 #: wheel that carries the steering hinge), kg; part of the sprung mass.
 KNUCKLE_MASS_KG = 1.0
@@ -27,11 +30,13 @@ def _positive(name: str, value: object) -> None:
         raise ValueError(f"{name} must be finite and > 0, got {value!r}")
 
 
-def _count(name: str, value: object, low: int = 1) -> None:
+def _count(name: str, value: object, low: int = 1, high: int | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}")
+    if high is not None and value > high:
+        raise ValueError(f"{name} must be <= {high}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,8 @@ class ProjectConfig:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if field.name in ("substeps", "solver_iterations", "ls_iterations"):
-                _count(field.name, value)
+                # Bounded so that no config makes one control step run for hours.
+                _count(field.name, value, high=_MAX_ITERATIONS)
             elif field.name == "chassis_size_m":
                 if not isinstance(value, tuple) or len(value) != 3:
                     raise TypeError(f"chassis_size_m must be a tuple of 3 numbers, got {value!r}")

@@ -441,9 +441,12 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         if isinstance(actions, jax.Array) and jnp.issubdtype(actions.dtype, jnp.number) and not jnp.issubdtype(
             actions.dtype, jnp.complexfloating
         ):
-            if actions.shape == (e, 2):
-                return actions.astype(jnp.float32), self._no_invalid
-            return jnp.zeros((e, 2), jnp.float32), ~self._no_invalid
+            if actions.shape != (e, 2):
+                return jnp.zeros((e, 2), jnp.float32), ~self._no_invalid
+            if jnp.issubdtype(actions.dtype, jnp.floating) and actions.dtype.itemsize > 4:
+                # As on the host path: finite but beyond float32 is clipped, not infinite.
+                actions = jnp.where(jnp.isfinite(actions), jnp.clip(actions, -_FLOAT32_MAX, _FLOAT32_MAX), actions)
+            return actions.astype(jnp.float32), self._no_invalid
         action, invalid = _host_actions(actions, e)
         return jnp.asarray(action), jnp.asarray(invalid)
 
@@ -506,26 +509,40 @@ def _indices(value: object, num_envs: int, pool_size: int) -> np.ndarray:
     return np.asarray([integer_in(item, f"{name}[{i}]", 0, pool_size) for i, item in enumerate(items)], np.int32)
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _real_float32(value: object) -> np.ndarray | None:
+    """`value` as a float32 array, or None when it is not real numbers
+    (strings, complex numbers, objects that do not convert). Finite values
+    beyond float32's range become its largest finite value, so they are
+    clipped and counted like any finite out-of-range action, not turned
+    into infinities."""
+    try:
+        array = np.asarray(value)
+        if array.dtype.kind == "O":
+            array = array.astype(np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if array.dtype.kind not in "biuf":
+        return None
+    wide = array.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        wide = np.where(np.isfinite(wide), np.clip(wide, -_FLOAT32_MAX, _FLOAT32_MAX), wide)
+    return wide.astype(np.float32)
+
+
 def _host_actions(actions: object, num_envs: int) -> tuple[np.ndarray, np.ndarray]:
     """float32 [E, 2] and the invalid mask [E] of a host action batch."""
-    try:
-        whole = np.asarray(actions, dtype=np.float32)
-    except (TypeError, ValueError, OverflowError):
-        whole = None
+    whole = _real_float32(actions)
     if whole is not None and whole.shape == (num_envs, 2):
         return whole, np.zeros(num_envs, bool)
-    if whole is not None or not isinstance(actions, (list, tuple)) or len(actions) != num_envs:
-        return np.zeros((num_envs, 2), np.float32), np.ones(num_envs, bool)
+    # A list of per-world rows: only the rows that are wrong are invalid.
     out = np.zeros((num_envs, 2), np.float32)
-    invalid = np.zeros(num_envs, bool)
-    for i, row in enumerate(actions):
-        try:
-            value = np.asarray(row, dtype=np.float32)
-        except (TypeError, ValueError, OverflowError):
-            invalid[i] = True
-            continue
-        if value.shape != (2,):
-            invalid[i] = True
-        else:
-            out[i] = value
+    invalid = np.ones(num_envs, bool)
+    if isinstance(actions, (list, tuple)) and len(actions) == num_envs:
+        for i, row in enumerate(actions):
+            value = _real_float32(row)
+            if value is not None and value.shape == (2,):
+                out[i], invalid[i] = value, False
     return out, invalid
