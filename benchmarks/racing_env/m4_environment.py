@@ -2,6 +2,7 @@
 
     python benchmarks/racing_env/m4_environment.py [--out FILE] [--worlds 1024]
         [--steps 10000] [--scale-worlds 8192 65536] [--scale-steps 2000]
+        [--rounds 5]
 
 On a CUDA device (the formal run, ``mjx_warp``):
 
@@ -10,24 +11,33 @@ On a CUDA device (the formal run, ``mjx_warp``):
    the headline run drives on pool row i, so 1,024 worlds use 1,024
    different validated tracks.
 2. Timed run: ``--steps`` env steps of ``--worlds`` worlds without per-step
-   host synchronisation (one ``block_until_ready`` at the end), actions
+   host synchronisation (one ``block_until_ready`` per round), actions
    cycled from 64 random in-range batches held on the device.
 3. Raw physics: the same car, worlds, substeps and calling pattern (one
-   jitted, donated call per control step) with no env logic, in the same
-   run; the env's share = env transitions/s / raw transitions/s.
+   jitted, donated call per control step, the timed run's actions mapped
+   to actuator controls by ``car.controls``) with no env logic; the env's
+   share = env transitions/s / raw transitions/s. A second raw run under
+   constant controls is reported beside it. The three are timed in
+   ``--rounds`` interleaved rounds (env, raw, constant raw, again), and
+   each reports its median round: at 1,024 worlds a step is bound by the
+   host's dispatch, which drifts by tens of percent over a minute.
 4. Health run: zero actions for the Level's timeout + 2 steps from a fresh
    seeded reset; every world must time out exactly once and autoreset on
    the next call; no success, off-track or invalid action; every public
    value finite at every step.
 5. Transfer guards (``jax.transfer_guard("disallow")``, both directions on
    the GPU) around an active step and a mixed-world autoreset step.
-6. Process VRAM sampled by a background thread (``nvidia-smi``) through the
-   timed run: peak, and growth after the first tenth of the run.
-7. ``--scale-worlds``: the timed run and its raw-physics twin at more worlds
+6. Warp graph captures counted through the timed rounds: none may happen
+   (the env, its raw twin and the constant-control twin alternate, as a
+   training loop alternates the env with other device work).
+7. Process VRAM sampled by a background thread (``nvidia-smi``) through the
+   timed rounds: peak, and growth after the first tenth of them.
+8. ``--scale-worlds``: the timed rounds and their raw-physics twins at more worlds
    (on rows drawn from the pool by SeedSequence domain 2).
 
 Gates (one H200): >= 500,000 transitions/s at 1,024 worlds; >= 4,000,000 at
-65,536; env >= 0.8 of raw physics at every size; zero steady VRAM growth;
+65,536; env >= 0.8 of raw physics at every size; no graph capture in the
+timed rounds at any size; zero steady VRAM growth;
 zero non-finite public values; every world times out and autoresets in the
 health run; both transfer guards pass. The report passes only when every
 gate passes. Without CUDA it runs a small ``mjx_warp`` smoke on Warp's CPU
@@ -142,6 +152,27 @@ class VramSampler:
         self._thread.join()
 
 
+class CaptureCounter:
+    """Counts Warp graph captures (`wp.ScopedCapture` entries) while active."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._enter = wp.ScopedCapture.__enter__
+
+    def __enter__(self) -> CaptureCounter:
+        enter = self._enter
+
+        def counting(capture):
+            self.count += 1
+            return enter(capture)
+
+        wp.ScopedCapture.__enter__ = counting
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wp.ScopedCapture.__enter__ = self._enter
+
+
 def make_pool(num_tracks: int, device: str):
     """Generate courses on `device`; admit the valid ones and keep the first
     `num_tracks` of them (all on the device)."""
@@ -170,54 +201,116 @@ def random_actions(env: VecCarRacingEnv, seed: int) -> list[jax.Array]:
     return [batches[k] for k in range(ACTION_BATCHES)]
 
 
-def timed_env(env: VecCarRacingEnv, steps: int, sampler: VramSampler | None) -> dict[str, Any]:
-    actions = random_actions(env, 0)
-    for k in range(20):
-        out = env.step(actions[k % ACTION_BATCHES])
-    jax.block_until_ready(out)
-    start = time.perf_counter()
-    for k in range(steps):
-        out = env.step(actions[k % ACTION_BATCHES])
-    jax.block_until_ready(out)
-    seconds = time.perf_counter() - start
-    obs, reward, terminated, truncated, info = out
-    result = {
-        "steps": steps,
-        "worlds": env.num_envs,
-        "seconds": seconds,
-        "env_steps_per_s": steps / seconds,
-        "transitions_per_s": steps * env.num_envs / seconds,
-        "final_nonfinite": int(count_nonfinite(obs, reward, info["lap_time_s"])),
-    }
-    if sampler is not None:
-        result["vram"] = vram_summary(sampler.samples, start, start + seconds)
-    return result
+class EnvStepper:
+    """The env under the cycled random actions, `run(n)` steps at a time."""
+
+    name = "env"
+
+    def __init__(self, env: VecCarRacingEnv) -> None:
+        self.env = env
+        self.worlds = env.num_envs
+        self.actions = random_actions(env, 0)
+        self.calls = 0
+        self.out: tuple | None = None
+
+    def run(self, steps: int) -> float:
+        """Seconds for `steps` calls, dispatched back to back, one sync at the end."""
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.out = self.env.step(self.actions[self.calls % ACTION_BATCHES])
+            self.calls += 1
+        jax.block_until_ready(self.out)
+        return time.perf_counter() - start
+
+    def final_nonfinite(self) -> int:
+        obs, reward, _, _, info = self.out
+        return int(count_nonfinite(obs, reward, info["lap_time_s"]))
 
 
-def timed_physics(config: ProjectConfig, start_qpos: jax.Array, steps: int) -> dict[str, Any]:
+class PhysicsStepper:
     """Raw MJX-Warp: the same car, worlds and substeps, one jitted donated
-    call per control step (compiled like the env's step), no env logic: the
-    controls are one constant device array (steering 0.1 rad, 300 N m on
-    each rear wheel), so every call sees the same buffers."""
-    worlds = start_qpos.shape[0]
-    physics = MjxWarpPhysics(config, worlds)
-    data = physics.reset(physics.initial(), jnp.ones(worlds, bool), start_qpos)
-    step = jax.jit(physics.step, donate_argnums=(0,), out_shardings=data.qpos.sharding, keep_unused=True)
-    ctrl = jnp.tile(jnp.array([[0.1, 0.1, 0.0, 0.0, 300.0, 300.0]], jnp.float32), (worlds, 1))
-    t0 = time.perf_counter()
-    data = step(data, ctrl)
-    jax.block_until_ready(data)
-    compile_s = time.perf_counter() - t0
-    for _ in range(20):
-        data = step(data, ctrl)
-    jax.block_until_ready(data)
+    call per control step (compiled like the env's step), no env logic.
+
+    With `actions` (the env's own batches, cycled the same way) each call
+    maps its action to actuator controls with `car.controls` inside the
+    jitted call, so the physics sees what the env's worlds see, less the
+    env: no validity or clipping, no Race Core, reward, termination or
+    reset. With None the controls are one constant device array (steering
+    0.1 rad, 300 N m on each rear wheel), every car driving the same arc.
+    """
+
+    def __init__(self, config: ProjectConfig, start_qpos: jax.Array, actions: list[jax.Array] | None) -> None:
+        self.worlds = start_qpos.shape[0]
+        physics = MjxWarpPhysics(config, self.worlds)
+        self.data = physics.reset(physics.initial(), jnp.ones(self.worlds, bool), start_qpos)
+        if actions is None:
+            self.name = "physics_constant_controls"
+            self.controls = "constant"
+            self.inputs = [jnp.tile(jnp.array([[0.1, 0.1, 0.0, 0.0, 300.0, 300.0]], jnp.float32), (self.worlds, 1))]
+
+            def body(data, ctrl):
+                return physics.step(data, ctrl)
+        else:
+            self.name = "physics"
+            self.controls = "the env run's random actions through car.controls"
+            self.inputs = actions
+
+            def body(data, action):
+                return physics.step(data, car.controls(config, action, data.qvel))
+        self.step = jax.jit(body, donate_argnums=(0,), out_shardings=self.data.qpos.sharding, keep_unused=True)
+        self.calls = 0
+
+    def run(self, steps: int) -> float:
+        """Seconds for `steps` calls, dispatched back to back, one sync at the end."""
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.data = self.step(self.data, self.inputs[self.calls % len(self.inputs)])
+            self.calls += 1
+        jax.block_until_ready(self.data)
+        return time.perf_counter() - start
+
+
+def timed_runs(env: VecCarRacingEnv, steps: int, rounds: int, sampler: VramSampler | None) -> dict[str, Any]:
+    """The env and its two raw-physics twins, each warmed up (first call
+    timed) and then timed in `rounds` interleaved rounds of steps/rounds
+    calls (env, raw, constant-control raw, then again), so slow drift of
+    the host or the GPU falls on all three alike; each reports its median
+    round. Warp graph captures during the rounds are counted: the three
+    alternate, so a graph keyed on operand addresses would be captured
+    again and again."""
+    qpos = start_qpos_of(env)
+    steppers = [EnvStepper(env), PhysicsStepper(env.config, qpos, random_actions(env, 0)),
+                PhysicsStepper(env.config, qpos, None)]
+    first = {s.name: s.run(1) for s in steppers}
+    for s in steppers:
+        s.run(20)
+    per_round = max(1, steps // rounds)
+    times: dict[str, list[float]] = {s.name: [] for s in steppers}
     start = time.perf_counter()
-    for _ in range(steps):
-        data = step(data, ctrl)
-    jax.block_until_ready(data)
-    seconds = time.perf_counter() - start
-    return {"steps": steps, "worlds": worlds, "seconds": seconds, "first_call_s": compile_s,
-            "transitions_per_s": steps * worlds / seconds}
+    with CaptureCounter() as captures:
+        for _ in range(rounds):
+            for s in steppers:
+                times[s.name].append(s.run(per_round))
+    end = time.perf_counter()
+    result: dict[str, Any] = {"graph_captures_in_rounds": captures.count}
+    for s in steppers:
+        median = float(np.median(times[s.name]))
+        result[s.name] = {
+            "worlds": s.worlds,
+            "rounds": rounds,
+            "steps_per_round": per_round,
+            "round_seconds": times[s.name],
+            "median_round_seconds": median,
+            "first_call_s": first[s.name],
+            "transitions_per_s": per_round * s.worlds / median,
+        }
+        if isinstance(s, PhysicsStepper):
+            result[s.name]["controls"] = s.controls
+    result["env"]["env_steps_per_s"] = per_round / result["env"]["median_round_seconds"]
+    result["env"]["final_nonfinite"] = steppers[0].final_nonfinite()
+    if sampler is not None:
+        result["env"]["vram"] = vram_summary(sampler.samples, start, end)
+    return result
 
 
 @jax.jit
@@ -317,16 +410,13 @@ def transfer_guards(env: VecCarRacingEnv) -> dict[str, Any]:
     for name, steps in (("active_step", [action]), ("mixed_autoreset_step", [spoiled, action])):
         try:
             with jax.transfer_guard("disallow"):
-                for a in steps:
-                    out = env.step(a)
-                jax.block_until_ready(out)
-            result[name] = {"passed": True}
+                outs = [env.step(a) for a in steps]
+                jax.block_until_ready(outs)
+            result[name] = {"passed": True, "terminated": [int(np.asarray(o[2]).sum()) for o in outs]}
         except Exception as error:  # the guard raises a backend-specific error type
             result[name] = {"passed": False, "error": str(error)[:500]}
-    terminated = np.asarray(out[2])
-    result["mixed_autoreset_step"]["worlds_reset"] = int(np.asarray(out[4]["termination_reason"] == 0).sum())
-    result["mixed_autoreset_step"]["note"] = "even worlds invalid on the first step, reset on the second"
-    result["active_step"]["terminated_after"] = int(terminated.sum())
+    result["mixed_autoreset_step"]["note"] = (
+        "even worlds invalid (terminated) on the first step, so reset by NEXT_STEP on the second")
     return result
 
 
@@ -362,11 +452,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--scale-worlds", type=int, nargs="*", default=[8192, 65536])
     parser.add_argument("--scale-steps", type=int, default=2_000)
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds per size")
     args = parser.parse_args()
     gpu = jax.default_backend() == "gpu"
     if not gpu:
         wp.config.quiet = True
-        args.worlds, args.steps, args.scale_worlds, args.scale_steps = 4, 20, [], 0
+        args.worlds, args.steps, args.scale_worlds, args.scale_steps, args.rounds = 4, 20, [], 0, 2
     if args.out is None:
         args.out = "benchmarks/v0.1/m4_environment_report.json" if gpu else "benchmarks/results/m4_environment_cpu.json"
     device = "cuda:0" if gpu else "cpu"
@@ -376,6 +467,7 @@ def main() -> None:
                               "config": {"project": ProjectConfig().__dict__, "level": level.__dict__,
                                          "backend": "mjx_warp", "worlds": args.worlds, "steps": args.steps,
                                          "scale_worlds": args.scale_worlds, "scale_steps": args.scale_steps,
+                                         "rounds": args.rounds,
                                          "actions": f"{ACTION_BATCHES} uniform random in-range batches, cycled"}}
     log(f"generating {args.worlds} valid tracks on {device}")
     pool, generation = make_pool(args.worlds, device)
@@ -392,13 +484,12 @@ def main() -> None:
     sampler = VramSampler() if gpu else None
     if sampler is not None:
         sampler.__enter__()
-    log("timed env run")
-    runs = {args.worlds: {"env": timed_env(env, args.steps, sampler)}}
+    log("timed runs: env and raw physics, interleaved")
+    runs = {args.worlds: timed_runs(env, args.steps, args.rounds, sampler)}
     if sampler is not None:
         sampler.__exit__()
-    log(f"env {runs[args.worlds]['env']['transitions_per_s']:.0f} transitions/s")
-    runs[args.worlds]["physics"] = timed_physics(env.config, start_qpos_of(env), args.steps)
-    log(f"raw physics {runs[args.worlds]['physics']['transitions_per_s']:.0f} transitions/s")
+    log(f"env {runs[args.worlds]['env']['transitions_per_s']:.0f}, "
+        f"raw {runs[args.worlds]['physics']['transitions_per_s']:.0f} transitions/s")
     log("health run")
     report["health"] = health_run(env)
     log(f"health {report['health']}")
@@ -410,8 +501,7 @@ def main() -> None:
         log(f"scale run: {worlds} worlds")
         try:
             big, times = build_env(worlds, pool, level)
-            runs[worlds] = {"compile": times, "env": timed_env(big, args.scale_steps, None)}
-            runs[worlds]["physics"] = timed_physics(big.config, start_qpos_of(big), args.scale_steps)
+            runs[worlds] = {"compile": times, **timed_runs(big, args.scale_steps, args.rounds, None)}
             del big
         except Exception as error:  # recorded: the gates of this size then fail
             failed[worlds] = f"{type(error).__name__}: {str(error)[:500]}"
@@ -421,6 +511,8 @@ def main() -> None:
             f"raw {runs[worlds]['physics']['transitions_per_s']:.0f} transitions/s")
     for run in runs.values():
         run["env_share_of_physics"] = run["env"]["transitions_per_s"] / run["physics"]["transitions_per_s"]
+        run["env_share_of_constant_control_physics"] = (
+            run["env"]["transitions_per_s"] / run["physics_constant_controls"]["transitions_per_s"])
     report["runs"] = {str(k): v for k, v in runs.items()}
     report["failed_runs"] = {str(k): v for k, v in failed.items()}
 
@@ -436,6 +528,9 @@ def main() -> None:
         for worlds, run in runs.items():
             gates.append(gate(f"env_share_of_physics_{worlds}", run["env_share_of_physics"], GATE_SHARE,
                               run["env_share_of_physics"] >= GATE_SHARE))
+        for worlds, run in runs.items():
+            count = run["graph_captures_in_rounds"]
+            gates.append(gate(f"graph_captures_in_timed_rounds_{worlds}", count, 0, count == 0))
         for worlds in failed:
             gates.append(gate(f"run_{worlds}_completed", False, True, False))
         growth = headline["vram"]["steady_growth_mib"]

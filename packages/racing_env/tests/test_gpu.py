@@ -1,5 +1,6 @@
 """The mjx_warp backend on a CUDA GPU: no transfers in either direction,
-stable donated buffers, parity with MuJoCo C, many worlds."""
+stable donated buffers, no graph capture after warm-up, parity with MuJoCo C,
+many worlds."""
 
 from __future__ import annotations
 
@@ -51,9 +52,8 @@ def test_no_transfers_either_way_in_active_and_mixed_reset_steps(gpu_env):
 
 
 def test_donated_buffers_keep_their_addresses(gpu_env):
-    """MJX-Warp keys its CUDA graph on buffer addresses: every physics buffer
-    stays where it is across steps and resets, every env-state buffer across
-    steps."""
+    """Donation updates the state in place: every physics buffer stays where
+    it is across steps and resets, every env-state buffer across steps."""
     env = gpu_env
 
     def addresses(tree):
@@ -71,6 +71,37 @@ def test_donated_buffers_keep_their_addresses(gpu_env):
     env.step(action.at[0].set(jnp.nan))
     env.step(action)
     assert addresses(env._data) == data
+
+
+def test_jax_work_between_steps_captures_no_new_graph(gpu_env, monkeypatch):
+    """MJX-Warp's graphs are staged: JAX allocations between steps (arrays
+    of varying size kept alive, as a policy or a metric would make) leave
+    the captured graphs valid; unstaged, they made Warp capture again on
+    nearly every step."""
+    import warp as wp
+
+    captures = [0]
+    enter = wp.ScopedCapture.__enter__
+
+    def counting(self):
+        captures[0] += 1
+        return enter(self)
+
+    monkeypatch.setattr(wp.ScopedCapture, "__enter__", counting)
+    env = gpu_env
+    env.reset(seed=4)
+    action = jnp.full((env.num_envs, 2), 0.1, jnp.float32)
+    for _ in range(3):
+        env.step(action)
+    jax.block_until_ready(env._data)
+    captures[0] = 0
+    rng = np.random.default_rng(0)
+    kept = []
+    for k in range(30):
+        env.step(action)
+        kept = [*kept[-2:], jnp.ones(int(rng.integers(1, 1_000_000)), jnp.float32) * k]
+    jax.block_until_ready((env._data, kept))
+    assert captures[0] == 0
 
 
 def test_parity_with_the_cpu_reference_on_the_gpu(config):

@@ -314,9 +314,9 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             self._physics = MjxWarpPhysics(config, num_envs)
             self._data = self._physics.initial()
             # Explicit output shardings make JAX alias each donated input to
-            # the output of the same place in the tree; left to XLA, buffers
-            # of one shape swap places from call to call, and MJX-Warp, which
-            # keys its CUDA graph on buffer addresses, would capture anew.
+            # the output of the same place in the tree (left to XLA, buffers
+            # of one shape swap places from call to call): the state and
+            # data are updated in place, step after step.
             sharding = self._data.qpos.sharding
             self._reset_fn = jax.jit(self._mjx_reset, donate_argnums=(0,), out_shardings=sharding, keep_unused=True)
             self._step_fn = jax.jit(self._mjx_step, donate_argnums=(0, 1), out_shardings=sharding, keep_unused=True)
