@@ -55,3 +55,11 @@ def min_far_distance(p: np.ndarray, window: float, ds: float) -> float:
     d = np.linalg.norm(p[:, None] - p[None, :], axis=-1)
     far = gap > window
     return float(d[far].min()) if far.any() else np.inf
+
+
+def runs_forward(boundary: np.ndarray, line: np.ndarray) -> bool:
+    """Does every segment of the closed ``boundary`` (the seam's included) go
+    the way the course ``line``'s matching segment goes?"""
+    b = np.roll(boundary, -1, axis=0) - boundary
+    c = np.roll(line, -1, axis=0) - line
+    return bool(np.all(np.sum(b * c, axis=1) > 0))

@@ -266,7 +266,8 @@ class Course:
         the gates' posts and frames) and count its progress; returns the same
         ``StepResult`` arrays every call.
 
-        An agent may move up to ``32 * ds`` along the course line per step
+        An agent may move up to 32 course-line spacings (``32 * ds`` at
+        most) along the course line per step
         (the localizer searches that far around its last match).
 
         Args:
@@ -284,8 +285,7 @@ class Course:
         position, orientation, half_extents = self._bound
         if isinstance(self.generator, TrackGenerator):
             kernel = ks.track_step
-            args = [r.valid, r.center, r.arc, r.count, r.length, r.width, self.generator.spec.ds, r.checkpoints,
-                    r.num_checkpoints,
+            args = [r.valid, r.center, r.arc, r.count, r.length, r.width, r.checkpoints, r.num_checkpoints,
                     position, orientation, half_extents, p.memory, p.s_prev, p.next_checkpoint, p.laps,
                     out.contacts.oob]
         else:

@@ -63,6 +63,7 @@ class _LoopGenerator(abc.ABC):
         self._dense_points = wp.full(e, m, dtype=wp.int32, device=device)
         self._cum = wp.zeros((e, m + 1), dtype=wp.float32, device=device)
         self._truncated = wp.zeros(e, dtype=wp.int32, device=device)
+        self._spacing = wp.zeros(e, dtype=wp.float32, device=device)
         self._tight = wp.zeros(e, dtype=wp.int32, device=device)
 
     @property
@@ -168,9 +169,9 @@ class TrackGenerator(_LoopGenerator):
         launch(tracks.reset_counts, e, [active, self._crossings, self._too_close, self._tight])
         self._spline(active, advance, res.width)
         launch(loop.arc_lengths, e, [active, self._dense, self._dense_points, s.ds, n, self._cum, res.length,
-                                  res.count, self._truncated])
-        launch(loop.resample, (e, n), [active, self._dense, self._dense_points, self._cum, res.count, s.ds,
-                                    res.center, res.arc])
+                                  res.count, self._spacing, self._truncated])
+        launch(loop.resample, (e, n), [active, self._dense, self._dense_points, self._cum, res.count,
+                                    self._spacing, res.center, res.arc])
         launch(bakes.terrain_phases, e, [active, self.rng.seeds_warp, self.rng.epochs, self._phase])
         launch(bakes.lift_course_line, (e, n), [active, res.count, self._phase, self.params["height_amplitude"],
                                             s.height_wavelength, res.center])
@@ -178,13 +179,13 @@ class TrackGenerator(_LoopGenerator):
                [active, res.center, res.count, res.width, res.tangent, res.normal, res.left, res.right])
         launch(tracks.chunk_bounds, (e, self._chunk_lo.shape[1]),
                [active, res.center, res.count, self._chunk_lo, self._chunk_hi])
-        launch(tracks.pair_checks, (e, n), [active, res.center, res.count, res.width, s.ds, self._chunk_lo,
+        launch(tracks.pair_checks, (e, n), [active, res.center, res.count, res.width, self._spacing, self._chunk_lo,
                                        self._chunk_hi, self._crossings, self._too_close])
         launch(tracks.loop_checks, e, [active, res.center, res.count, self._truncated, self._crossings,
                                   self._too_close, self._tight, self.rng.epochs, res.fail_mask, res.valid,
                                   res.generation])
         launch(bakes.checkpoint_indices, (e, res.checkpoints.shape[1]),
-               [active, res.length, res.count, self.checkpoint_spacing, s.ds, res.checkpoints,
+               [active, res.length, res.count, self.checkpoint_spacing, self._spacing, res.checkpoints,
                 res.num_checkpoints])
         launch(bakes.bake_bounds, e, [active, res.center, res.count, s.sdf_margin, s.sdf_resolution,
                                   res.sdf_origin, res.sdf_cell])
@@ -229,15 +230,15 @@ class GateGenerator(_LoopGenerator):
         launch(gates.gate_counts, e, [active, self.rng.seeds_warp, self.rng.epochs, s.min_gates, s.max_gates,
                                    res.num_gates])
         launch(loop.arc_lengths, e, [active, self._dense, self._dense_points, s.ds, n, self._cum, res.length,
-                                  res.count, self._truncated])
+                                  res.count, self._spacing, self._truncated])
         launch(gates.place_gates, (e, s.max_gates),
                [active, self._dense, self._dense_points, self._cum, res.num_gates, res.gate_width,
                 res.gate_center, res.gate_normal, res.posts, self._gate_xy])
         # The course line runs through the gate centres.
         launch(loop.arc_lengths, e, [active, self._gate_xy, res.num_gates, s.ds, n, self._gate_cum, res.length,
-                                  res.count, self._line_truncated])
-        launch(loop.resample, (e, n), [active, self._gate_xy, res.num_gates, self._gate_cum, res.count, s.ds,
-                                    res.center, res.arc])
+                                  res.count, self._spacing, self._line_truncated])
+        launch(loop.resample, (e, n), [active, self._gate_xy, res.num_gates, self._gate_cum, res.count,
+                                    self._spacing, res.center, res.arc])
         launch(gates.gate_arcs, (e, s.max_gates), [active, self._gate_cum, res.num_gates, res.gate_arc])
         launch(gates.bar_checks, e, [active, res.posts, res.num_gates, self._line_truncated, self.rng.epochs,
                                   res.fail_mask, res.valid, res.generation])

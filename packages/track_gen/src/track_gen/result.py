@@ -17,7 +17,9 @@ class TrackResult:
             joins point 0), NaN past ``count``; z from the height profile (0 flat).
         count: ``[E]`` int32, course-line points used, ``ceil(length / ds)``
             capped at ``N``.
-        arc: ``[E, N]`` float32, arc length of each point (``i * ds``), NaN past ``count``.
+        arc: ``[E, N]`` float32, arc length of each point, ``i * length / count``
+            (even spacing of at most ``ds`` all round, the closing segment
+            included; ``i * ds`` on a truncated course), NaN past ``count``.
         tangent: ``[E, N]`` vec3, unit tangents; ``normal``: unit normals to the left.
         left: ``[E, N]`` vec3, the left boundary (``center + width/2 * normal``);
             ``right`` the right one.

@@ -16,17 +16,18 @@ def checkpoint_indices(
     length: wp.array(dtype=wp.float32),
     count: wp.array(dtype=wp.int32),
     spacing: float,
-    ds: float,
+    line_spacing: wp.array(dtype=wp.float32),
     index: wp.array2d(dtype=wp.int32),
     num: wp.array(dtype=wp.int32),
 ):
     """Checkpoint ``k`` at arc length ``k * spacing``, as a course-line index
-    (``-1`` past the env's checkpoints); ``num[e]`` is their count."""
+    (points ``line_spacing[e]`` apart; ``-1`` past the env's checkpoints);
+    ``num[e]`` is their count."""
     e, k = wp.tid()
     if active[e] == 0:
         return
     total = wp.min(int(wp.floor(length[e] / spacing)), index.shape[1])
-    i = int(wp.round(float(k) * spacing / ds))
+    i = int(wp.round(float(k) * spacing / line_spacing[e]))
     index[e, k] = wp.where(k < total and i < count[e], i, -1)
     if k == 0:
         num[e] = total

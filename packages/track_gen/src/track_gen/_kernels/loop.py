@@ -87,12 +87,15 @@ def arc_lengths(
     cum: wp.array2d(dtype=wp.float32),
     length: wp.array(dtype=wp.float32),
     count: wp.array(dtype=wp.int32),
+    spacing: wp.array(dtype=wp.float32),
     truncated: wp.array(dtype=wp.int32),
 ):
     """Cumulative arc length along the closed polyline of the first
-    ``points[e]`` points of ``dense`` (``cum[e, m]`` is the lap length ``L``)
-    and the course line's point count ``ceil(L / ds)``; a course that needs
-    more than ``n_max`` points keeps ``n_max`` and is flagged truncated."""
+    ``points[e]`` points of ``dense`` (``cum[e, m]`` is the lap length ``L``),
+    the course line's point count ``n = ceil(L / ds)`` and its spacing
+    ``L / n`` (at most ``ds``, the same for every segment, the closing one
+    included); a course that needs more than ``n_max`` points keeps
+    ``n_max`` points ``ds`` apart and is flagged truncated."""
     e = wp.tid()
     if active[e] == 0:
         return
@@ -103,9 +106,10 @@ def arc_lengths(
         total = total + wp.length(dense[e, (i + 1) % m] - dense[e, i])
         cum[e, i + 1] = total
     length[e] = total
-    n = int(wp.ceil(total / ds))
+    n = wp.max(int(wp.ceil(total / ds)), 1)
     truncated[e] = wp.where(n > n_max, 1, 0)
     count[e] = wp.min(n, n_max)
+    spacing[e] = wp.where(n > n_max, ds, total / float(n))
 
 
 @wp.kernel
@@ -115,12 +119,12 @@ def resample(
     points: wp.array(dtype=wp.int32),
     cum: wp.array2d(dtype=wp.float32),
     count: wp.array(dtype=wp.int32),
-    ds: float,
+    spacing: wp.array(dtype=wp.float32),
     center: wp.array2d(dtype=wp.vec3),
     arc: wp.array2d(dtype=wp.float32),
 ):
-    """The course line: point ``i`` at arc length ``i * ds`` along the closed
-    polyline of ``points[e]`` points of ``dense`` (NaN past the count)."""
+    """The course line: point ``i`` at arc length ``i * spacing[e]`` along the
+    closed polyline of ``points[e]`` points of ``dense`` (NaN past the count)."""
     e, i = wp.tid()
     if active[e] == 0:
         return
@@ -128,7 +132,7 @@ def resample(
         center[e, i] = wp.vec3(NAN, NAN, NAN)
         arc[e, i] = NAN
         return
-    s = float(i) * ds
+    s = float(i) * spacing[e]
     p = point_at(dense, cum, e, points[e], s)
     center[e, i] = wp.vec3(p[0], p[1], 0.0)
     arc[e, i] = s

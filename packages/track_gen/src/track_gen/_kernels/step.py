@@ -10,7 +10,7 @@ import warp as wp
 from track_gen._kernels.geometry import NAN, cross2, segment_t, xy
 
 #: Course-line segments searched on each side of the last match: an agent may
-#: move up to ``WINDOW * ds`` along the course line per step.
+#: move up to ``WINDOW`` course-line spacings (``WINDOW * ds`` at most) per step.
 WINDOW = wp.constant(32)
 
 
@@ -121,7 +121,6 @@ def track_step(
     count: wp.array(dtype=wp.int32),
     length: wp.array(dtype=wp.float32),
     width: wp.array(dtype=wp.float32),
-    ds: float,
     checkpoints: wp.array2d(dtype=wp.int32),
     num_checkpoints: wp.array(dtype=wp.int32),
     position: wp.array(dtype=wp.vec3),
@@ -159,7 +158,8 @@ def track_step(
     # course line near the agent (the segments within the reach of its box).
     half = 0.5 * width[e]
     he = half_extents[e]
-    reach = wp.min(int(wp.ceil(2.0 * (half + wp.length(he)) / ds)) + 1, n // 2)
+    spacing = total / float(n)  # a valid course line is uniform
+    reach = wp.min(int(wp.ceil(2.0 * (half + wp.length(he)) / spacing)) + 1, n // 2)
     out = int(0)
     for c in range(4):
         sx = wp.where(c % 2 == 0, 1.0, -1.0)

@@ -78,7 +78,7 @@ def pair_checks(
     center: wp.array2d(dtype=wp.vec3),
     count: wp.array(dtype=wp.int32),
     width: wp.array(dtype=wp.float32),
-    ds: float,
+    spacing: wp.array(dtype=wp.float32),
     lo: wp.array2d(dtype=wp.vec2),
     hi: wp.array2d(dtype=wp.vec2),
     crossings: wp.array(dtype=wp.int32),
@@ -96,6 +96,7 @@ def pair_checks(
     if i >= n:
         return
     w = width[e]
+    h = spacing[e]
     window = 0.5 * 3.141592653589793 * w
     p = xy(center[e, i])
     p2 = xy(center[e, (i + 1) % n])
@@ -114,7 +115,7 @@ def pair_checks(
                 if gap >= 2:
                     if segments_cross(p, p2, q, q2):
                         hits = hits + 1
-                if float(gap) * ds > window:
+                if float(gap) * h > window:
                     if wp.length(q - p) < w:
                         close = close + 1
                 q = q2
