@@ -18,8 +18,23 @@ FAIL_THICKNESS = wp.constant(2)
 FAIL_TRUNCATION = wp.constant(4)
 #: Gates: two gates' bars intersect.
 FAIL_CROSSING_BARS = wp.constant(8)
+#: Both: a dynamic param of the env (``generator.params``) outside its
+#: documented range (``PARAM_RANGES``), NaN and infinities included, or a
+#: course line too short to be one (fewer than 3 points, or no length).
+FAIL_PARAMS = wp.constant(16)
 
-NAMES = {1: "turning", 2: "thickness", 4: "truncation", 8: "crossing bars"}
+NAMES = {1: "turning", 2: "thickness", 4: "truncation", 8: "crossing bars", 16: "params"}
+
+#: The documented range of each dynamic param: (lowest, highest, is the
+#: lowest allowed). Every bound is finite, so NaN and infinities are out.
+PARAM_RANGES = {
+    "radius": (0.0, 1.0e6, False),
+    "radius_jitter": (0.0, 1.0, True),
+    "angle_jitter": (0.0, 1.0e3, True),
+    "width": (0.0, 1.0e6, False),
+    "height_amplitude": (0.0, 1.0e6, True),
+    "gate_width": (0.0, 1.0e6, False),
+}
 
 
 def describe(fail_mask: int) -> list[str]:

@@ -186,7 +186,7 @@ class Course:
         return self.result
 
     def _regenerate(self, mask: wp.array | None, advance: bool) -> None:
-        self.generator.enqueue(advance=advance, mask=mask)
+        self.generator._enqueue(bool(advance), mask)
         self._reset_progress(mask)
 
     def _record_regenerate(self, mask: wp.array | None, advance: bool, stream: wp.Stream,

@@ -16,10 +16,11 @@ import warp as wp
 from numpy.typing import ArrayLike
 
 from track_gen._kernels import bakes, gates, loop, tracks
+from track_gen.checks import PARAM_RANGES
 from track_gen.masks import check_mask
 from track_gen.result import GateResult, TrackResult
 from track_gen.seeds import PerEnvSeededRNG, per_env_seeds
-from track_gen.spec import GateSpec, TrackSpec
+from track_gen.spec import GateSpec, TrackSpec, check_size
 
 #: The dynamic per-env fields of the centerline, read by every regeneration.
 LOOP_PARAMS = ("radius", "radius_jitter", "angle_jitter")
@@ -44,6 +45,10 @@ class _LoopGenerator(abc.ABC):
     def __init__(self, spec: TrackSpec | GateSpec, seeds: int | ArrayLike | PerEnvSeededRNG,
                  params: tuple[str, ...]):
         self.spec = spec
+        m = spec.n_control * spec.samples_per_segment
+        own, largest = self._footprint()
+        # Seeds, epochs, params, masks, control points, spline and arc table.
+        check_size(spec, own + 16 + 4 * len(params) + 8 + 8 * spec.n_control + 12 * m + 4 + 16, max(largest, m + 1))
         device = wp.get_device(spec.device)
         self.device = device
         e = spec.num_envs
@@ -57,18 +62,23 @@ class _LoopGenerator(abc.ABC):
                        for name in params}
         self.inputs = {"regen_mask": wp.zeros(e, dtype=wp.int32, device=device)}
         self.everyone = wp.ones(e, dtype=wp.int32, device=device)
-        m = spec.n_control * spec.samples_per_segment
         self._ctrl = wp.zeros((e, spec.n_control), dtype=wp.vec2, device=device)
         self._dense = wp.zeros((e, m), dtype=wp.vec2, device=device)
         self._dense_points = wp.full(e, m, dtype=wp.int32, device=device)
         self._cum = wp.zeros((e, m + 1), dtype=wp.float32, device=device)
         self._truncated = wp.zeros(e, dtype=wp.int32, device=device)
         self._spacing = wp.zeros(e, dtype=wp.float32, device=device)
+        self._bad_params = wp.zeros(e, dtype=wp.int32, device=device)
         self._tight = wp.zeros(e, dtype=wp.int32, device=device)
 
     @property
     def num_envs(self) -> int:
         return self.spec.num_envs
+
+    @abc.abstractmethod
+    def _footprint(self) -> tuple[int, int]:
+        """(bytes per env of the subclass's arrays, elements per env of its
+        largest array or launch), from ``self.spec`` before allocating."""
 
     def zeros(self, shape: int | tuple[int, ...], dtype: Any) -> wp.array:
         return wp.zeros(shape, dtype=dtype, device=self.device)
@@ -86,20 +96,29 @@ class _LoopGenerator(abc.ABC):
         Returns:
             ``self.result``, updated in place.
         """
-        if mask is not None:
-            check_mask("mask", mask, self.num_envs, self.device)
         self.enqueue(advance=advance, mask=mask)
         return self.result
 
-    @abc.abstractmethod
     def enqueue(self, advance: bool = True, mask: wp.array | None = None) -> None:
-        """Launch a generation without the host-side checks of ``generate``
-        (``mask`` must already be a valid ``[E]`` int32 array on the device)."""
+        """``generate`` without returning the result: launches only (records
+        into a capture). ``mask`` is checked as in ``generate``.
+
+        Raises:
+            TypeError, ValueError: ``mask`` is not a contiguous ``[E]`` int32
+                Warp array on the course device (nothing launched).
+        """
+        if mask is not None:
+            check_mask("mask", mask, self.num_envs, self.device)
+        self._enqueue(bool(advance), mask)
 
     def enqueue_generate(self, mask: wp.array | None = None, advance: bool = True) -> None:
         """``enqueue(advance=advance, mask=mask)``: outside a capture, a full
         generation per call even when the mask is all zero."""
         self.enqueue(advance=advance, mask=mask)
+
+    @abc.abstractmethod
+    def _enqueue(self, advance: bool, mask: wp.array | None) -> None:
+        """The launches of a generation (``mask`` already checked)."""
 
     @property
     @abc.abstractmethod
@@ -113,6 +132,14 @@ class _LoopGenerator(abc.ABC):
 
     def _launch(self, kernel: Any, dim: int | tuple[int, ...], args: list[Any]) -> None:
         wp.launch(kernel, dim, args, device=self.device)
+
+    def _check_params(self, active: wp.array) -> None:
+        """Flag the active envs whose params are outside ``PARAM_RANGES``."""
+        self._launch(loop.clear_where, self.num_envs, [active, self._bad_params])
+        for name, values in self.params.items():
+            lowest, highest, lowest_allowed = PARAM_RANGES[name]
+            self._launch(loop.check_param, self.num_envs,
+                         [active, values, lowest, highest, int(lowest_allowed), self._bad_params])
 
     def _spline(self, active: wp.array, advance: bool, width: wp.array) -> None:
         """Epochs, control points, the spline (with its tight-curvature count
@@ -132,10 +159,12 @@ class TrackGenerator(_LoopGenerator):
 
     def __init__(self, spec: TrackSpec, seeds: int | ArrayLike | PerEnvSeededRNG = 0,
                  checkpoint_spacing: float = 0.6):
-        if not checkpoint_spacing > 0:
-            raise ValueError(f"checkpoint_spacing must be > 0, got {checkpoint_spacing!r}")
-        super().__init__(spec, seeds, LOOP_PARAMS + ("width", "height_amplitude"))
+        if isinstance(checkpoint_spacing, bool) or not isinstance(checkpoint_spacing, (int, float)) or not (
+            math.isfinite(checkpoint_spacing) and checkpoint_spacing > 0
+        ):
+            raise ValueError(f"checkpoint_spacing must be a finite number > 0, got {checkpoint_spacing!r}")
         self.checkpoint_spacing = float(checkpoint_spacing)
+        super().__init__(spec, seeds, LOOP_PARAMS + ("width", "height_amplitude"))
         e, n, r = spec.num_envs, spec.n_max, spec.sdf_resolution
         self._crossings = self.zeros(e, wp.int32)
         self._too_close = self.zeros(e, wp.int32)
@@ -143,7 +172,7 @@ class TrackGenerator(_LoopGenerator):
         self._chunk_lo = self.zeros((e, chunks), wp.vec2)
         self._chunk_hi = self.zeros((e, chunks), wp.vec2)
         self._phase = self.zeros(e, wp.vec2)
-        capacity = math.ceil(n * spec.ds / self.checkpoint_spacing) + 1
+        capacity = self._checkpoint_capacity()
         z = self.zeros
         self.result = TrackResult(
             center=z((e, n), wp.vec3), count=z(e, wp.int32), arc=z((e, n), wp.float32),
@@ -157,15 +186,27 @@ class TrackGenerator(_LoopGenerator):
         # The splat's fixed-point distances live in the SDF's own memory.
         self._sdf_steps = wp.array(ptr=self.result.sdf.ptr, shape=(e, r, r), dtype=wp.int32, device=self.device)
 
+    def _checkpoint_capacity(self) -> int:
+        return math.ceil(self.spec.n_max * self.spec.ds / self.checkpoint_spacing) + 1
+
+    def _footprint(self) -> tuple[int, int]:
+        n, r = self.spec.n_max, self.spec.sdf_resolution
+        chunks = (n + tracks.CHUNK - 1) // tracks.CHUNK
+        capacity = self._checkpoint_capacity()
+        # Course line, frames and boundaries; checkpoints; SDF and height;
+        # chunk boxes; per-env scalars.
+        return 64 * n + 4 * capacity + 8 * r * r + 16 * chunks + 80, max(n, capacity, r * r)
+
     @property
     def progress_marks(self) -> wp.array:
         return self.result.num_checkpoints
 
-    def enqueue(self, advance: bool = True, mask: wp.array | None = None) -> None:
+    def _enqueue(self, advance: bool, mask: wp.array | None) -> None:
         active = self.everyone if mask is None else mask
         s, res, e, n = self.spec, self.result, self.num_envs, self.spec.n_max
         launch = self._launch
         launch(loop.copy_where, e, [active, self.params["width"], res.width])
+        self._check_params(active)
         launch(tracks.reset_counts, e, [active, self._crossings, self._too_close, self._tight])
         self._spline(active, advance, res.width)
         launch(loop.arc_lengths, e, [active, self._dense, self._dense_points, s.ds, n, self._cum, res.length,
@@ -182,8 +223,8 @@ class TrackGenerator(_LoopGenerator):
         launch(tracks.pair_checks, (e, n), [active, res.center, res.count, res.width, self._spacing, self._chunk_lo,
                                        self._chunk_hi, self._crossings, self._too_close])
         launch(tracks.loop_checks, e, [active, res.center, res.count, self._truncated, self._crossings,
-                                  self._too_close, self._tight, self.rng.epochs, res.fail_mask, res.valid,
-                                  res.generation])
+                                  self._too_close, self._tight, self._bad_params, res.length, self.rng.epochs,
+                                  res.fail_mask, res.valid, res.generation])
         launch(bakes.checkpoint_indices, (e, res.checkpoints.shape[1]),
                [active, res.length, res.count, self.checkpoint_spacing, self._spacing, res.checkpoints,
                 res.num_checkpoints])
@@ -217,15 +258,22 @@ class GateGenerator(_LoopGenerator):
             valid=z(e, wp.int32), fail_mask=z(e, wp.int32), generation=z(e, wp.int32),
         )
 
+    def _footprint(self) -> tuple[int, int]:
+        g, n = self.spec.max_gates, self.spec.n_max
+        # Gates (centres, normals, posts, arcs, polyline, arc table); the
+        # course line; per-env scalars.
+        return 64 * g + 16 * n + 40, max(2 * g, n)
+
     @property
     def progress_marks(self) -> wp.array:
         return self.result.num_gates
 
-    def enqueue(self, advance: bool = True, mask: wp.array | None = None) -> None:
+    def _enqueue(self, advance: bool, mask: wp.array | None) -> None:
         active = self.everyone if mask is None else mask
         s, res, e, n = self.spec, self.result, self.num_envs, self.spec.n_max
         launch = self._launch
         launch(loop.copy_where, e, [active, self.params["gate_width"], res.gate_width])
+        self._check_params(active)
         self._spline(active, advance, res.gate_width)
         launch(gates.gate_counts, e, [active, self.rng.seeds_warp, self.rng.epochs, s.min_gates, s.max_gates,
                                    res.num_gates])
@@ -240,5 +288,6 @@ class GateGenerator(_LoopGenerator):
         launch(loop.resample, (e, n), [active, self._gate_xy, res.num_gates, self._gate_cum, res.count,
                                     self._spacing, res.center, res.arc])
         launch(gates.gate_arcs, (e, s.max_gates), [active, self._gate_cum, res.num_gates, res.gate_arc])
-        launch(gates.bar_checks, e, [active, res.posts, res.num_gates, self._line_truncated, self.rng.epochs,
-                                  res.fail_mask, res.valid, res.generation])
+        launch(gates.bar_checks, e, [active, res.posts, res.num_gates, self._line_truncated, self._bad_params,
+                                  res.count, res.length, self.rng.epochs, res.fail_mask, res.valid,
+                                  res.generation])

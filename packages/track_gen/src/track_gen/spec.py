@@ -7,27 +7,71 @@ Units: metres, at small-robot scale (an agent box of 4 x 2 cm, gates of
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 
 import warp as wp
+
+from track_gen.checks import PARAM_RANGES
 
 
 def _check_fields(spec: object, ints: dict[str, int], positive: tuple[str, ...],
                   non_negative: tuple[str, ...]) -> None:
-    """Ints at least their bound, positive and non-negative reals, a jitter
-    below 1 and a known device; else ``ValueError`` naming the field."""
+    """Ints at least their bound; finite reals, positive or non-negative; the
+    param defaults inside `PARAM_RANGES`; a known device. Else
+    ``ValueError`` naming the field."""
     for name, least in ints.items():
         value = getattr(spec, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    for name in positive + non_negative:
+        value = getattr(spec, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
     for name in positive:
         if not getattr(spec, name) > 0:
             raise ValueError(f"{name} must be > 0, got {getattr(spec, name)!r}")
     for name in non_negative:
         if not getattr(spec, name) >= 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(spec, name)!r}")
-    if getattr(spec, "radius_jitter") >= 1:
-        raise ValueError(f"radius_jitter must be < 1, got {getattr(spec, 'radius_jitter')!r}")
+    for name, (lowest, highest, lowest_allowed) in PARAM_RANGES.items():
+        if hasattr(spec, name):
+            value = getattr(spec, name)
+            if not (value < highest and (value > lowest or (lowest_allowed and value == lowest))):
+                bound = "[" if lowest_allowed else "("
+                raise ValueError(f"{name} must be in {bound}{lowest:g}, {highest:g}), got {value!r}")
     wp.get_device(getattr(spec, "device"))  # raises for an unknown device
+
+
+#: Warp indexes arrays and launches with 32-bit ints.
+_MAX_ELEMENTS = 2**31 - 1
+
+
+def check_size(spec: TrackSpec | GateSpec, bytes_per_env: int, largest_per_env: int) -> None:
+    """Refuse a batch Warp cannot index or the device cannot hold, before
+    anything is allocated.
+
+    Args:
+        spec: the specification.
+        bytes_per_env: the generator's memory per env (bytes).
+        largest_per_env: elements per env of its largest array or launch.
+
+    Raises:
+        ValueError: naming ``num_envs`` and the sizes.
+    """
+    e = spec.num_envs
+    if e * largest_per_env > _MAX_ELEMENTS:
+        raise ValueError(f"num_envs={e} with {largest_per_env} elements per env exceeds Warp's 2**31 - 1 "
+                         f"array elements; lower num_envs or the per-env sizes")
+    device = wp.get_device(spec.device)
+    if device.is_cuda:
+        available = device.total_memory
+    else:
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    needed = e * bytes_per_env
+    if needed > available:
+        raise ValueError(f"num_envs={e} needs {needed / 2**30:.1f} GiB ({bytes_per_env} bytes per env) on "
+                         f"{device}, which has {available / 2**30:.1f} GiB")
 
 
 @dataclasses.dataclass(frozen=True)

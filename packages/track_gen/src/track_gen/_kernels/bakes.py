@@ -26,7 +26,10 @@ def checkpoint_indices(
     e, k = wp.tid()
     if active[e] == 0:
         return
-    total = wp.min(int(wp.floor(length[e] / spacing)), index.shape[1])
+    marks = wp.floor(length[e] / spacing)
+    total = int(0)
+    if marks >= 0.0:  # false for NaN (an invalid env: no checkpoints)
+        total = int(wp.min(marks, float(index.shape[1])))
     i = int(wp.round(float(k) * spacing / line_spacing[e]))
     index[e, k] = wp.where(k < total and i < count[e], i, -1)
     if k == 0:

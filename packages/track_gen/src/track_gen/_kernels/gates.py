@@ -5,7 +5,7 @@ Same conventions as ``tracks``: an ``active`` mask first, outputs last.
 
 import warp as wp
 
-from track_gen.checks import FAIL_CROSSING_BARS, FAIL_TRUNCATION
+from track_gen.checks import FAIL_CROSSING_BARS, FAIL_PARAMS, FAIL_TRUNCATION
 from track_gen._kernels.geometry import NAN, point_at, segments_cross
 from track_gen.seeds import effective_seed_wp
 
@@ -75,14 +75,18 @@ def bar_checks(
     posts: wp.array3d(dtype=wp.vec3),
     num_gates: wp.array(dtype=wp.int32),
     truncated: wp.array(dtype=wp.int32),
+    bad_params: wp.array(dtype=wp.int32),
+    count: wp.array(dtype=wp.int32),
+    length: wp.array(dtype=wp.float32),
     epochs: wp.array(dtype=wp.int32),
     fail_mask: wp.array(dtype=wp.int32),
     valid: wp.array(dtype=wp.int32),
     generation: wp.array(dtype=wp.int32),
 ):
     """Crossing bars: two gates' bars intersect; truncation: the course line
-    through the gate centres needs more than ``N_max`` points. Records the
-    epoch the course was built with."""
+    through the gate centres needs more than ``N_max`` points; params: a
+    param out of range, or a course line of fewer than 3 points or no
+    length. Records the epoch the course was built with."""
     e = wp.tid()
     if active[e] == 0:
         return
@@ -98,6 +102,8 @@ def bar_checks(
                 bits = FAIL_CROSSING_BARS
     if truncated[e] != 0:
         bits = bits | FAIL_TRUNCATION
+    if bad_params[e] != 0 or count[e] < 3 or not length[e] > 0.0:
+        bits = bits | FAIL_PARAMS
     fail_mask[e] = bits
     valid[e] = wp.where(bits == 0, 1, 0)
     generation[e] = epochs[e]

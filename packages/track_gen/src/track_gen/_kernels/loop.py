@@ -106,10 +106,16 @@ def arc_lengths(
         total = total + wp.length(dense[e, (i + 1) % m] - dense[e, i])
         cum[e, i + 1] = total
     length[e] = total
-    n = wp.max(int(wp.ceil(total / ds)), 1)
-    truncated[e] = wp.where(n > n_max, 1, 0)
-    count[e] = wp.min(n, n_max)
-    spacing[e] = wp.where(n > n_max, ds, total / float(n))
+    need = wp.ceil(total / ds)
+    if need <= float(n_max):  # false for NaN: no int conversion out of range
+        n = wp.max(int(need), 1)
+        truncated[e] = 0
+        count[e] = n
+        spacing[e] = total / float(n)
+    else:
+        truncated[e] = 1
+        count[e] = n_max
+        spacing[e] = ds
 
 
 @wp.kernel
@@ -136,6 +142,34 @@ def resample(
     p = point_at(dense, cum, e, points[e], s)
     center[e, i] = wp.vec3(p[0], p[1], 0.0)
     arc[e, i] = s
+
+
+@wp.kernel
+def check_param(
+    active: wp.array(dtype=wp.int32),
+    values: wp.array(dtype=wp.float32),
+    lowest: float,
+    highest: float,
+    lowest_allowed: int,
+    bad: wp.array(dtype=wp.int32),
+):
+    """``bad[e] = 1`` where a param is outside ``(lowest, highest)``
+    (``[lowest, highest)`` with ``lowest_allowed``); NaN is outside."""
+    e = wp.tid()
+    if active[e] == 0:
+        return
+    v = values[e]
+    inside = v < highest and (v > lowest or (lowest_allowed != 0 and v == lowest))
+    if not inside:
+        bad[e] = 1
+
+
+@wp.kernel
+def clear_where(active: wp.array(dtype=wp.int32), flags: wp.array(dtype=wp.int32)):
+    """``flags[e] = 0`` for the active envs."""
+    e = wp.tid()
+    if active[e] != 0:
+        flags[e] = 0
 
 
 @wp.kernel

@@ -6,7 +6,7 @@ Conventions: see ``track_gen._kernels``.
 import warp as wp
 
 from track_gen._kernels.geometry import NAN, TWO_PI, box_gap, cross2, segments_cross, xy
-from track_gen.checks import FAIL_THICKNESS, FAIL_TRUNCATION, FAIL_TURNING
+from track_gen.checks import FAIL_PARAMS, FAIL_THICKNESS, FAIL_TRUNCATION, FAIL_TURNING
 
 
 @wp.kernel
@@ -144,6 +144,8 @@ def loop_checks(
     crossings: wp.array(dtype=wp.int32),
     too_close: wp.array(dtype=wp.int32),
     tight: wp.array(dtype=wp.int32),
+    bad_params: wp.array(dtype=wp.int32),
+    length: wp.array(dtype=wp.float32),
     epochs: wp.array(dtype=wp.int32),
     fail_mask: wp.array(dtype=wp.int32),
     valid: wp.array(dtype=wp.int32),
@@ -152,7 +154,9 @@ def loop_checks(
     """Fail bits per env: turning (the course line's total turning is not
     ±2π, or two non-adjacent segments cross), thickness (a radius of
     curvature below the half-width, or non-neighbouring points closer than
-    the width), truncation. Records the epoch the course was built with."""
+    the width), truncation, params (a param out of range, or a course line
+    of fewer than 3 points or no length). Records the epoch the course was
+    built with."""
     e = wp.tid()
     if active[e] == 0:
         return
@@ -169,6 +173,8 @@ def loop_checks(
         bits = bits | FAIL_THICKNESS
     if truncated[e] != 0:
         bits = bits | FAIL_TRUNCATION
+    if bad_params[e] != 0 or n < 3 or not length[e] > 0.0:
+        bits = bits | FAIL_PARAMS
     fail_mask[e] = bits
     valid[e] = wp.where(bits == 0, 1, 0)
     generation[e] = epochs[e]

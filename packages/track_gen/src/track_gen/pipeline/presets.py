@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from track_gen.spec import GateSpec, TrackSpec
@@ -20,8 +21,7 @@ def track(num_envs: int, device: str = "cpu", scale: float = 1.0, **overrides: A
     Returns:
         The ``TrackSpec``.
     """
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale!r}")
+    _check_scale(scale)
     lengths = dict(ds=0.05 * scale, radius=1.5 * scale, width=0.3 * scale, sdf_margin=0.5 * scale)
     lengths.update(overrides)
     return TrackSpec(num_envs=num_envs, device=device, **lengths)
@@ -38,8 +38,12 @@ def gates(num_envs: int, device: str = "cpu", gate_width: float = 0.1, scale: fl
         scale: multiplies the centerline's lengths (radius, spacing).
         **overrides: any other ``GateSpec`` field.
     """
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale!r}")
+    _check_scale(scale)
     lengths = dict(ds=0.05 * scale, radius=1.5 * scale)
     lengths.update(overrides)
     return GateSpec(num_envs=num_envs, device=device, gate_width=gate_width, **lengths)
+
+
+def _check_scale(scale: object) -> None:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")

@@ -1,0 +1,165 @@
+"""No argument or parameter crashes the process, hangs, reads out of bounds or
+yields a course marked valid that is not one: spec values are refused on the
+host with the field named; per-env params out of range make only their env
+invalid, with the params bit."""
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import warp as wp
+
+from track_gen.checks import FAIL_PARAMS, PARAM_RANGES, describe
+from track_gen.course import Course
+from track_gen.pipeline import presets
+from track_gen.spec import GateSpec, TrackSpec
+
+DEVICE = "cpu"
+E = 4
+
+
+def snapshot(result):
+    return {name: getattr(result, name).numpy().copy() for name in result.__dataclass_fields__}
+
+
+def assert_untouched(before, after, envs):
+    for name, old in before.items():
+        np.testing.assert_array_equal(after[name][envs], old[envs], err_msg=name)
+
+
+def masked_regenerate(course, env, param, value):
+    """Write ``value`` into env ``env``'s param and rebuild that env only."""
+    values = course.generator.params[param].numpy()
+    values[env] = value
+    course.generator.params[param].assign(values)
+    mask = wp.array(np.eye(course.num_envs, dtype=np.int32)[env], dtype=wp.int32, device=DEVICE)
+    course.regenerate(mask=mask, advance=False)
+
+
+BAD_PARAMS = [
+    ("track", "radius", v) for v in (0.0, -1.0, math.nan, math.inf, 1e7)
+] + [
+    ("track", "radius_jitter", v) for v in (1.0, -0.1, math.nan)
+] + [
+    ("track", "angle_jitter", v) for v in (-1.0, math.nan, math.inf)
+] + [
+    ("track", "width", v) for v in (0.0, -0.3, math.nan)
+] + [
+    ("track", "height_amplitude", v) for v in (-0.1, math.nan, math.inf)
+] + [
+    ("gates", "gate_width", v) for v in (0.0, -0.1, math.nan)
+] + [
+    ("gates", "radius", v) for v in (0.0, math.nan)
+]
+
+
+@pytest.mark.parametrize("kind,param,value", BAD_PARAMS)
+def test_a_param_out_of_range_makes_only_its_env_invalid(kind, param, value):
+    if kind == "track":
+        course = Course.track(presets.track(num_envs=E, device=DEVICE, sdf_resolution=8), seeds=3)
+    else:
+        course = Course.gates(presets.gates(num_envs=E, device=DEVICE), seeds=3)
+    before = snapshot(course.result)
+    assert before["valid"].all()
+    masked_regenerate(course, 2, param, value)
+    after = snapshot(course.result)
+    assert after["valid"][2] == 0
+    assert after["fail_mask"][2] & FAIL_PARAMS, describe(int(after["fail_mask"][2]))
+    assert "params" in describe(int(after["fail_mask"][2]))
+    assert_untouched(before, after, [0, 1, 3])
+
+
+def test_params_at_their_lowest_allowed_values_are_valid():
+    course = Course.track(presets.track(num_envs=E, device=DEVICE, sdf_resolution=8, radius_jitter=0.0,
+                                        angle_jitter=0.0, height_amplitude=0.0), seeds=1)
+    assert course.result.valid.numpy().all()
+
+
+def test_a_course_line_of_no_length_is_invalid_and_steps_without_crashing():
+    """A gates env of radius 0 once built a valid course of 0 points, and the
+    next step killed the process (an integer division by zero). The case runs
+    in a child process so that a crash fails this test instead of the run."""
+    code = """
+import numpy as np, warp as wp
+wp.config.quiet = True
+from track_gen.course import Course
+from track_gen.pipeline import presets
+course = Course.gates(presets.gates(num_envs=3, device="cpu"), seeds=0)
+radius = course.generator.params["radius"].numpy(); radius[0] = 0.0
+course.generator.params["radius"].assign(radius)
+course.regenerate(mask=wp.array([1, 0, 0], dtype=wp.int32, device="cpu"), advance=False)
+course.bind(position=wp.zeros(3, dtype=wp.vec3), orientation=wp.array([wp.quat_identity()] * 3, dtype=wp.quatf),
+            half_extents=wp.full(3, wp.vec2f(0.02, 0.01), dtype=wp.vec2f))
+out = course.step()
+wp.synchronize()
+print(int(course.result.valid.numpy()[0]), int(course.result.count.numpy()[0]), int(out.valid.numpy()[0]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    valid, count, step_valid = map(int, done.stdout.split()[-3:])
+    assert valid == 0 and step_valid == 0 and count >= 1
+
+
+FLOAT_FIELDS = {
+    TrackSpec: ("ds", "sdf_margin", "radius", "radius_jitter", "angle_jitter", "width", "height_amplitude",
+                "height_wavelength"),
+    GateSpec: ("ds", "radius", "radius_jitter", "angle_jitter", "gate_width"),
+}
+
+
+@pytest.mark.parametrize("spec_type,field", [(t, f) for t, fields in FLOAT_FIELDS.items() for f in fields])
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, "1", True])
+def test_spec_values_that_are_not_finite_numbers_are_refused_by_name(spec_type, field, value):
+    with pytest.raises(ValueError, match=field):
+        spec_type(num_envs=2, **{field: value})
+
+
+@pytest.mark.parametrize("preset", [presets.track, presets.gates])
+def test_preset_lengths_are_checked(preset):
+    with pytest.raises(ValueError, match="ds"):
+        preset(num_envs=2, ds=math.inf)
+    with pytest.raises(ValueError, match="scale"):
+        preset(num_envs=2, scale=math.inf)
+
+
+@pytest.mark.parametrize("field,value", [(f, PARAM_RANGES[f][1]) for f in ("radius", "radius_jitter", "width")])
+def test_param_defaults_outside_their_range_are_refused(field, value):
+    with pytest.raises(ValueError, match=field):
+        TrackSpec(num_envs=2, **{field: value})
+
+
+@pytest.mark.parametrize("build", [
+    lambda: Course.gates(presets.gates(num_envs=2, device=DEVICE, max_gates=10**9)),
+    lambda: Course.gates(presets.gates(num_envs=10**9, device=DEVICE)),
+    lambda: Course.track(presets.track(num_envs=10**8, device=DEVICE)),
+    lambda: Course.track(presets.track(num_envs=2, device=DEVICE, sdf_resolution=10**5)),
+    lambda: Course.track(presets.track(num_envs=2, device=DEVICE, n_control=10**6, samples_per_segment=10**4)),
+])
+def test_absurd_sizes_fail_fast_with_num_envs_named(build):
+    with pytest.raises(ValueError, match="num_envs"):
+        build()
+
+
+@pytest.mark.parametrize("value", [0.0, -1.0, math.nan, math.inf, "0.6"])
+def test_checkpoint_spacing_is_checked(value):
+    with pytest.raises(ValueError, match="checkpoint_spacing"):
+        Course.track(presets.track(num_envs=2, device=DEVICE), checkpoint_spacing=value)
+
+
+@pytest.mark.parametrize("call", ["enqueue", "enqueue_generate", "generate"])
+@pytest.mark.parametrize("mask,error", [
+    (lambda: wp.ones(E - 1, dtype=wp.int32, device=DEVICE), ValueError),
+    (lambda: wp.ones(E + 1, dtype=wp.int32, device=DEVICE), ValueError),
+    (lambda: wp.ones(E, dtype=wp.float32, device=DEVICE), TypeError),
+    (lambda: np.ones(E, np.int32), TypeError),
+])
+def test_every_generator_entry_point_checks_its_mask(call, mask, error):
+    course = Course.track(presets.track(num_envs=E, device=DEVICE, sdf_resolution=8), seeds=2)
+    before = snapshot(course.result)
+    epochs = course.rng.epochs.numpy().copy()
+    with pytest.raises(error, match="mask"):
+        getattr(course.generator, call)(mask=mask())
+    assert_untouched(before, snapshot(course.result), slice(None))
+    np.testing.assert_array_equal(course.rng.epochs.numpy(), epochs)
