@@ -6,6 +6,8 @@ import warp as wp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from track_gen.course import Course
+from track_gen.pipeline import presets
 from track_gen.seeds import (PerEnvSeededRNG, effective_seed, effective_seed_wp, per_env_seeds)
 
 SEEDS = st.integers(0, 2**32 - 1)
@@ -87,3 +89,36 @@ def test_rng_owns_seeds_and_epochs_on_the_device():
     assert rng.epochs.numpy().tolist() == [0, 0, 0, 0]
     with pytest.raises(ValueError, match="num_envs"):
         PerEnvSeededRNG(0, 0)
+
+
+def test_a_warp_seed_array_is_used_by_reference():
+    """The page: seeds written into the array passed as seeds= take effect at
+    the next regeneration that selects the env (a Warp array on the course
+    device is that array; other arrays are copied)."""
+    seeds = wp.array(np.arange(100, 104, dtype=np.uint32), dtype=wp.uint32, device="cpu")
+    course = Course.track(presets.track(num_envs=4, device="cpu", sdf_resolution=8), seeds=seeds)
+    assert course.rng.seeds_warp is seeds
+    fresh = Course.track(presets.track(num_envs=4, device="cpu", sdf_resolution=8), seeds=[100, 101, 777, 103])
+    center = course.result.center.numpy().copy()
+    seeds.assign(np.array([100, 101, 777, 103], dtype=np.uint32))
+    course.regenerate(mask=wp.array([0, 0, 1, 0], dtype=wp.int32, device="cpu"), advance=False)
+    np.testing.assert_array_equal(course.result.center.numpy()[2], fresh.result.center.numpy()[2])
+    np.testing.assert_array_equal(course.result.center.numpy()[[0, 1, 3]], center[[0, 1, 3]])
+
+
+def test_other_seed_arrays_are_copied():
+    host = np.arange(100, 104, dtype=np.uint32)
+    course = Course.track(presets.track(num_envs=4, device="cpu", sdf_resolution=8), seeds=host)
+    before = course.result.center.numpy().copy()
+    host[2] = 777
+    course.regenerate(mask=wp.array([0, 0, 1, 0], dtype=wp.int32, device="cpu"), advance=False)
+    np.testing.assert_array_equal(course.result.center.numpy(), before)
+
+
+@pytest.mark.parametrize("seeds,error", [
+    (lambda: wp.zeros(4, dtype=wp.int32, device="cpu"), TypeError),
+    (lambda: wp.zeros(3, dtype=wp.uint32, device="cpu"), ValueError),
+])
+def test_unusable_warp_seed_arrays_are_refused(seeds, error):
+    with pytest.raises(error, match="seeds"):
+        Course.track(presets.track(num_envs=4, device="cpu"), seeds=seeds())

@@ -114,19 +114,30 @@ def per_env_seeds(seeds: int | ArrayLike, num_envs: int) -> np.ndarray:
 class PerEnvSeededRNG:
     """Per-env seeds and epochs on a Warp device.
 
+    ``seeds`` as a Warp array is used by reference: it must be a contiguous
+    ``[E]`` uint32 array on ``device``, and becomes ``seeds_warp``, so what
+    you write into it later takes effect at the next regeneration that
+    selects an env. An int or any other array (NumPy, a list, a tensor) is
+    copied here: writing into it later changes nothing; write into
+    ``seeds_warp`` instead.
+
     Attributes:
         seeds_warp: ``[E]`` uint32 seeds; write into it to choose seeds (they
             take effect at the next regeneration that selects an env).
         epochs: ``[E]`` int32 epochs of the next regeneration.
     """
 
-    def __init__(self, seeds: int | ArrayLike, num_envs: int, device: str | wp.context.Device = "cpu"):
+    def __init__(self, seeds: int | ArrayLike | wp.array, num_envs: int,
+                 device: str | wp.context.Device = "cpu"):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-        values = per_env_seeds(seeds, num_envs)
         self.num_envs = num_envs
         self.device = wp.get_device(device)
-        self.seeds_warp = wp.array(values, dtype=wp.uint32, device=self.device)
+        if isinstance(seeds, wp.array):
+            self.seeds_warp = _shared_seeds(seeds, num_envs, self.device)
+        else:
+            values = per_env_seeds(seeds, num_envs)
+            self.seeds_warp = wp.array(values, dtype=wp.uint32, device=self.device)
         self.epochs = wp.zeros(num_envs, dtype=wp.int32, device=self.device)
 
     def reset_epoch(self) -> None:
@@ -137,3 +148,18 @@ class PerEnvSeededRNG:
         """``effective_seed(seed_e, epoch_e)`` for every env, ``[E]`` uint32 (host)."""
         return np.array([effective_seed(int(s), int(e)) for s, e in
                          zip(self.seeds_warp.numpy(), self.epochs.numpy())], dtype=np.uint32)
+
+
+def _shared_seeds(seeds: wp.array, num_envs: int, device: wp.context.Device) -> wp.array:
+    """A Warp seed array fit to be used by reference, or the reason not."""
+    if seeds.dtype != wp.uint32:
+        raise TypeError(f"seeds as a warp array must have dtype uint32 (it is used by reference), "
+                        f"got {wp.types.type_repr(seeds.dtype)}")
+    if seeds.shape != (num_envs,):
+        raise ValueError(f"seeds must have shape [{num_envs}], got {list(seeds.shape)}")
+    if seeds.device != device:
+        raise ValueError(f"seeds as a warp array must be on the course device {device} (it is used by "
+                         f"reference), got {seeds.device}; pass a NumPy array to copy it")
+    if not seeds.is_contiguous:
+        raise ValueError("seeds must be contiguous")
+    return seeds
