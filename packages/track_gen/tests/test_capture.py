@@ -142,3 +142,22 @@ def test_a_recorded_masked_regeneration_follows_the_mask_written_before_each_rep
     generation = course.result.generation.numpy()
     assert generation[2] == before[-1][2] + 1
     assert np.array_equal(np.delete(generation, 2), np.delete(before[-1], 2))
+
+
+def test_bind_inside_a_capture_records_nothing_and_a_step_keeps_the_buffers_it_was_recorded_with():
+    """``bind`` neither allocates nor copies: it works inside a capture, and a
+    recorded step reads the buffers bound when it was recorded."""
+    course = build()
+    start = course.result.center.numpy()[:, 0]
+    first = wp.array(start, dtype=wp.vec3, device="cpu")
+    quat = wp.array([wp.quat_identity()] * E, dtype=wp.quatf, device="cpu")
+    he = wp.full(E, wp.vec2f(0.02, 0.01), dtype=wp.vec2f, device="cpu")
+    assert launches(recorded(lambda: course.bind(position=first, orientation=quat, half_extents=he))) == 0
+    with wp.ScopedCapture(device="cpu") as cap:
+        out = course.step()
+    far = wp.array(start + np.array([100.0, 0.0, 0.0], np.float32), dtype=wp.vec3, device="cpu")
+    course.bind(position=far, orientation=quat, half_extents=he)
+    wp.capture_launch(cap.graph)
+    valid = course.result.valid.numpy().astype(bool)
+    assert valid.any() and not out.contacts.oob.numpy()[valid].any()  # at the start lines, not 100 m away
+    assert course.step().contacts.oob.numpy()[valid].all()  # an eager step reads the new binding
