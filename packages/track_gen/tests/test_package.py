@@ -21,3 +21,42 @@ def test_warp_runs_on_the_cpu_device():
     x = wp.array([1.0, 2.0, 3.0], dtype=wp.float32, device="cpu")
     assert wp.get_device("cpu").is_cpu
     assert x.numpy().tolist() == [1.0, 2.0, 3.0]
+
+
+def annotated_arrays(cls):
+    """(field, annotated Warp array type) of a dataclass's array fields."""
+    import dataclasses
+
+    import warp as wp
+
+    for field in dataclasses.fields(cls):
+        if isinstance(field.type, str) and field.type.startswith("wp.array"):
+            yield field.name, eval(field.type, {"wp": wp})  # noqa: S307 - the module's own annotations
+
+
+def test_result_and_runtime_fields_hold_arrays_of_their_annotated_dtype_and_rank():
+    import dataclasses
+
+    import warp as wp
+
+    from track_gen.course import Course
+    from track_gen.pipeline import presets
+
+    def check(obj):
+        fields = dict(annotated_arrays(type(obj)))
+        assert fields, type(obj).__name__
+        for name, kind in fields.items():
+            value = getattr(obj, name)
+            assert value.dtype == kind.dtype and value.ndim == kind.ndim, (type(obj).__name__, name)
+        for field in dataclasses.fields(obj):
+            if dataclasses.is_dataclass(getattr(obj, field.name)):
+                check(getattr(obj, field.name))
+
+    pose = dict(position=wp.zeros(2, dtype=wp.vec3), orientation=wp.zeros(2, dtype=wp.quatf),
+                half_extents=wp.zeros(2, dtype=wp.vec2f))
+    for course in (Course.track(presets.track(num_envs=2, sdf_resolution=4)), Course.gates(presets.gates(num_envs=2)),
+                   Course.gates(presets.gates(num_envs=2), collision="frames")):
+        course.bind(**pose)
+        check(course.result)
+        check(course.step())
+        check(course._progress)

@@ -39,24 +39,24 @@ class TrackResult:
         generation: ``[E]`` int32, the epoch the env's course was built with.
     """
 
-    center: wp.array
-    count: wp.array
-    arc: wp.array
-    tangent: wp.array
-    normal: wp.array
-    left: wp.array
-    right: wp.array
-    length: wp.array
-    width: wp.array
-    checkpoints: wp.array
-    num_checkpoints: wp.array
-    sdf: wp.array
-    sdf_origin: wp.array
-    sdf_cell: wp.array
-    height: wp.array
-    valid: wp.array
-    fail_mask: wp.array
-    generation: wp.array
+    center: wp.array2d(dtype=wp.vec3)
+    count: wp.array(dtype=wp.int32)
+    arc: wp.array2d(dtype=wp.float32)
+    tangent: wp.array2d(dtype=wp.vec3)
+    normal: wp.array2d(dtype=wp.vec3)
+    left: wp.array2d(dtype=wp.vec3)
+    right: wp.array2d(dtype=wp.vec3)
+    length: wp.array(dtype=wp.float32)
+    width: wp.array(dtype=wp.float32)
+    checkpoints: wp.array2d(dtype=wp.int32)
+    num_checkpoints: wp.array(dtype=wp.int32)
+    sdf: wp.array3d(dtype=wp.float32)
+    sdf_origin: wp.array(dtype=wp.vec2)
+    sdf_cell: wp.array(dtype=wp.float32)
+    height: wp.array3d(dtype=wp.float32)
+    valid: wp.array(dtype=wp.int32)
+    fail_mask: wp.array(dtype=wp.int32)
+    generation: wp.array(dtype=wp.int32)
 
 
 @dataclasses.dataclass
@@ -75,16 +75,16 @@ class GateResult:
         valid, fail_mask, generation: as for tracks (fail bit: crossing bars).
     """
 
-    num_gates: wp.array
-    gate_center: wp.array
-    gate_normal: wp.array
-    posts: wp.array
-    gate_width: wp.array
-    gate_arc: wp.array
-    center: wp.array
-    count: wp.array
-    arc: wp.array
-    length: wp.array
-    valid: wp.array
-    fail_mask: wp.array
-    generation: wp.array
+    num_gates: wp.array(dtype=wp.int32)
+    gate_center: wp.array2d(dtype=wp.vec3)
+    gate_normal: wp.array2d(dtype=wp.vec3)
+    posts: wp.array3d(dtype=wp.vec3)
+    gate_width: wp.array(dtype=wp.float32)
+    gate_arc: wp.array2d(dtype=wp.float32)
+    center: wp.array2d(dtype=wp.vec3)
+    count: wp.array(dtype=wp.int32)
+    arc: wp.array2d(dtype=wp.float32)
+    length: wp.array(dtype=wp.float32)
+    valid: wp.array(dtype=wp.int32)
+    fail_mask: wp.array(dtype=wp.int32)
+    generation: wp.array(dtype=wp.int32)

@@ -21,7 +21,7 @@ class TrackContacts:
             (farther than half a width from the course line); 1 for an invalid env.
     """
 
-    oob: wp.array
+    oob: wp.array(dtype=wp.int32)
 
 
 @dataclasses.dataclass
@@ -34,8 +34,8 @@ class DiscContact:
             an invalid env.
     """
 
-    posts: wp.array
-    hit: wp.array
+    posts: wp.array3d(dtype=wp.vec3)
+    hit: wp.array(dtype=wp.int32)
 
 
 @dataclasses.dataclass
@@ -48,7 +48,7 @@ class FrameContact:
             its opening; 0 for an invalid env.
     """
 
-    frames: wp.array
+    frames: wp.array(dtype=wp.int32)
 
 
 @dataclasses.dataclass
@@ -66,9 +66,9 @@ class Events:
             an invalid env).
     """
 
-    passed: wp.array
-    dist_to_next: wp.array
-    laps: wp.array
+    passed: wp.array(dtype=wp.int32)
+    dist_to_next: wp.array(dtype=wp.float32)
+    laps: wp.array(dtype=wp.int32)
 
 
 @dataclasses.dataclass
@@ -80,8 +80,8 @@ class Frame:
         n: ``[E]`` float32, signed offset, positive to the left (m); NaN for an invalid env.
     """
 
-    s: wp.array
-    n: wp.array
+    s: wp.array(dtype=wp.float32)
+    n: wp.array(dtype=wp.float32)
 
 
 @dataclasses.dataclass
@@ -96,7 +96,7 @@ class StepResult:
         frame: ``Frame``.
     """
 
-    valid: wp.array
+    valid: wp.array(dtype=wp.int32)
     contacts: TrackContacts | DiscContact | FrameContact
     events: Events
     frame: Frame
@@ -107,11 +107,11 @@ class Progress:
     """The localizer's memory and each env's progress (reset by ``reset``
     and by regeneration)."""
 
-    memory: wp.array
-    s_prev: wp.array
-    p_prev: wp.array
-    next_checkpoint: wp.array
-    laps: wp.array
+    memory: wp.array(dtype=wp.int32)
+    s_prev: wp.array(dtype=wp.float32)
+    p_prev: wp.array(dtype=wp.vec3)
+    next_checkpoint: wp.array(dtype=wp.int32)
+    laps: wp.array(dtype=wp.int32)
 
     @classmethod
     def zeros(cls, num_envs: int, device: wp.context.Device) -> Progress:
