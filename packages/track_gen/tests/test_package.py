@@ -4,8 +4,23 @@ import sys
 import track_gen
 
 
-def test_version():
-    assert track_gen.__version__ == "0.1.0"
+def test_version_is_the_distribution_metadata():
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    assert track_gen.__version__ == version("track-gen") == declared
+
+
+def test_the_public_api_is_re_exported():
+    from track_gen.course import Course
+    from track_gen.queries import distance
+
+    assert track_gen.Course is Course and track_gen.distance is distance
+    assert sorted(track_gen.__all__) == sorted(set(track_gen.__all__))
+    for name in track_gen.__all__:
+        assert getattr(track_gen, name) is not None, name
 
 
 def test_importing_track_gen_never_imports_torch():
@@ -59,4 +74,4 @@ def test_result_and_runtime_fields_hold_arrays_of_their_annotated_dtype_and_rank
         course.bind(**pose)
         check(course.result)
         check(course.step())
-        check(course._progress)
+        check(course.runtime.progress)

@@ -29,7 +29,7 @@ from track_gen.errors import CaptureError
 from track_gen.generator import GateGenerator, TrackGenerator
 from track_gen.masks import check_mask
 from track_gen.result import GateResult, TrackResult
-from track_gen.runtime import DiscContact, Events, Frame, FrameContact, Progress, StepResult, TrackContacts
+from track_gen.runtime import Runtime, StepResult
 from track_gen.seeds import PerEnvSeededRNG
 from track_gen.spec import GateSpec, TrackSpec
 
@@ -42,6 +42,8 @@ class Course:
         inputs: stable zero-initialised ``[E]`` int32 masks, ``"regen_mask"``
             and ``"reset_mask"``: the library reads them and never clears them.
         rng: per-env seeds and epochs (``rng.seeds_warp``); ``seeds`` is the same object.
+        runtime: the runtime step's state and launches (``Runtime``); the
+            course decides where they run (stream, capture).
     """
 
     def __init__(self, generator: TrackGenerator | GateGenerator, collision: str | float,
@@ -55,21 +57,7 @@ class Course:
         self._graphs: OrderedDict[tuple[int, bool, int], tuple[wp.Graph, wp.array | None]] = OrderedDict()
         self.inputs = {"regen_mask": generator.inputs["regen_mask"],
                        "reset_mask": wp.zeros(e, dtype=wp.int32, device=device)}
-        self._progress = Progress.zeros(e, device)
-        z = lambda dtype: wp.zeros(e, dtype=dtype, device=device)  # noqa: E731
-        if isinstance(generator, TrackGenerator):
-            contacts = TrackContacts(oob=z(wp.int32))
-        elif collision == "frames":
-            contacts = FrameContact(frames=z(wp.int32))
-        else:
-            contacts = DiscContact(posts=generator.result.posts, hit=z(wp.int32))
-        self._frames_hit = contacts.frames if isinstance(contacts, FrameContact) else z(wp.int32)
-        self._posts_hit = contacts.hit if isinstance(contacts, DiscContact) else z(wp.int32)
-        self._step = StepResult(valid=generator.result.valid, contacts=contacts,
-                                events=Events(passed=z(wp.int32), dist_to_next=z(wp.float32),
-                                              laps=self._progress.laps),
-                                frame=Frame(s=z(wp.float32), n=z(wp.float32)))
-        self._bound: tuple[wp.array, wp.array, wp.array] | None = None
+        self.runtime = Runtime(generator, collision)
 
     @classmethod
     def track(cls, spec: TrackSpec, checkpoint_spacing: float = 0.6, collision: str = "segments",
@@ -236,30 +224,10 @@ class Course:
             self._reset_progress(mask)
 
     def bind(self, position: wp.array, orientation: wp.array, half_extents: wp.array) -> None:
-        """Bind the agents' stable buffers (one oriented box per env), read by
-        every ``step()``: keep writing into the same arrays.
-
-        Args:
-            position: ``[E]`` vec3, box centres (m).
-            orientation: ``[E]`` quatf, box orientations.
-            half_extents: ``[E]`` vec2f, half length and half width of the box (m).
-
-        Raises:
-            TypeError, ValueError: a buffer of the wrong type, dtype, length or device.
-        """
-        for name, array, dtype in (("position", position, wp.vec3), ("orientation", orientation, wp.quatf),
-                                   ("half_extents", half_extents, wp.vec2f)):
-            if not isinstance(array, wp.array):
-                raise TypeError(f"{name} must be a warp array, got {type(array).__name__}")
-            if array.dtype != dtype:
-                raise TypeError(f"{name} must have dtype {wp.types.type_repr(dtype)}, "
-                                f"got {wp.types.type_repr(array.dtype)}")
-            if array.shape != (self.num_envs,):
-                raise ValueError(f"{name} must have shape [{self.num_envs}], got {list(array.shape)}")
-            if array.device != self.generator.device:
-                raise ValueError(f"{name} must be on the course device {self.generator.device}, "
-                                 f"got {array.device}")
-        self._bound = (position, orientation, half_extents)
+        """Bind the agents' stable buffers (``Runtime.bind``): keep writing
+        into the same arrays; a recorded ``step()`` reads the ones bound when
+        it was recorded."""
+        self.runtime.bind(position, orientation, half_extents)
 
     def step(self, stream: wp.Stream | None = None) -> StepResult:
         """Locate every agent on its course, test its box against the track (or
@@ -277,29 +245,11 @@ class Course:
             RuntimeError: no buffers bound (``bind`` first).
             CaptureError: the call would run outside the capture it is made in.
         """
-        if self._bound is None:
-            raise RuntimeError("bind the agents' buffers first: course.bind(position=, orientation=, half_extents=)")
+        self.runtime.check_bound()
         run_on = self._stream_for(stream)
         _capture.note_recorded(run_on, self)
-        r, p, out = self.result, self._progress, self._step
-        position, orientation, half_extents = self._bound
-        if isinstance(self.generator, TrackGenerator):
-            kernel = ks.track_step
-            args = [r.valid, r.center, r.arc, r.count, r.length, r.width, r.checkpoints, r.num_checkpoints,
-                    position, orientation, half_extents, p.memory, p.s_prev, p.next_checkpoint, p.laps,
-                    out.contacts.oob]
-        else:
-            kernel = ks.gate_step
-            radius = 0.0 if self.collision == "frames" else float(self.collision)
-            args = [r.valid, r.center, r.arc, r.count, r.length, r.num_gates, r.gate_arc, r.gate_center,
-                    r.gate_normal, r.gate_width, r.posts, radius,
-                    position, orientation, half_extents, p.memory, p.p_prev, p.next_checkpoint, p.laps,
-                    self._posts_hit, self._frames_hit]
         with _on(run_on):
-            wp.launch(kernel, self.num_envs,
-                      args + [out.events.passed, out.events.dist_to_next, out.frame.s, out.frame.n],
-                      device=self.generator.device)
-        return out
+            return self.runtime.step()
 
     def _stream_for(self, stream: wp.Stream | None) -> wp.Stream | None:
         """The CUDA stream a call runs on (``None`` on cpu)."""
@@ -317,12 +267,7 @@ class Course:
         return _capture.torch_capture_stream(device) or device.stream
 
     def _reset_progress(self, mask: wp.array | None) -> None:
-        active = self.generator.everyone if mask is None else mask
-        p = self._progress
-        wp.launch(ks.reset_progress, self.num_envs,
-                  [active, self.generator.progress_marks, p.memory, p.s_prev, p.next_checkpoint, p.laps],
-                  device=self.generator.device)
-        wp.launch(ks.reset_gate_progress, self.num_envs, [active, p.p_prev], device=self.generator.device)
+        self.runtime.reset(self.generator.everyone if mask is None else mask)
 
     def generate(self, seeds: int | ArrayLike) -> TrackResult | GateResult:
         """Reseed every env, zero every epoch and rebuild the batch: the same

@@ -1,8 +1,9 @@
-"""The runtime step: what ``course.step()`` returns, and the state behind it
-(the localizer's memory and each env's progress).
+"""The runtime step: what ``course.step()`` returns, the state behind it
+(the localizer's memory and each env's progress), and ``Runtime``, which
+holds them and launches the step's kernels.
 
-Every array is allocated once, when the agents' buffers are bound, and
-rewritten in place by each step, so a step records into a graph.
+Every array is allocated once, with the course, and rewritten in place by
+each step, so a step records into a graph.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from __future__ import annotations
 import dataclasses
 
 import warp as wp
+
+from track_gen._kernels import step as ks
+from track_gen.generator import GateGenerator, TrackGenerator
 
 
 @dataclasses.dataclass
@@ -118,3 +122,97 @@ class Progress:
         z = lambda dtype: wp.zeros(num_envs, dtype=dtype, device=device)  # noqa: E731
         return cls(memory=z(wp.int32), s_prev=z(wp.float32), p_prev=z(wp.vec3), next_checkpoint=z(wp.int32),
                    laps=z(wp.int32))
+
+
+class Runtime:
+    """The runtime step of one batch: the agents' bound buffers, the
+    localizer's memory and progress, and the ``StepResult`` arrays. Its
+    methods launch on Warp's current stream; ``Course`` chooses it.
+
+    Attributes:
+        result: the ``StepResult`` every ``step()`` rewrites.
+        progress: the localizer's memory and each env's progress.
+    """
+
+    def __init__(self, generator: TrackGenerator | GateGenerator, collision: str | float) -> None:
+        self.generator = generator
+        self.collision = collision
+        e, device = generator.num_envs, generator.device
+        self.progress = Progress.zeros(e, device)
+        z = lambda dtype: wp.zeros(e, dtype=dtype, device=device)  # noqa: E731
+        if isinstance(generator, TrackGenerator):
+            contacts: TrackContacts | DiscContact | FrameContact = TrackContacts(oob=z(wp.int32))
+        elif collision == "frames":
+            contacts = FrameContact(frames=z(wp.int32))
+        else:
+            contacts = DiscContact(posts=generator.result.posts, hit=z(wp.int32))
+        # The gate kernel writes both hit arrays; the one not returned is scratch.
+        self._frames_hit = contacts.frames if isinstance(contacts, FrameContact) else z(wp.int32)
+        self._posts_hit = contacts.hit if isinstance(contacts, DiscContact) else z(wp.int32)
+        self.result = StepResult(valid=generator.result.valid, contacts=contacts,
+                                 events=Events(passed=z(wp.int32), dist_to_next=z(wp.float32),
+                                               laps=self.progress.laps),
+                                 frame=Frame(s=z(wp.float32), n=z(wp.float32)))
+        self._bound: tuple[wp.array, wp.array, wp.array] | None = None
+
+    def bind(self, position: wp.array, orientation: wp.array, half_extents: wp.array) -> None:
+        """Bind the agents' stable buffers (one oriented box per env), read by
+        every step. Allocates and copies nothing.
+
+        Args:
+            position: ``[E]`` vec3, box centres (m).
+            orientation: ``[E]`` quatf, box orientations.
+            half_extents: ``[E]`` vec2f, half length and half width of the box (m).
+
+        Raises:
+            TypeError, ValueError: a buffer of the wrong type, dtype, length or device.
+        """
+        e, device = self.generator.num_envs, self.generator.device
+        for name, array, dtype in (("position", position, wp.vec3), ("orientation", orientation, wp.quatf),
+                                   ("half_extents", half_extents, wp.vec2f)):
+            if not isinstance(array, wp.array):
+                raise TypeError(f"{name} must be a warp array, got {type(array).__name__}")
+            if array.dtype != dtype:
+                raise TypeError(f"{name} must have dtype {wp.types.type_repr(dtype)}, "
+                                f"got {wp.types.type_repr(array.dtype)}")
+            if array.shape != (e,):
+                raise ValueError(f"{name} must have shape [{e}], got {list(array.shape)}")
+            if array.device != device:
+                raise ValueError(f"{name} must be on the course device {device}, got {array.device}")
+        self._bound = (position, orientation, half_extents)
+
+    def check_bound(self) -> None:
+        """Raises ``RuntimeError`` when no buffers are bound."""
+        if self._bound is None:
+            raise RuntimeError("bind the agents' buffers first: course.bind(position=, orientation=, half_extents=)")
+
+    def step(self) -> StepResult:
+        """Launch one step of every env (buffers bound: ``check_bound``)."""
+        self.check_bound()
+        r, p, out = self.generator.result, self.progress, self.result
+        position, orientation, half_extents = self._bound
+        if isinstance(self.generator, TrackGenerator):
+            kernel = ks.track_step
+            args = [r.valid, r.center, r.arc, r.count, r.length, r.width, r.checkpoints, r.num_checkpoints,
+                    position, orientation, half_extents, p.memory, p.s_prev, p.next_checkpoint, p.laps,
+                    out.contacts.oob]
+        else:
+            kernel = ks.gate_step
+            radius = 0.0 if self.collision == "frames" else float(self.collision)
+            args = [r.valid, r.center, r.arc, r.count, r.length, r.num_gates, r.gate_arc, r.gate_center,
+                    r.gate_normal, r.gate_width, r.posts, radius,
+                    position, orientation, half_extents, p.memory, p.p_prev, p.next_checkpoint, p.laps,
+                    self._posts_hit, self._frames_hit]
+        wp.launch(kernel, self.generator.num_envs,
+                  args + [out.events.passed, out.events.dist_to_next, out.frame.s, out.frame.n],
+                  device=self.generator.device)
+        return out
+
+    def reset(self, active: wp.array) -> None:
+        """Restart the progress and the localizer's memory of the envs
+        selected by ``active`` (``[E]`` int32, already checked)."""
+        p, e, device = self.progress, self.generator.num_envs, self.generator.device
+        wp.launch(ks.reset_progress, e,
+                  [active, self.generator.progress_marks, p.memory, p.s_prev, p.next_checkpoint, p.laps],
+                  device=device)
+        wp.launch(ks.reset_gate_progress, e, [active, p.p_prev], device=device)
