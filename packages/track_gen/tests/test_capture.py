@@ -61,9 +61,9 @@ def test_eager_cpu_calls_run_and_an_all_zero_mask_is_a_no_op():
     course = build()
     before = snapshot(course)
     course.regenerate(mask=course.inputs["regen_mask"])
-    course.generator.enqueue_generate(mask=course.inputs["regen_mask"])
+    course.generator.enqueue(mask=course.inputs["regen_mask"])
     assert all(a.tobytes() == b.tobytes() for a, b in zip(before, snapshot(course)))
-    course.generator.enqueue_generate(mask=course.generator.everyone)
+    course.generator.enqueue(mask=course.generator.everyone)
     assert (course.result.generation.numpy() == before[-1] + 1).all()
 
 

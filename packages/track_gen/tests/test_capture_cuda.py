@@ -103,7 +103,7 @@ def test_an_eager_generator_call_runs_every_kernel_with_an_all_zero_mask(course,
     zero = wp.zeros(E, dtype=wp.int32, device=cuda)
     full = full_generation_kernels(course, cuda) - 2  # without the course's two progress resets
     wp.timing_begin(cuda_filter=wp.TIMING_KERNEL)
-    course.generator.enqueue_generate(mask=zero)
+    course.generator.enqueue(mask=zero)
     launched = wp.timing_end()
     assert len(launched) == full
 

@@ -134,7 +134,24 @@ def test_seeds_array_and_per_env_rng():
     b = Course.track(presets.track(num_envs=E, device="cpu", sdf_resolution=16),
                      seeds=PerEnvSeededRNG(seeds, E, "cpu"))
     assert same_bits(a.result.center.numpy(), b.result.center.numpy())
-    assert a.rng is a.seeds
+
+
+def test_deprecated_aliases_warn_and_still_work():
+    course = build()
+    with pytest.warns(DeprecationWarning, match="Course.rng"):
+        assert course.seeds is course.rng
+    before = course.result.generation.numpy().copy()
+    with pytest.warns(DeprecationWarning, match="enqueue"):
+        course.generator.enqueue_generate(mask=course.generator.everyone, advance=True)
+    np.testing.assert_array_equal(course.result.generation.numpy(), before + 1)
+
+
+def test_generation_entry_points_take_the_mask_first_and_advance_by_keyword():
+    course = build()
+    with pytest.raises(TypeError):
+        course.generator.generate(course.generator.everyone, False)  # advance is keyword-only
+    with pytest.raises(TypeError, match="mask"):
+        course.generator.enqueue(False)  # the old (advance, mask) order fails loudly
 
 
 @pytest.mark.parametrize("make,error,match", [

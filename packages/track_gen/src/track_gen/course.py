@@ -18,6 +18,7 @@ replays the course's own CUDA graph, which holds the same node.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections import OrderedDict
 
 import warp as wp
@@ -41,7 +42,8 @@ class Course:
         generator: the generator (its ``params[...]`` are read by the next regeneration).
         inputs: stable zero-initialised ``[E]`` int32 masks, ``"regen_mask"``
             and ``"reset_mask"``: the library reads them and never clears them.
-        rng: per-env seeds and epochs (``rng.seeds_warp``); ``seeds`` is the same object.
+        rng: per-env seeds and epochs (``rng.seeds_warp``); ``seeds`` is a
+            deprecated alias.
         runtime: the runtime step's state and launches (``Runtime``); the
             course decides where they run (stream, capture).
     """
@@ -129,6 +131,8 @@ class Course:
 
     @property
     def seeds(self) -> PerEnvSeededRNG:
+        """Deprecated alias of ``rng``."""
+        warnings.warn("Course.seeds is deprecated: use Course.rng", DeprecationWarning, stacklevel=2)
         return self.generator.rng
 
     @property

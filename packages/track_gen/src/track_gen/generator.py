@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import math
+import warnings
 from typing import Any
 
 import warp as wp
@@ -83,23 +84,23 @@ class _LoopGenerator(abc.ABC):
     def zeros(self, shape: int | tuple[int, ...], dtype: Any) -> wp.array:
         return wp.zeros(shape, dtype=dtype, device=self.device)
 
-    def generate(self, advance: bool = True, mask: wp.array | None = None) -> Any:
+    def generate(self, mask: wp.array | None = None, *, advance: bool = True) -> Any:
         """Regenerate the masked envs (every env without a mask).
 
         Args:
-            advance: move the selected envs to their next epoch first (a new
-                course); ``False`` rebuilds them from their current (seed, epoch).
             mask: ``[E]`` int32 on the course device; nonzero entries select
                 envs. Read, never cleared. Unselected envs keep every array
                 bit for bit; an all-zero mask changes nothing.
+            advance: move the selected envs to their next epoch first (a new
+                course); ``False`` rebuilds them from their current (seed, epoch).
 
         Returns:
             ``self.result``, updated in place.
         """
-        self.enqueue(advance=advance, mask=mask)
+        self.enqueue(mask, advance=advance)
         return self.result
 
-    def enqueue(self, advance: bool = True, mask: wp.array | None = None) -> None:
+    def enqueue(self, mask: wp.array | None = None, *, advance: bool = True) -> None:
         """``generate`` without returning the result: launches only (records
         into a capture). ``mask`` is checked as in ``generate``.
 
@@ -112,9 +113,10 @@ class _LoopGenerator(abc.ABC):
         self._enqueue(bool(advance), mask)
 
     def enqueue_generate(self, mask: wp.array | None = None, advance: bool = True) -> None:
-        """``enqueue(advance=advance, mask=mask)``: outside a capture, a full
-        generation per call even when the mask is all zero."""
-        self.enqueue(advance=advance, mask=mask)
+        """Deprecated alias of ``enqueue(mask, advance=advance)``."""
+        warnings.warn("enqueue_generate is deprecated: use enqueue(mask, advance=...)", DeprecationWarning,
+                      stacklevel=2)
+        self.enqueue(mask, advance=advance)
 
     @abc.abstractmethod
     def _enqueue(self, advance: bool, mask: wp.array | None) -> None:
