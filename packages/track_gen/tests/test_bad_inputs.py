@@ -35,7 +35,7 @@ def masked_regenerate(course, env, param, value):
     values = course.generator.params[param].numpy()
     values[env] = value
     course.generator.params[param].assign(values)
-    mask = wp.array(np.eye(course.num_envs, dtype=np.int32)[env], dtype=wp.int32, device=DEVICE)
+    mask = wp.array(np.eye(course.num_envs, dtype=np.int32)[env], dtype=wp.int32, device=course.generator.device)
     course.regenerate(mask=mask, advance=False)
 
 
@@ -57,11 +57,11 @@ BAD_PARAMS = [
 
 
 @pytest.mark.parametrize("kind,param,value", BAD_PARAMS)
-def test_a_param_out_of_range_makes_only_its_env_invalid(kind, param, value):
+def test_a_param_out_of_range_makes_only_its_env_invalid(device, kind, param, value):
     if kind == "track":
-        course = Course.track(presets.track(num_envs=E, device=DEVICE, sdf_resolution=8), seeds=3)
+        course = Course.track(presets.track(num_envs=E, device=device, sdf_resolution=8), seeds=3)
     else:
-        course = Course.gates(presets.gates(num_envs=E, device=DEVICE), seeds=3)
+        course = Course.gates(presets.gates(num_envs=E, device=device), seeds=3)
     before = snapshot(course.result)
     assert before["valid"].all()
     masked_regenerate(course, 2, param, value)
@@ -72,8 +72,8 @@ def test_a_param_out_of_range_makes_only_its_env_invalid(kind, param, value):
     assert_untouched(before, after, [0, 1, 3])
 
 
-def test_params_at_their_lowest_allowed_values_are_valid():
-    course = Course.track(presets.track(num_envs=E, device=DEVICE, sdf_resolution=8, radius_jitter=0.0,
+def test_params_at_their_lowest_allowed_values_are_valid(device):
+    course = Course.track(presets.track(num_envs=E, device=device, sdf_resolution=8, radius_jitter=0.0,
                                         angle_jitter=0.0, height_amplitude=0.0), seeds=1)
     assert course.result.valid.numpy().all()
 
@@ -151,17 +151,17 @@ def test_checkpoint_spacing_is_checked(value):
 
 @pytest.mark.parametrize("call", ["enqueue", "enqueue_generate", "generate"])
 @pytest.mark.parametrize("mask,error", [
-    (lambda: wp.ones(E - 1, dtype=wp.int32, device=DEVICE), ValueError),
-    (lambda: wp.ones(E + 1, dtype=wp.int32, device=DEVICE), ValueError),
-    (lambda: wp.ones(E, dtype=wp.float32, device=DEVICE), TypeError),
-    (lambda: np.ones(E, np.int32), TypeError),
+    (lambda d: wp.ones(E - 1, dtype=wp.int32, device=d), ValueError),
+    (lambda d: wp.ones(E + 1, dtype=wp.int32, device=d), ValueError),
+    (lambda d: wp.ones(E, dtype=wp.float32, device=d), TypeError),
+    (lambda d: np.ones(E, np.int32), TypeError),
 ])
-def test_every_generator_entry_point_checks_its_mask(call, mask, error):
-    course = Course.track(presets.track(num_envs=E, device=DEVICE, sdf_resolution=8), seeds=2)
+def test_every_generator_entry_point_checks_its_mask(device, call, mask, error):
+    course = Course.track(presets.track(num_envs=E, device=device, sdf_resolution=8), seeds=2)
     before = snapshot(course.result)
     epochs = course.rng.epochs.numpy().copy()
     with pytest.raises(error, match="mask"), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # enqueue_generate, the deprecated alias
-        getattr(course.generator, call)(mask=mask())
+        getattr(course.generator, call)(mask=mask(device))
     assert_untouched(before, snapshot(course.result), slice(None))
     np.testing.assert_array_equal(course.rng.epochs.numpy(), epochs)

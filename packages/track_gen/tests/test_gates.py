@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import warp as wp
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oracle
@@ -15,8 +15,8 @@ FIELDS = ["num_gates", "gate_center", "gate_normal", "posts", "gate_width", "cen
           "length", "valid", "fail_mask", "generation"]
 
 
-def build(num_envs=16, gate_width=0.1, seeds=7, **spec):
-    return Course.gates(presets.gates(num_envs=num_envs, device="cpu", gate_width=gate_width, **spec),
+def build(device, num_envs=16, gate_width=0.1, seeds=7, **spec):
+    return Course.gates(presets.gates(num_envs=num_envs, device=device, gate_width=gate_width, **spec),
                         collision=0.02, seeds=seeds)
 
 
@@ -41,8 +41,8 @@ def test_gate_width_zero_is_refused():
         Course.gates(presets.gates(num_envs=2), collision=0.0)
 
 
-def test_gates_stand_on_a_closed_course_line_with_posts_a_width_apart():
-    course = build(16)
+def test_gates_stand_on_a_closed_course_line_with_posts_a_width_apart(device):
+    course = build(device, 16)
     r = course.result
     spec = course.generator.spec
     num = r.num_gates.numpy()
@@ -63,8 +63,8 @@ def test_gates_stand_on_a_closed_course_line_with_posts_a_width_apart():
         assert not (r.fail_mask.numpy()[e] & FAIL_CROSSING_BARS)
 
 
-def test_crossing_bars_bit_agrees_with_the_oracle_and_is_forced_by_wide_bars():
-    course = build(64, gate_width=1.2)
+def test_crossing_bars_bit_agrees_with_the_oracle_and_is_forced_by_wide_bars(device):
+    course = build(device, 64, gate_width=1.2)
     r = course.result
     fail = r.fail_mask.numpy()
     assert (fail & FAIL_CROSSING_BARS).any()
@@ -74,15 +74,15 @@ def test_crossing_bars_bit_agrees_with_the_oracle_and_is_forced_by_wide_bars():
     assert np.array_equal(r.valid.numpy(), (fail == 0).astype(np.int32))
 
 
-def test_masked_regeneration_and_per_env_widths():
-    course = build(8)
+def test_masked_regeneration_and_per_env_widths(device):
+    course = build(device, 8)
     before = {f: getattr(course.result, f).numpy().copy() for f in FIELDS}
     course.regenerate(mask=course.inputs["regen_mask"])
     assert all(before[f].tobytes() == getattr(course.result, f).numpy().tobytes() for f in FIELDS)
     widths = course.generator.params["gate_width"].numpy()
     widths[3] = 0.25
     course.generator.params["gate_width"].assign(widths)
-    mask = wp.array(np.eye(8, dtype=np.int32)[3], dtype=wp.int32, device="cpu")
+    mask = wp.array(np.eye(8, dtype=np.int32)[3], dtype=wp.int32, device=device)
     course.regenerate(mask=mask, advance=False)
     after = {f: getattr(course.result, f).numpy() for f in FIELDS}
     keep = [e for e in range(8) if e != 3]
@@ -94,10 +94,10 @@ def test_masked_regeneration_and_per_env_widths():
     np.testing.assert_array_equal(after["gate_center"][3], before["gate_center"][3])  # same (seed, epoch)
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), num_envs=st.integers(1, 10), gate_width=st.floats(0.05, 1.5))
-def test_property_bars_and_gate_counts_agree_with_the_oracle(seed, num_envs, gate_width):
-    course = build(num_envs, gate_width=gate_width, seeds=seed)
+def test_property_bars_and_gate_counts_agree_with_the_oracle(device, seed, num_envs, gate_width):
+    course = build(device, num_envs, gate_width=gate_width, seeds=seed)
     r = course.result
     fail = r.fail_mask.numpy()
     for e in range(num_envs):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import warp as wp
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from track_gen.course import Course
@@ -41,13 +41,13 @@ def _effective(seeds: wp.array(dtype=wp.uint32), epochs: wp.array(dtype=wp.int32
     out[i] = effective_seed_wp(seeds[i], epochs[i])
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(SEEDS, EPOCHS), min_size=1, max_size=50))
-def test_warp_function_gives_the_same_bits(pairs):
-    seeds = wp.array([s for s, _ in pairs], dtype=wp.uint32, device="cpu")
-    epochs = wp.array([e for _, e in pairs], dtype=wp.int32, device="cpu")
-    out = wp.zeros(len(pairs), dtype=wp.uint32, device="cpu")
-    wp.launch(_effective, len(pairs), [seeds, epochs, out], device="cpu")
+def test_warp_function_gives_the_same_bits(device, pairs):
+    seeds = wp.array([s for s, _ in pairs], dtype=wp.uint32, device=device)
+    epochs = wp.array([e for _, e in pairs], dtype=wp.int32, device=device)
+    out = wp.zeros(len(pairs), dtype=wp.uint32, device=device)
+    wp.launch(_effective, len(pairs), [seeds, epochs, out], device=device)
     assert out.numpy().tolist() == [effective_seed(s, e) for s, e in pairs]
 
 
@@ -79,8 +79,8 @@ def test_effective_seed_refuses_bad_input(seed, epoch, error):
         effective_seed(seed, epoch)
 
 
-def test_rng_owns_seeds_and_epochs_on_the_device():
-    rng = PerEnvSeededRNG(100, 4, device="cpu")
+def test_rng_owns_seeds_and_epochs_on_the_device(device):
+    rng = PerEnvSeededRNG(100, 4, device=device)
     assert rng.seeds_warp.dtype == wp.uint32 and rng.seeds_warp.shape == (4,)
     assert rng.effective_seeds().tolist() == [100, 101, 102, 103]
     rng.epochs.assign(np.array([0, 1, 2, 3], dtype=np.int32))
@@ -91,34 +91,34 @@ def test_rng_owns_seeds_and_epochs_on_the_device():
         PerEnvSeededRNG(0, 0)
 
 
-def test_a_warp_seed_array_is_used_by_reference():
+def test_a_warp_seed_array_is_used_by_reference(device):
     """The page: seeds written into the array passed as seeds= take effect at
     the next regeneration that selects the env (a Warp array on the course
     device is that array; other arrays are copied)."""
-    seeds = wp.array(np.arange(100, 104, dtype=np.uint32), dtype=wp.uint32, device="cpu")
-    course = Course.track(presets.track(num_envs=4, device="cpu", sdf_resolution=8), seeds=seeds)
+    seeds = wp.array(np.arange(100, 104, dtype=np.uint32), dtype=wp.uint32, device=device)
+    course = Course.track(presets.track(num_envs=4, device=device, sdf_resolution=8), seeds=seeds)
     assert course.rng.seeds_warp is seeds
-    fresh = Course.track(presets.track(num_envs=4, device="cpu", sdf_resolution=8), seeds=[100, 101, 777, 103])
+    fresh = Course.track(presets.track(num_envs=4, device=device, sdf_resolution=8), seeds=[100, 101, 777, 103])
     center = course.result.center.numpy().copy()
     seeds.assign(np.array([100, 101, 777, 103], dtype=np.uint32))
-    course.regenerate(mask=wp.array([0, 0, 1, 0], dtype=wp.int32, device="cpu"), advance=False)
+    course.regenerate(mask=wp.array([0, 0, 1, 0], dtype=wp.int32, device=device), advance=False)
     np.testing.assert_array_equal(course.result.center.numpy()[2], fresh.result.center.numpy()[2])
     np.testing.assert_array_equal(course.result.center.numpy()[[0, 1, 3]], center[[0, 1, 3]])
 
 
-def test_other_seed_arrays_are_copied():
+def test_other_seed_arrays_are_copied(device):
     host = np.arange(100, 104, dtype=np.uint32)
-    course = Course.track(presets.track(num_envs=4, device="cpu", sdf_resolution=8), seeds=host)
+    course = Course.track(presets.track(num_envs=4, device=device, sdf_resolution=8), seeds=host)
     before = course.result.center.numpy().copy()
     host[2] = 777
-    course.regenerate(mask=wp.array([0, 0, 1, 0], dtype=wp.int32, device="cpu"), advance=False)
+    course.regenerate(mask=wp.array([0, 0, 1, 0], dtype=wp.int32, device=device), advance=False)
     np.testing.assert_array_equal(course.result.center.numpy(), before)
 
 
 @pytest.mark.parametrize("seeds,error", [
-    (lambda: wp.zeros(4, dtype=wp.int32, device="cpu"), TypeError),
-    (lambda: wp.zeros(3, dtype=wp.uint32, device="cpu"), ValueError),
+    (lambda d: wp.zeros(4, dtype=wp.int32, device=d), TypeError),
+    (lambda d: wp.zeros(3, dtype=wp.uint32, device=d), ValueError),
 ])
-def test_unusable_warp_seed_arrays_are_refused(seeds, error):
+def test_unusable_warp_seed_arrays_are_refused(device, seeds, error):
     with pytest.raises(error, match="seeds"):
-        Course.track(presets.track(num_envs=4, device="cpu"), seeds=seeds())
+        Course.track(presets.track(num_envs=4, device=device), seeds=seeds(device))

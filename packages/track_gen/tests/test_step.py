@@ -13,15 +13,15 @@ from track_gen.pipeline import presets
 E = 6
 
 
-def build(num_envs=E, seeds=42):
-    return Course.track(presets.track(num_envs=num_envs, device="cpu", sdf_resolution=8),
+def build(device, num_envs=E, seeds=42):
+    return Course.track(presets.track(num_envs=num_envs, device=device, sdf_resolution=8),
                         checkpoint_spacing=0.6, collision="segments", seeds=seeds)
 
 
-def agents(num_envs=E, half=(0.02, 0.01)):
-    pos = wp.zeros(num_envs, dtype=wp.vec3, device="cpu")
-    quat = wp.full(num_envs, wp.quat_identity(), dtype=wp.quatf, device="cpu")
-    he = wp.full(num_envs, wp.vec2f(*half), dtype=wp.vec2f, device="cpu")
+def agents(device, num_envs=E, half=(0.02, 0.01)):
+    pos = wp.zeros(num_envs, dtype=wp.vec3, device=device)
+    quat = wp.full(num_envs, wp.quat_identity(), dtype=wp.quatf, device=device)
+    he = wp.full(num_envs, wp.vec2f(*half), dtype=wp.vec2f, device=device)
     return pos, quat, he
 
 
@@ -34,25 +34,25 @@ def place(course, pos, index, offset=0.0):
     pos.assign(p.astype(np.float32))
 
 
-def test_bind_checks_the_buffers():
-    course = build()
-    pos, quat, he = agents()
+def test_bind_checks_the_buffers(device):
+    course = build(device)
+    pos, quat, he = agents(device)
     with pytest.raises(RuntimeError, match="bind"):
         course.step()
     with pytest.raises(TypeError, match="position must have dtype"):
-        course.bind(position=wp.zeros(E, dtype=wp.vec2, device="cpu"), orientation=quat, half_extents=he)
+        course.bind(position=wp.zeros(E, dtype=wp.vec2, device=device), orientation=quat, half_extents=he)
     with pytest.raises(ValueError, match=r"orientation must have shape \[6\]"):
-        course.bind(position=pos, orientation=wp.zeros(E + 1, dtype=wp.quatf, device="cpu"), half_extents=he)
+        course.bind(position=pos, orientation=wp.zeros(E + 1, dtype=wp.quatf, device=device), half_extents=he)
     with pytest.raises(TypeError, match="half_extents must be a warp array"):
         course.bind(position=pos, orientation=quat, half_extents=np.zeros((E, 2)))
     with pytest.raises(RuntimeError):
         course.step()  # nothing was bound by the failed calls
 
 
-def test_frame_locates_the_agent_and_oob_tests_its_box():
-    course = build()
+def test_frame_locates_the_agent_and_oob_tests_its_box(device):
+    course = build(device)
     assert (course.result.valid.numpy() == 1).all()
-    pos, quat, he = agents()
+    pos, quat, he = agents(device)
     course.bind(position=pos, orientation=quat, half_extents=he)
     idx = np.array([10, 20, 30, 40, 50, 60])
     arc = course.result.arc.numpy()
@@ -72,10 +72,10 @@ def test_frame_locates_the_agent_and_oob_tests_its_box():
     assert (res.contacts.oob.numpy() == 1).all()
 
 
-def test_driving_a_lap_passes_every_checkpoint_in_order_and_counts_the_lap():
-    course = build(seeds=5)
+def test_driving_a_lap_passes_every_checkpoint_in_order_and_counts_the_lap(device):
+    course = build(device, seeds=5)
     r = course.result
-    pos, quat, he = agents()
+    pos, quat, he = agents(device)
     course.bind(position=pos, orientation=quat, half_extents=he)
     count, cps = r.count.numpy(), r.num_checkpoints.numpy()
     arc, checkpoints = r.arc.numpy(), r.checkpoints.numpy()
@@ -97,9 +97,9 @@ def test_driving_a_lap_passes_every_checkpoint_in_order_and_counts_the_lap():
         assert laps[e] == int(travelled[e] >= length[e] - 1e-4)
 
 
-def test_reset_restarts_progress_of_the_masked_envs_only():
-    course = build()
-    pos, quat, he = agents()
+def test_reset_restarts_progress_of_the_masked_envs_only(device):
+    course = build(device)
+    pos, quat, he = agents(device)
     course.bind(position=pos, orientation=quat, half_extents=he)
     count = course.result.count.numpy()
     for step in range(int(count.max()) // 4 + 6):
@@ -107,23 +107,23 @@ def test_reset_restarts_progress_of_the_masked_envs_only():
         res = course.step()
     laps = res.events.laps.numpy().copy()
     assert (laps == 1).all()
-    mask = wp.array(np.eye(E, dtype=np.int32)[2], dtype=wp.int32, device="cpu")
+    mask = wp.array(np.eye(E, dtype=np.int32)[2], dtype=wp.int32, device=device)
     course.reset(mask)
     assert res.events.laps.numpy()[2] == 0
     np.testing.assert_array_equal(np.delete(res.events.laps.numpy(), 2), np.delete(laps, 2))
-    course.regenerate(mask=wp.array(np.eye(E, dtype=np.int32)[4], dtype=wp.int32, device="cpu"))
+    course.regenerate(mask=wp.array(np.eye(E, dtype=np.int32)[4], dtype=wp.int32, device=device))
     assert res.events.laps.numpy()[4] == 0 and res.events.laps.numpy()[3] == 1
 
 
-def test_invalid_envs_answer_as_envs_without_a_course_and_stay_dead_after_reset():
-    course = build()
+def test_invalid_envs_answer_as_envs_without_a_course_and_stay_dead_after_reset(device):
+    course = build(device)
     widths = course.generator.params["width"].numpy()
     widths[1] = 3.0
     course.generator.params["width"].assign(widths)
-    one = wp.array(np.eye(E, dtype=np.int32)[1], dtype=wp.int32, device="cpu")
+    one = wp.array(np.eye(E, dtype=np.int32)[1], dtype=wp.int32, device=device)
     course.regenerate(mask=one, advance=False)
     assert course.result.valid.numpy()[1] == 0
-    pos, quat, he = agents()
+    pos, quat, he = agents(device)
     course.bind(position=pos, orientation=quat, half_extents=he)
     place(course, pos, np.zeros(E, int))
     res = course.step()
@@ -136,23 +136,23 @@ def test_invalid_envs_answer_as_envs_without_a_course_and_stay_dead_after_reset(
     assert np.isfinite(np.delete(res.frame.s.numpy(), 1)).all()
 
 
-def test_host_recipe_runs_and_no_nan_reaches_reward_or_observation():
-    course = build(16, seeds=3)
+def test_host_recipe_runs_and_no_nan_reaches_reward_or_observation(device):
+    course = build(device, 16, seeds=3)
     out = host_recipe(course, steps=200, max_laps=1)
     assert np.isfinite(out["rewards"]).all() and np.isfinite(out["observations"]).all()
     assert out["regenerated"] >= 16  # every env finished at least one lap and got a new course
     assert (course.result.generation.numpy() >= 1).all()
 
 
-def test_graph_recipe_records_and_replays_on_cpu():
-    course = build(16, seeds=8)
-    rewards, observations, generations = graph_recipe(course, "cpu", steps=150, max_laps=1)
+def test_graph_recipe_records_and_replays(device):
+    course = build(device, 16, seeds=8)
+    rewards, observations, generations = graph_recipe(course, device, steps=150, max_laps=1)
     assert np.isfinite(rewards).all() and np.isfinite(observations).all()
     assert (generations[-1] > generations[0]).all()  # every env got new courses by replay
 
 
-def gates_course(num_envs=4, collision=0.02, gate_width=0.1, seeds=2):
-    return Course.gates(presets.gates(num_envs=num_envs, device="cpu", gate_width=gate_width),
+def gates_course(device, num_envs=4, collision=0.02, gate_width=0.1, seeds=2):
+    return Course.gates(presets.gates(num_envs=num_envs, device=device, gate_width=gate_width),
                         collision=collision, seeds=seeds)
 
 
@@ -174,10 +174,10 @@ def post_hits(course, positions, hx, hy, radius):
     return out
 
 
-def test_gate_course_counts_gates_passed_in_order_and_laps():
-    course = gates_course()
+def test_gate_course_counts_gates_passed_in_order_and_laps(device):
+    course = gates_course(device)
     r = course.result
-    pos, quat, he = agents(4)
+    pos, quat, he = agents(device, 4)
     course.bind(position=pos, orientation=quat, half_extents=he)
     count, num = r.count.numpy(), r.num_gates.numpy()
     total = np.zeros(4, int)
@@ -197,17 +197,17 @@ def test_gate_course_counts_gates_passed_in_order_and_laps():
     assert np.isfinite(res.events.dist_to_next.numpy()).all()
 
 
-def test_post_discs_and_frames():
-    course = gates_course(collision=0.02)
+def test_post_discs_and_frames(device):
+    course = gates_course(device, collision=0.02)
     r = course.result
-    pos, quat, he = agents(4)
+    pos, quat, he = agents(device, 4)
     course.bind(position=pos, orientation=quat, half_extents=he)
     post = r.posts.numpy()[:, 1, 0]  # gate 1's left post, every env
     pos.assign(post.astype(np.float32))
     assert (course.step().contacts.hit.numpy() == 1).all()
-    framed = gates_course(collision="frames")
+    framed = gates_course(device, collision="frames")
     r = framed.result
-    pos, quat, he = agents(4)
+    pos, quat, he = agents(device, 4)
     framed.bind(position=pos, orientation=quat, half_extents=he)
     c, nrm = r.gate_center.numpy()[:, 1], r.gate_normal.numpy()[:, 1]
     tangent = np.stack([np.array([nrm[e, 1], -nrm[e, 0], 0.0]) for e in range(4)])
@@ -219,12 +219,12 @@ def test_post_discs_and_frames():
     assert (res.contacts.frames.numpy() == 1).all() and (res.events.passed.numpy() == 0).all()
 
 
-def test_invalid_gate_envs_have_no_contact_and_frozen_progress():
-    course = gates_course(gate_width=1.4, seeds=11, num_envs=16)
+def test_invalid_gate_envs_have_no_contact_and_frozen_progress(device):
+    course = gates_course(device, gate_width=1.4, seeds=11, num_envs=16)
     r = course.result
     bad = np.nonzero(r.valid.numpy() == 0)[0]
     assert len(bad) > 0
-    pos, quat, he = agents(16)
+    pos, quat, he = agents(device, 16)
     course.bind(position=pos, orientation=quat, half_extents=he)
     res = course.step()
     assert (res.contacts.hit.numpy()[bad] == 0).all()

@@ -3,7 +3,7 @@
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import oracle
@@ -11,11 +11,8 @@ from track_gen.checks import FAIL_THICKNESS, FAIL_TRUNCATION, FAIL_TURNING, desc
 from track_gen.course import Course
 from track_gen.pipeline import presets
 
-DEVICE = "cpu"
-
-
-def build(num_envs=32, seeds=0, **spec):
-    return Course.track(presets.track(num_envs=num_envs, device=DEVICE, **spec), seeds=seeds)
+def build(device, num_envs=32, seeds=0, **spec):
+    return Course.track(presets.track(num_envs=num_envs, device=device, **spec), seeds=seeds)
 
 
 def env_line(course, e):
@@ -61,49 +58,49 @@ def check_against_oracle(course):
                 assert not oracle.segments_cross(b) and oracle.runs_forward(b, p), e
 
 
-def test_default_batch_is_mostly_valid_and_agrees_with_the_oracle():
-    course = build(64, seeds=3)
+def test_default_batch_is_mostly_valid_and_agrees_with_the_oracle(device):
+    course = build(device, 64, seeds=3)
     check_against_oracle(course)
     assert course.result.valid.numpy().mean() >= 0.9
 
 
-def test_hundreds_of_default_tracks_have_clean_seams():
+def test_hundreds_of_default_tracks_have_clean_seams(device):
     """Seeds 1000-1399 as env seeds: before the uniform spacing, 72 valid
     tracks had a boundary crossing itself at the start line and 89 one
     running backwards there (a 4 mm closing segment)."""
-    course = build(400, seeds=1000)
+    course = build(device, 400, seeds=1000)
     assert course.result.valid.numpy().sum() >= 390
     check_against_oracle(course)
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), num_envs=st.integers(1, 12),
        n_control=st.integers(5, 10), width=st.floats(0.1, 0.6))
-def test_property_random_batches_agree_with_the_oracle(seed, num_envs, n_control, width):
-    check_against_oracle(build(num_envs, seeds=seed, n_control=n_control, width=width))
+def test_property_random_batches_agree_with_the_oracle(device, seed, num_envs, n_control, width):
+    check_against_oracle(build(device, num_envs, seeds=seed, n_control=n_control, width=width))
 
 
-def test_truncation_bit_is_forced_by_a_small_capacity():
-    course = build(8, n_max=40)
+def test_truncation_bit_is_forced_by_a_small_capacity(device):
+    course = build(device, 8, n_max=40)
     assert (course.result.fail_mask.numpy() & FAIL_TRUNCATION).all()
     check_against_oracle(course)
 
 
-def test_thickness_bit_is_forced_by_a_wide_track():
-    course = build(8, width=2.5)
+def test_thickness_bit_is_forced_by_a_wide_track(device):
+    course = build(device, 8, width=2.5)
     assert (course.result.fail_mask.numpy() & FAIL_THICKNESS).all()
     check_against_oracle(course)
 
 
-def test_turning_bit_is_forced_by_scrambled_control_points():
-    course = build(64, angle_jitter=4.0, radius_jitter=0.6)
+def test_turning_bit_is_forced_by_scrambled_control_points(device):
+    course = build(device, 64, angle_jitter=4.0, radius_jitter=0.6)
     fail = course.result.fail_mask.numpy()
     assert (fail & FAIL_TURNING).any()
     check_against_oracle(course)
 
 
-def test_boundaries_frames_arc_and_checkpoints():
-    course = build(4, seeds=11)
+def test_boundaries_frames_arc_and_checkpoints(device):
+    course = build(device, 4, seeds=11)
     r = course.result
     spec = course.generator.spec
     for e in range(4):
@@ -125,8 +122,8 @@ def test_boundaries_frames_arc_and_checkpoints():
         assert (cp[k:] == -1).all()
 
 
-def test_sdf_is_the_clamped_signed_distance_to_the_track():
-    course = build(2, seeds=5, sdf_resolution=24)
+def test_sdf_is_the_clamped_signed_distance_to_the_track(device):
+    course = build(device, 2, seeds=5, sdf_resolution=24)
     r = course.result
     for e in range(2):
         p = env_line(course, e)
@@ -145,8 +142,8 @@ def test_sdf_is_the_clamped_signed_distance_to_the_track():
         assert (r.height.numpy()[e] == 0).all()  # flat by default
 
 
-def test_height_profile_lifts_the_course_line_and_fills_the_height_field():
-    course = build(3, seeds=2, height_amplitude=0.2, sdf_resolution=48)
+def test_height_profile_lifts_the_course_line_and_fills_the_height_field(device):
+    course = build(device, 3, seeds=2, height_amplitude=0.2, sdf_resolution=48)
     r = course.result
     for e in range(3):
         n = int(r.count.numpy()[e])
