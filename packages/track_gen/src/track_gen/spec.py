@@ -47,7 +47,7 @@ def _check_fields(spec: object, ints: dict[str, int], positive: tuple[str, ...],
 _MAX_ELEMENTS = 2**31 - 1
 
 
-def check_size(spec: TrackSpec | GateSpec, bytes_per_env: int, largest_per_env: int) -> None:
+def check_size(spec: LoopSpec, bytes_per_env: int, largest_per_env: int) -> None:
     """Refuse a batch Warp cannot index or the device cannot hold, before
     anything is allocated.
 
@@ -75,84 +75,85 @@ def check_size(spec: TrackSpec | GateSpec, bytes_per_env: int, largest_per_env: 
 
 
 @dataclasses.dataclass(frozen=True)
-class TrackSpec:
-    """A batch of closed-loop tracks.
+class LoopSpec:
+    """The fields both course kinds share: the batch and the seeded closed
+    spline every course stands on. Every field but ``num_envs`` is
+    keyword-only.
 
-    Static fields fix the array shapes; the float fields are the defaults of
-    the generator's dynamic per-env ``params`` (which a curriculum may change
-    between regenerations).
+    Static fields fix the array shapes; ``radius``, ``radius_jitter`` and
+    ``angle_jitter`` are the defaults of the generator's dynamic per-env
+    ``params`` (which a curriculum may change between regenerations).
 
     Attributes:
         num_envs: ``E``, envs in the batch.
         device: Warp device, ``"cpu"`` or ``"cuda:N"``.
         n_control: ``K``, control points of the closed spline.
         samples_per_segment: spline samples per control segment (arc-length table).
-        ds: course-line spacing (m).
+        ds: the course line's largest spacing (m): ``ceil(L / ds)`` points.
         n_max: ``N_max``, course-line capacity (points).
-        sdf_resolution: bake grid cells per side.
-        sdf_margin: bake grid margin around the course line (m).
         radius: mean control-point radius (m).
         radius_jitter: control radii vary by up to this fraction.
         angle_jitter: control angles vary by up to this fraction of a step.
-        width: track width (m).
-        height_amplitude: terrain amplitude (m); 0 is flat.
-        height_wavelength: terrain wavelength (m).
     """
 
     num_envs: int
+    _: dataclasses.KW_ONLY
     device: str = "cpu"
     n_control: int = 8
     samples_per_segment: int = 32
     ds: float = 0.05
     n_max: int = 512
-    sdf_resolution: int = 64
-    sdf_margin: float = 0.5
     radius: float = 1.5
     radius_jitter: float = 0.25
     angle_jitter: float = 0.3
+
+    #: Int fields and their least values, positive and non-negative reals.
+    _INTS = dict(num_envs=1, n_control=3, samples_per_segment=1, n_max=1)
+    _POSITIVE = ("ds", "radius")
+    _NON_NEGATIVE = ("radius_jitter", "angle_jitter")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrackSpec(LoopSpec):
+    """A batch of closed-loop tracks: the ``LoopSpec`` fields, and
+
+    Attributes:
+        sdf_resolution: bake grid cells per side.
+        sdf_margin: bake grid margin around the course line (m).
+        width: track width (m); default of the dynamic ``width`` param.
+        height_amplitude: terrain amplitude (m), 0 is flat; default of the
+            dynamic ``height_amplitude`` param.
+        height_wavelength: terrain wavelength (m).
+    """
+
+    sdf_resolution: int = 64
+    sdf_margin: float = 0.5
     width: float = 0.3
     height_amplitude: float = 0.0
     height_wavelength: float = 3.0
 
     def __post_init__(self) -> None:
-        _check_fields(self, dict(num_envs=1, n_control=3, samples_per_segment=1, n_max=1, sdf_resolution=1),
-                      ("ds", "radius", "width", "height_wavelength"),
-                      ("sdf_margin", "radius_jitter", "angle_jitter", "height_amplitude"))
+        _check_fields(self, {**self._INTS, "sdf_resolution": 1}, self._POSITIVE + ("width", "height_wavelength"),
+                      self._NON_NEGATIVE + ("sdf_margin", "height_amplitude"))
 
 
-@dataclasses.dataclass(frozen=True)
-class GateSpec:
-    """A batch of gate courses: gates along a seeded closed centerline.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GateSpec(LoopSpec):
+    """A batch of gate courses, gates along a seeded closed centerline (the
+    course line runs through the gate centres): the ``LoopSpec`` fields, and
 
     Attributes:
-        num_envs: ``E``, envs in the batch.
-        device: Warp device, ``"cpu"`` or ``"cuda:N"``.
-        n_control: control points of the centerline's closed spline.
-        samples_per_segment: spline samples per control segment.
-        ds: course-line spacing (m); the course line runs through the gate centres.
-        n_max: course-line capacity (points).
         min_gates, max_gates: each env's gate count is uniform in this range.
-        radius, radius_jitter, angle_jitter: the centerline's control points,
-            as for tracks (defaults of the dynamic params).
-        gate_width: distance between a gate's two posts (m), > 0 (default of
-            the dynamic ``gate_width`` param).
+        gate_width: distance between a gate's two posts (m), > 0; default of
+            the dynamic ``gate_width`` param.
     """
 
-    num_envs: int
-    device: str = "cpu"
-    n_control: int = 8
-    samples_per_segment: int = 32
-    ds: float = 0.05
-    n_max: int = 512
     min_gates: int = 8
     max_gates: int = 16
-    radius: float = 1.5
-    radius_jitter: float = 0.25
-    angle_jitter: float = 0.3
     gate_width: float = 0.1
 
     def __post_init__(self) -> None:
-        _check_fields(self, dict(num_envs=1, n_control=3, samples_per_segment=1, n_max=1, min_gates=3,
-                                 max_gates=3), ("ds", "radius", "gate_width"), ("radius_jitter", "angle_jitter"))
+        _check_fields(self, {**self._INTS, "min_gates": 3, "max_gates": 3}, self._POSITIVE + ("gate_width",),
+                      self._NON_NEGATIVE)
         if self.max_gates < self.min_gates:
             raise ValueError(f"max_gates must be >= min_gates, got {self.max_gates} < {self.min_gates}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -21,13 +22,12 @@ def track(num_envs: int, device: str = "cpu", scale: float = 1.0, **overrides: A
     Returns:
         The ``TrackSpec``.
     """
-    _check_scale(scale)
-    lengths = dict(ds=0.05 * scale, radius=1.5 * scale, width=0.3 * scale, sdf_margin=0.5 * scale)
+    lengths = _scaled(TrackSpec, ("ds", "radius", "width", "sdf_margin"), scale)
     lengths.update(overrides)
     return TrackSpec(num_envs=num_envs, device=device, **lengths)
 
 
-def gates(num_envs: int, device: str = "cpu", gate_width: float = 0.1, scale: float = 1.0,
+def gates(num_envs: int, device: str = "cpu", gate_width: float = GateSpec.gate_width, scale: float = 1.0,
           **overrides: Any) -> GateSpec:
     """A batch of gate courses (8 to 16 gates along a closed centerline).
 
@@ -38,12 +38,14 @@ def gates(num_envs: int, device: str = "cpu", gate_width: float = 0.1, scale: fl
         scale: multiplies the centerline's lengths (radius, spacing).
         **overrides: any other ``GateSpec`` field.
     """
-    _check_scale(scale)
-    lengths = dict(ds=0.05 * scale, radius=1.5 * scale)
+    lengths = _scaled(GateSpec, ("ds", "radius"), scale)
     lengths.update(overrides)
     return GateSpec(num_envs=num_envs, device=device, gate_width=gate_width, **lengths)
 
 
-def _check_scale(scale: object) -> None:
+def _scaled(spec: type[TrackSpec] | type[GateSpec], names: tuple[str, ...], scale: object) -> dict[str, float]:
+    """The spec's own defaults of the length fields ``names``, times ``scale``."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    defaults = {field.name: field.default for field in dataclasses.fields(spec)}
+    return {name: defaults[name] * scale for name in names}
