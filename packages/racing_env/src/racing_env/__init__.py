@@ -9,6 +9,7 @@ with ``vectorization_mode="vector_entry_point"`` builds `VecCarRacingEnv`).
 import gymnasium
 
 from racing_env.config import LEVEL_0, Level, ProjectConfig
+from racing_env.controller import Controller, DebugDraw
 from racing_env.env import CarRacingEnv
 from racing_env.tracks import BENCHMARK_VERSION, LEVEL0_TRACK_ID, TRACK_CAPACITY, Track, TrackPool, level0_track
 from racing_env.vector import TerminationReason, VecCarRacingEnv
@@ -20,6 +21,8 @@ ENV_ID = "ControllerLearning/CarRacing-v0"
 __all__ = [
     "BENCHMARK_VERSION",
     "CarRacingEnv",
+    "Controller",
+    "DebugDraw",
     "ENV_ID",
     "LEVEL0_TRACK_ID",
     "LEVEL_0",

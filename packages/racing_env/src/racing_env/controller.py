@@ -1,0 +1,66 @@
+"""The Controller interface every plugin implements, and the drawing surface
+its ``render_callback`` writes to.
+
+A controller sees only what a driver could: the public observation, the
+public info fields and an immutable configuration. It never receives the
+env, the TrackPool, row indices, reset options, the renderer or the
+simulator. One instance lives for one episode.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = ["Controller", "DebugDraw"]
+
+
+class DebugDraw(Protocol):
+    """A write-only drawing surface in world coordinates (m). Commands are
+    collected during ``render_callback`` and drawn once per frame with the
+    latest public observation."""
+
+    def line(self, points: Any, color: tuple[int, int, int] = (255, 255, 255), width: float = 1.0) -> None:
+        """A polyline through ``points`` ([N, 2], m)."""
+
+    def points(self, points: Any, color: tuple[int, int, int] = (255, 255, 255), size: float = 3.0) -> None:
+        """Dots at ``points`` ([N, 2], m)."""
+
+    def text(self, position: Any, text: str, color: tuple[int, int, int] = (255, 255, 255)) -> None:
+        """``text`` at ``position`` ([2], m)."""
+
+
+class Controller(abc.ABC):
+    """The base class of a controller plugin (``controller.py`` defines
+    exactly one concrete subclass).
+
+    Args:
+        obs: the episode's initial public observation (one world: a dict of
+            NumPy arrays, the spaces of ``CarRacingEnv``).
+        info: the public info fields of the reset.
+        config: the immutable configuration: ``config["controller"]`` is the
+            plugin's whole ``config.toml``; ``vehicle``, ``action``,
+            ``level`` and ``benchmark`` are the Challenge's own values, read
+            from the env the episode runs in.
+    """
+
+    def __init__(self, obs: Mapping[str, np.ndarray], info: Mapping[str, Any], config: Mapping[str, Any]) -> None:
+        self.config = config
+
+    @abc.abstractmethod
+    def compute_control(self, obs: Mapping[str, np.ndarray], info: Mapping[str, Any] | None = None) -> np.ndarray:
+        """The action for this observation: float32 [2], steering (rad) and
+        longitudinal acceleration (m/s^2)."""
+
+    def step_callback(self, action: np.ndarray, obs: Mapping[str, np.ndarray], reward: float, terminated: bool,
+                      truncated: bool, info: Mapping[str, Any]) -> None:
+        """After each step: the action applied and what it led to."""
+
+    def episode_callback(self) -> None:
+        """Once, when the episode has ended."""
+
+    def render_callback(self, debug_draw: DebugDraw) -> None:
+        """Once per rendered frame: draw on ``debug_draw`` (write-only)."""

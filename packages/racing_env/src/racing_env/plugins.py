@@ -1,0 +1,169 @@
+"""Controller plugins: a trusted local directory holding
+
+    controller.py   exactly one concrete subclass of `Controller`
+    config.toml     the plugin's settings (all of it becomes config["controller"])
+    *.py            optional helpers, imported relatively (``from .helpers import f``)
+
+`load_plugin` checks a directory once; `Plugin.load_class` imports a fresh
+copy of its code (every episode gets new module objects, so no state
+survives from one episode to the next through module globals). Each
+directory's modules live under their own package name,
+``racing_env_plugins.<name>_<hash of the path>``, so two plugins that both
+have a ``helpers.py`` never see each other's. Plugins are trusted code: they
+run in this process, unsandboxed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.machinery
+import importlib.util
+import inspect
+import re
+import sys
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from racing_env.controller import Controller
+from racing_env.tracks import TRACK_CAPACITY
+from racing_env.vector import VecCarRacingEnv
+
+__all__ = ["PLUGIN_PACKAGE", "CHALLENGE_KEYS", "TEMPLATE", "Plugin", "PluginError", "challenge_values", "freeze", "load_plugin"]
+
+#: The package every plugin's modules are imported under.
+PLUGIN_PACKAGE = "racing_env_plugins"
+#: The neutral template plugin shipped with the package (copy it to start one).
+TEMPLATE = Path(__file__).parent / "controllers" / "template"
+#: The top-level config keys the Challenge owns (the plugin's TOML cannot set them).
+CHALLENGE_KEYS = ("vehicle", "action", "track", "level", "benchmark")
+
+
+class PluginError(ValueError):
+    """A plugin directory that cannot be used: the message names the file and
+    what was expected."""
+
+
+def freeze(value: Any) -> Any:
+    """An immutable copy: mappings become read-only mappings, lists tuples."""
+    if isinstance(value, Mapping):
+        return types.MappingProxyType({key: freeze(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(item) for item in value)
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Plugin:
+    """A checked plugin directory.
+
+    Attributes:
+        directory: the resolved directory.
+        package: the package name its modules are imported under.
+        settings: the parsed ``config.toml`` (read-only).
+    """
+
+    directory: Path
+    package: str
+    settings: Mapping[str, Any]
+
+    def load_class(self) -> type[Controller]:
+        """A freshly imported copy of the plugin's Controller subclass.
+
+        Raises:
+            PluginError: ``controller.py`` fails to import (the cause is
+                chained), or does not define exactly one concrete subclass.
+        """
+        for name in [m for m in sys.modules if m == self.package or m.startswith(self.package + ".")]:
+            del sys.modules[name]
+        importlib.invalidate_caches()
+        _ensure_root()
+        package = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(self.package, None, is_package=True))
+        package.__path__ = [str(self.directory)]
+        sys.modules[self.package] = package
+        path = self.directory / "controller.py"
+        spec = importlib.util.spec_from_file_location(f"{self.package}.controller", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as error:
+            raise PluginError(f"{path} failed to import: {type(error).__name__}: {error}") from error
+        found = [obj for obj in vars(module).values()
+                 if inspect.isclass(obj) and issubclass(obj, Controller) and obj.__module__ == module.__name__
+                 and not inspect.isabstract(obj)]
+        if len(found) != 1:
+            names = ", ".join(sorted(cls.__name__ for cls in found)) or "none"
+            raise PluginError(f"{path} must define exactly one concrete subclass of racing_env.Controller, "
+                              f"found {len(found)} ({names})")
+        return found[0]
+
+    def config(self, challenge: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The immutable configuration a controller receives: the plugin's
+        settings under ``"controller"``, the Challenge's own values (from the
+        env: `challenge_values`) under `CHALLENGE_KEYS`."""
+        if set(challenge) != set(CHALLENGE_KEYS):
+            raise ValueError(f"challenge must have exactly the keys {CHALLENGE_KEYS}, got {sorted(challenge)}")
+        return freeze({"controller": self.settings, **challenge})
+
+
+def load_plugin(directory: str | Path) -> Plugin:
+    """Check a plugin directory and import its controller once.
+
+    Raises:
+        PluginError: not a directory, ``controller.py`` or ``config.toml``
+            missing, invalid TOML, or a controller that does not import or
+            does not define exactly one concrete Controller subclass.
+    """
+    path = Path(directory).expanduser().resolve()
+    if not path.is_dir():
+        raise PluginError(f"plugin directory {path} does not exist or is not a directory")
+    for name in ("controller.py", "config.toml"):
+        if not (path / name).is_file():
+            raise PluginError(f"plugin directory {path} has no {name}")
+    try:
+        settings = tomllib.loads((path / "config.toml").read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise PluginError(f"{path / 'config.toml'} is not valid TOML: {error}") from error
+    slug = re.sub(r"\W", "_", path.name) or "plugin"
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
+    plugin = Plugin(directory=path, package=f"{PLUGIN_PACKAGE}.{slug}_{digest}", settings=freeze(settings))
+    plugin.load_class()
+    return plugin
+
+
+def challenge_values(env: Any) -> dict[str, Any]:
+    """The Challenge-owned configuration, read from the env itself (a
+    `VecCarRacingEnv`, or anything whose ``unwrapped.vector_env`` is one, as
+    `CarRacingEnv` and its Gymnasium wrappers).
+
+    Returns:
+        ``{"vehicle": ProjectConfig fields, "action": {"low", "high"} (the
+        single-world action bounds), "track": {"capacity"}, "level": Level
+        fields, "benchmark": {"version"}}``.
+    """
+    vec = env if isinstance(env, VecCarRacingEnv) else getattr(getattr(env, "unwrapped", env), "vector_env", None)
+    if not isinstance(vec, VecCarRacingEnv):
+        raise TypeError(f"env must be a VecCarRacingEnv or a CarRacingEnv (wrapped or not), got {type(env).__name__}")
+    space = vec.single_action_space
+    return {
+        "vehicle": dataclasses.asdict(vec.config),
+        "action": {"low": [float(x) for x in space.low], "high": [float(x) for x in space.high]},
+        "track": {"capacity": TRACK_CAPACITY},
+        "level": dataclasses.asdict(vec.level),
+        "benchmark": {"version": vec.benchmark_version},
+    }
+
+
+def _ensure_root() -> None:
+    if PLUGIN_PACKAGE not in sys.modules:
+        root = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(PLUGIN_PACKAGE, None, is_package=True))
+        root.__path__ = []
+        sys.modules[PLUGIN_PACKAGE] = root
