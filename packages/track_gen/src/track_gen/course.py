@@ -189,8 +189,8 @@ class Course:
             self._regenerate(mask, advance)
             return
         capturing = _capture.warp_capture(stream)[0]
-        wp.launch(ks.clear_flag, 1, [self._flag], stream=capturing)
-        wp.launch(ks.raise_flag, self.num_envs, [mask, self._flag], stream=capturing)
+        wp.launch(ks.clear_flag, 1, outputs=[self._flag], stream=capturing)
+        wp.launch(ks.raise_flag, self.num_envs, inputs=[mask], outputs=[self._flag], stream=capturing)
         wp.capture_if(self._flag, on_true=lambda: self._regenerate(mask, advance), stream=capturing)
 
     def _own_graph(self, mask: wp.array | None, advance: bool, stream: wp.Stream) -> wp.Graph:
@@ -238,9 +238,9 @@ class Course:
         the gates' posts and frames) and count its progress; returns the same
         ``StepResult`` arrays every call.
 
-        An agent may move up to 32 course-line spacings (``32 * ds`` at
-        most) along the course line per step
-        (the localizer searches that far around its last match).
+        An agent may move up to ``track_gen._kernels.step.WINDOW`` (32)
+        course-line spacings (``WINDOW * ds`` at most) along the course line
+        per step (the localizer searches that far around its last match).
 
         Args:
             stream: as for ``regenerate``.

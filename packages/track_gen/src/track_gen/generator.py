@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import math
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import warp as wp
@@ -132,27 +133,32 @@ class _LoopGenerator(abc.ABC):
         self.rng.seeds_warp.assign(per_env_seeds(seeds, self.num_envs))
         self.rng.reset_epoch()
 
-    def _launch(self, kernel: Any, dim: int | tuple[int, ...], args: list[Any]) -> None:
-        wp.launch(kernel, dim, args, device=self.device)
+    def _launch(self, kernel: Any, dim: int | tuple[int, ...], *, inputs: Sequence[Any],
+                outputs: Sequence[Any] = ()) -> None:
+        """Launch ``kernel`` on the course device: ``inputs``, its inputs then its
+        in-out state; ``outputs``, what it only writes (``track_gen._kernels``)."""
+        wp.launch(kernel, dim, inputs=inputs, outputs=outputs, device=self.device)
 
     def _check_params(self, active: wp.array) -> None:
         """Flag the active envs whose params are outside ``PARAM_RANGES``."""
-        self._launch(loop.clear_where, self.num_envs, [active, self._bad_params])
+        self._launch(loop.clear_where, self.num_envs, inputs=[active], outputs=[self._bad_params])
         for name, values in self.params.items():
             lowest, highest, lowest_allowed = PARAM_RANGES[name]
             self._launch(loop.check_param, self.num_envs,
-                         [active, values, lowest, highest, int(lowest_allowed), self._bad_params])
+                         inputs=[active, values, lowest, highest, int(lowest_allowed)], outputs=[self._bad_params])
 
     def _spline(self, active: wp.array, advance: bool, width: wp.array) -> None:
         """Epochs, control points, the spline (with its tight-curvature count
         against ``width``) and its arc-length table."""
         p, e = self.params, self.num_envs
-        self._launch(loop.advance_epochs, e, [active, int(bool(advance)), self.rng.epochs])
+        self._launch(loop.advance_epochs, e, inputs=[active, int(bool(advance)), self.rng.epochs])
         self._launch(loop.control_points, (e, self.spec.n_control),
-                     [active, self.rng.seeds_warp, self.rng.epochs, p["radius"], p["radius_jitter"],
-                      p["angle_jitter"], self._ctrl])
+                     inputs=[active, self.rng.seeds_warp, self.rng.epochs, p["radius"], p["radius_jitter"],
+                             p["angle_jitter"]],
+                     outputs=[self._ctrl])
         self._launch(loop.spline_samples, (e, self._dense.shape[1]),
-                     [active, self._ctrl, self.spec.samples_per_segment, width, self._dense, self._tight])
+                     inputs=[active, self._ctrl, self.spec.samples_per_segment, width, self._tight],
+                     outputs=[self._dense])
 
 
 class TrackGenerator(_LoopGenerator):
@@ -207,39 +213,44 @@ class TrackGenerator(_LoopGenerator):
         active = self.everyone if mask is None else mask
         s, res, e, n = self.spec, self.result, self.num_envs, self.spec.n_max
         launch = self._launch
-        launch(loop.copy_where, e, [active, self.params["width"], res.width])
+        launch(loop.copy_where, e, inputs=[active, self.params["width"]], outputs=[res.width])
         self._check_params(active)
-        launch(tracks.reset_counts, e, [active, self._crossings, self._too_close, self._tight])
+        launch(tracks.reset_counts, e, inputs=[active], outputs=[self._crossings, self._too_close, self._tight])
         self._spline(active, advance, res.width)
-        launch(loop.arc_lengths, e, [active, self._dense, self._dense_points, s.ds, n, self._cum, res.length,
-                                  res.count, self._spacing, self._truncated])
-        launch(loop.resample, (e, n), [active, self._dense, self._dense_points, self._cum, res.count,
-                                    self._spacing, res.center, res.arc])
-        launch(bakes.terrain_phases, e, [active, self.rng.seeds_warp, self.rng.epochs, self._phase])
-        launch(bakes.lift_course_line, (e, n), [active, res.count, self._phase, self.params["height_amplitude"],
-                                            s.height_wavelength, res.center])
-        launch(tracks.frames_and_boundaries, (e, n),
-               [active, res.center, res.count, res.width, res.tangent, res.normal, res.left, res.right])
-        launch(tracks.chunk_bounds, (e, self._chunk_lo.shape[1]),
-               [active, res.center, res.count, self._chunk_lo, self._chunk_hi])
-        launch(tracks.pair_checks, (e, n), [active, res.center, res.count, res.width, self._spacing, self._chunk_lo,
-                                       self._chunk_hi, self._crossings, self._too_close])
-        launch(tracks.loop_checks, e, [active, res.center, res.count, self._truncated, self._crossings,
-                                  self._too_close, self._tight, self._bad_params, res.length, self.rng.epochs,
-                                  res.fail_mask, res.valid, res.generation])
+        launch(loop.arc_lengths, e, inputs=[active, self._dense, self._dense_points, s.ds, n],
+               outputs=[self._cum, res.length, res.count, self._spacing, self._truncated])
+        launch(loop.resample, (e, n), inputs=[active, self._dense, self._dense_points, self._cum, res.count,
+                                              self._spacing],
+               outputs=[res.center, res.arc])
+        launch(bakes.terrain_phases, e, inputs=[active, self.rng.seeds_warp, self.rng.epochs],
+               outputs=[self._phase])
+        launch(bakes.lift_course_line, (e, n), inputs=[active, res.count, self._phase,
+                                                       self.params["height_amplitude"], s.height_wavelength,
+                                                       res.center])
+        launch(tracks.frames_and_boundaries, (e, n), inputs=[active, res.center, res.count, res.width],
+               outputs=[res.tangent, res.normal, res.left, res.right])
+        launch(tracks.chunk_bounds, (e, self._chunk_lo.shape[1]), inputs=[active, res.center, res.count],
+               outputs=[self._chunk_lo, self._chunk_hi])
+        launch(tracks.pair_checks, (e, n), inputs=[active, res.center, res.count, res.width, self._spacing,
+                                                   self._chunk_lo, self._chunk_hi, self._crossings,
+                                                   self._too_close])
+        launch(tracks.loop_checks, e, inputs=[active, res.center, res.count, self._truncated, self._crossings,
+                                              self._too_close, self._tight, self._bad_params, res.length,
+                                              self.rng.epochs],
+               outputs=[res.fail_mask, res.valid, res.generation])
         launch(bakes.checkpoint_indices, (e, res.checkpoints.shape[1]),
-               [active, res.length, res.count, self.checkpoint_spacing, self._spacing, res.checkpoints,
-                res.num_checkpoints])
-        launch(bakes.bake_bounds, e, [active, res.center, res.count, s.sdf_margin, s.sdf_resolution,
-                                  res.sdf_origin, res.sdf_cell])
+               inputs=[active, res.length, res.count, self.checkpoint_spacing, self._spacing],
+               outputs=[res.checkpoints, res.num_checkpoints])
+        launch(bakes.bake_bounds, e, inputs=[active, res.center, res.count, s.sdf_margin, s.sdf_resolution],
+               outputs=[res.sdf_origin, res.sdf_cell])
         grid = (e * s.sdf_resolution * s.sdf_resolution,)
-        launch(bakes.bake_grid, grid, [active, s.sdf_resolution, self._phase, self.params["height_amplitude"],
-                                       s.height_wavelength, res.sdf_origin, res.sdf_cell,
-                                       res.height.reshape(grid), self._sdf_steps.reshape(grid)])
+        launch(bakes.bake_grid, grid, inputs=[active, s.sdf_resolution, self._phase, self.params["height_amplitude"],
+                                              s.height_wavelength, res.sdf_origin, res.sdf_cell],
+               outputs=[res.height.reshape(grid), self._sdf_steps.reshape(grid)])
         launch(bakes.splat_sdf, (e, -(-n // bakes.SPLAT_SEGMENTS)),
-               [active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell, self._sdf_steps])
-        launch(bakes.finish_sdf, grid, [active, s.sdf_resolution, res.width, self._sdf_steps.reshape(grid),
-                                        res.sdf.reshape(grid)])
+               inputs=[active, res.center, res.count, res.width, res.sdf_origin, res.sdf_cell, self._sdf_steps])
+        launch(bakes.finish_sdf, grid, inputs=[active, s.sdf_resolution, res.width, self._sdf_steps.reshape(grid)],
+               outputs=[res.sdf.reshape(grid)])
 
 class GateGenerator(_LoopGenerator):
     """Places and checks a batch of gate courses
@@ -274,22 +285,24 @@ class GateGenerator(_LoopGenerator):
         active = self.everyone if mask is None else mask
         s, res, e, n = self.spec, self.result, self.num_envs, self.spec.n_max
         launch = self._launch
-        launch(loop.copy_where, e, [active, self.params["gate_width"], res.gate_width])
+        launch(loop.copy_where, e, inputs=[active, self.params["gate_width"]], outputs=[res.gate_width])
         self._check_params(active)
         self._spline(active, advance, res.gate_width)
-        launch(gates.gate_counts, e, [active, self.rng.seeds_warp, self.rng.epochs, s.min_gates, s.max_gates,
-                                   res.num_gates])
-        launch(loop.arc_lengths, e, [active, self._dense, self._dense_points, s.ds, n, self._cum, res.length,
-                                  res.count, self._spacing, self._truncated])
+        launch(gates.gate_counts, e, inputs=[active, self.rng.seeds_warp, self.rng.epochs, s.min_gates, s.max_gates],
+               outputs=[res.num_gates])
+        launch(loop.arc_lengths, e, inputs=[active, self._dense, self._dense_points, s.ds, n],
+               outputs=[self._cum, res.length, res.count, self._spacing, self._truncated])
         launch(gates.place_gates, (e, s.max_gates),
-               [active, self._dense, self._dense_points, self._cum, res.num_gates, res.gate_width,
-                res.gate_center, res.gate_normal, res.posts, self._gate_xy])
+               inputs=[active, self._dense, self._dense_points, self._cum, res.num_gates, res.gate_width],
+               outputs=[res.gate_center, res.gate_normal, res.posts, self._gate_xy])
         # The course line runs through the gate centres.
-        launch(loop.arc_lengths, e, [active, self._gate_xy, res.num_gates, s.ds, n, self._gate_cum, res.length,
-                                  res.count, self._spacing, self._line_truncated])
-        launch(loop.resample, (e, n), [active, self._gate_xy, res.num_gates, self._gate_cum, res.count,
-                                    self._spacing, res.center, res.arc])
-        launch(gates.gate_arcs, (e, s.max_gates), [active, self._gate_cum, res.num_gates, res.gate_arc])
-        launch(gates.bar_checks, e, [active, res.posts, res.num_gates, self._line_truncated, self._bad_params,
-                                  res.count, res.length, self.rng.epochs, res.fail_mask, res.valid,
-                                  res.generation])
+        launch(loop.arc_lengths, e, inputs=[active, self._gate_xy, res.num_gates, s.ds, n],
+               outputs=[self._gate_cum, res.length, res.count, self._spacing, self._line_truncated])
+        launch(loop.resample, (e, n), inputs=[active, self._gate_xy, res.num_gates, self._gate_cum, res.count,
+                                              self._spacing],
+               outputs=[res.center, res.arc])
+        launch(gates.gate_arcs, (e, s.max_gates), inputs=[active, self._gate_cum, res.num_gates],
+               outputs=[res.gate_arc])
+        launch(gates.bar_checks, e, inputs=[active, res.posts, res.num_gates, self._line_truncated,
+                                            self._bad_params, res.count, res.length, self.rng.epochs],
+               outputs=[res.fail_mask, res.valid, res.generation])

@@ -196,5 +196,6 @@ def _launch(result: TrackResult, points: wp.array, distance: wp.array | None, no
     """One launch over ``[E, P]``; an output given as ``None`` is skipped."""
     r = result
     wp.launch(kq.SDF_QUERIES[points.dtype], points.shape,
-              [r.valid, r.sdf, r.sdf_origin, r.sdf_cell, r.width, points, distance, normal, nearest],
+              inputs=[r.valid, r.sdf, r.sdf_origin, r.sdf_cell, r.width, points],
+              outputs=[distance, normal, nearest],
               device=points.device, stream=stream)

@@ -191,20 +191,23 @@ class Runtime:
         self.check_bound()
         r, p, out = self.generator.result, self.progress, self.result
         position, orientation, half_extents = self._bound
+        # Inputs: the course and the agents; in-out state: the progress;
+        # outputs: the contacts, the events and the frame.
         if isinstance(self.generator, TrackGenerator):
             kernel = ks.track_step
-            args = [r.valid, r.center, r.arc, r.count, r.length, r.width, r.checkpoints, r.num_checkpoints,
-                    position, orientation, half_extents, p.memory, p.s_prev, p.next_checkpoint, p.laps,
-                    out.contacts.oob]
+            inputs = [r.valid, r.center, r.arc, r.count, r.length, r.width, r.checkpoints, r.num_checkpoints,
+                      position, orientation, half_extents,
+                      p.memory, p.s_prev, p.next_checkpoint, p.laps]
+            contacts = [out.contacts.oob]
         else:
             kernel = ks.gate_step
             radius = 0.0 if self.collision == "frames" else float(self.collision)
-            args = [r.valid, r.center, r.arc, r.count, r.length, r.num_gates, r.gate_arc, r.gate_center,
-                    r.gate_normal, r.gate_width, r.posts, radius,
-                    position, orientation, half_extents, p.memory, p.p_prev, p.next_checkpoint, p.laps,
-                    self._posts_hit, self._frames_hit]
-        wp.launch(kernel, self.generator.num_envs,
-                  args + [out.events.passed, out.events.dist_to_next, out.frame.s, out.frame.n],
+            inputs = [r.valid, r.center, r.arc, r.count, r.length, r.num_gates, r.gate_arc, r.gate_center,
+                      r.gate_normal, r.gate_width, r.posts, radius, position, orientation, half_extents,
+                      p.memory, p.p_prev, p.next_checkpoint, p.laps]
+            contacts = [self._posts_hit, self._frames_hit]
+        wp.launch(kernel, self.generator.num_envs, inputs=inputs,
+                  outputs=contacts + [out.events.passed, out.events.dist_to_next, out.frame.s, out.frame.n],
                   device=self.generator.device)
         return out
 
@@ -212,7 +215,6 @@ class Runtime:
         """Restart the progress and the localizer's memory of the envs
         selected by ``active`` (``[E]`` int32, already checked)."""
         p, e, device = self.progress, self.generator.num_envs, self.generator.device
-        wp.launch(ks.reset_progress, e,
-                  [active, self.generator.progress_marks, p.memory, p.s_prev, p.next_checkpoint, p.laps],
-                  device=device)
-        wp.launch(ks.reset_gate_progress, e, [active, p.p_prev], device=device)
+        wp.launch(ks.reset_progress, e, inputs=[active, self.generator.progress_marks],
+                  outputs=[p.memory, p.s_prev, p.next_checkpoint, p.laps], device=device)
+        wp.launch(ks.reset_gate_progress, e, inputs=[active], outputs=[p.p_prev], device=device)

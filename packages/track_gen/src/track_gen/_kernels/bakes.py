@@ -6,6 +6,7 @@ Conventions: see ``track_gen._kernels``.
 
 import warp as wp
 
+from track_gen._kernels import TERRAIN_PHASE_STREAM
 from track_gen._kernels.geometry import TWO_PI, segment_distance, xy
 from track_gen.seeds import effective_seed_wp
 
@@ -89,7 +90,7 @@ def splat_sdf(
     width: wp.array(dtype=wp.float32),
     origin: wp.array(dtype=wp.vec2),
     cell: wp.array(dtype=wp.float32),
-    steps: wp.array3d(dtype=wp.int32),
+    steps: wp.array3d(dtype=wp.int32),  # in-out: lowered by atomic min
 ):
     """Segments ``4c .. 4c + 3`` lower every cell within a width of them to
     their distance ``d`` (fixed point, one atomic min per cell; ``bake_grid``
@@ -136,7 +137,9 @@ def finish_sdf(
 ):
     """The SDF from the splat's distances: ``d - width / 2``, negative on the
     track, ``+width / 2`` (the clamp) a width or more from the course line.
-    Flat ``[E * R * R]`` views of the same memory, one thread a cell."""
+    Flat ``[E * R * R]`` views of the same memory, one thread a cell: each
+    thread reads its cell of ``steps`` (an input) before it writes the same
+    cell of ``sdf`` (the output)."""
     t = wp.tid()
     e = t / (resolution * resolution)
     if active[e] == 0:
@@ -163,7 +166,7 @@ def terrain_phases(
     e = wp.tid()
     if active[e] == 0:
         return
-    state = wp.rand_init(wp.int32(effective_seed_wp(seeds[e], epochs[e])), 1 << 21)
+    state = wp.rand_init(wp.int32(effective_seed_wp(seeds[e], epochs[e])), TERRAIN_PHASE_STREAM)
     phase[e] = wp.vec2(TWO_PI * wp.randf(state), TWO_PI * wp.randf(state))
 
 
@@ -174,7 +177,7 @@ def lift_course_line(
     phase: wp.array(dtype=wp.vec2),
     amplitude: wp.array(dtype=wp.float32),
     wavelength: float,
-    center: wp.array2d(dtype=wp.vec3),
+    center: wp.array2d(dtype=wp.vec3),  # in-out: z written, x and y kept
 ):
     """The course line's z: the terrain under each point."""
     e, i = wp.tid()

@@ -1,10 +1,11 @@
 """Warp kernels that place gates along a closed centerline and check their bars.
 
-Same conventions as ``tracks``: an ``active`` mask first, outputs last.
+Conventions: see ``track_gen._kernels``.
 """
 
 import warp as wp
 
+from track_gen._kernels import GATE_COUNT_STREAM
 from track_gen.checks import FAIL_CROSSING_BARS, FAIL_PARAMS, FAIL_TRUNCATION
 from track_gen._kernels.geometry import NAN, point_at, segments_cross
 from track_gen.seeds import effective_seed_wp
@@ -23,7 +24,7 @@ def gate_counts(
     e = wp.tid()
     if active[e] == 0:
         return
-    state = wp.rand_init(wp.int32(effective_seed_wp(seeds[e], epochs[e])), 1 << 20)
+    state = wp.rand_init(wp.int32(effective_seed_wp(seeds[e], epochs[e])), GATE_COUNT_STREAM)
     num_gates[e] = min_gates + int(wp.randf(state) * float(max_gates - min_gates + 1)) % (max_gates - min_gates + 1)
 
 

@@ -12,7 +12,8 @@ from track_gen.seeds import effective_seed_wp
 
 @wp.kernel
 def advance_epochs(active: wp.array(dtype=wp.int32), advance: int, epochs: wp.array(dtype=wp.int32)):
-    """Masked envs move to their next epoch (``advance`` != 0)."""
+    """Masked envs move to their next epoch (``advance`` != 0); ``epochs`` is
+    in-out state."""
     e = wp.tid()
     if active[e] != 0 and advance != 0:
         epochs[e] = epochs[e] + 1
@@ -35,6 +36,7 @@ def control_points(
     if active[e] == 0:
         return
     num = ctrl.shape[1]
+    # RNG stream k: one per control point (``track_gen._kernels``: the streams never overlap).
     state = wp.rand_init(wp.int32(effective_seed_wp(seeds[e], epochs[e])), k)
     step = TWO_PI / float(num)
     angle = step * (float(k) + angle_jitter[e] * (wp.randf(state) - 0.5))
@@ -48,13 +50,13 @@ def spline_samples(
     ctrl: wp.array2d(dtype=wp.vec2),
     samples_per_segment: int,
     width: wp.array(dtype=wp.float32),
-    dense: wp.array2d(dtype=wp.vec2),
-    tight: wp.array(dtype=wp.int32),
+    tight: wp.array(dtype=wp.int32),  # in-out: a count added to
+    dense: wp.array2d(dtype=wp.vec2),  # output
 ):
     """``dense[e, k*S + j]``: the closed uniform Catmull-Rom spline through the
     control points, sampled ``S`` times per segment. Counts, per env, the
     samples whose radius of curvature ``|r'|^3 / |r' x r''|`` is below the
-    half-width (into ``tight``, zeroed by ``reset_counts``)."""
+    half-width (added to ``tight``, zeroed by ``reset_counts``)."""
     e, i = wp.tid()
     if active[e] == 0:
         return
@@ -154,7 +156,9 @@ def check_param(
     bad: wp.array(dtype=wp.int32),
 ):
     """``bad[e] = 1`` where a param is outside ``(lowest, highest)``
-    (``[lowest, highest)`` with ``lowest_allowed``); NaN is outside."""
+    (``[lowest, highest)`` with ``lowest_allowed``); NaN is outside. ``bad``
+    is an output, only ever set (``clear_where`` zeroes it first), so one
+    flag gathers the checks of every param."""
     e = wp.tid()
     if active[e] == 0:
         return

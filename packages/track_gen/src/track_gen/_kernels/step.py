@@ -103,7 +103,8 @@ def reset_progress(
     next_checkpoint: wp.array(dtype=wp.int32),
     laps: wp.array(dtype=wp.int32),
 ):
-    """Masked envs forget where the agent was and restart their progress."""
+    """Masked envs forget where the agent was and restart their progress
+    (all four written only: outputs)."""
     e = wp.tid()
     if active[e] == 0:
         return
@@ -126,10 +127,12 @@ def track_step(
     position: wp.array(dtype=wp.vec3),
     orientation: wp.array(dtype=wp.quatf),
     half_extents: wp.array(dtype=wp.vec2f),
+    # in-out state: the progress
     memory: wp.array(dtype=wp.int32),
     s_prev: wp.array(dtype=wp.float32),
     next_checkpoint: wp.array(dtype=wp.int32),
     laps: wp.array(dtype=wp.int32),
+    # outputs
     oob: wp.array(dtype=wp.int32),
     passed: wp.array(dtype=wp.int32),
     dist_to_next: wp.array(dtype=wp.float32),
@@ -251,10 +254,12 @@ def gate_step(
     position: wp.array(dtype=wp.vec3),
     orientation: wp.array(dtype=wp.quatf),
     half_extents: wp.array(dtype=wp.vec2f),
+    # in-out state: the progress
     memory: wp.array(dtype=wp.int32),
     p_prev: wp.array(dtype=wp.vec3),
     next_gate: wp.array(dtype=wp.int32),
     laps: wp.array(dtype=wp.int32),
+    # outputs
     hit: wp.array(dtype=wp.int32),
     frames: wp.array(dtype=wp.int32),
     passed: wp.array(dtype=wp.int32),

@@ -81,7 +81,7 @@ def pair_checks(
     spacing: wp.array(dtype=wp.float32),
     lo: wp.array2d(dtype=wp.vec2),
     hi: wp.array2d(dtype=wp.vec2),
-    crossings: wp.array(dtype=wp.int32),
+    crossings: wp.array(dtype=wp.int32),  # in-out, with too_close: counts added to
     too_close: wp.array(dtype=wp.int32),
 ):
     """For course-line point ``i``: does its segment cross a non-adjacent
@@ -128,6 +128,7 @@ def pair_checks(
 @wp.kernel
 def reset_counts(active: wp.array(dtype=wp.int32), a: wp.array(dtype=wp.int32),
                  b: wp.array(dtype=wp.int32), c: wp.array(dtype=wp.int32)):
+    """Zero the counts ``a``, ``b``, ``c`` (outputs) of the active envs."""
     e = wp.tid()
     if active[e] != 0:
         a[e] = 0
