@@ -1,0 +1,241 @@
+"""The Runner: a controller plugin driven for N episodes through the vector
+env, one fresh controller per episode, with a JSON result and a summary.
+
+Every world of the env runs its own episodes: on ``mjx_warp`` many at once,
+on ``cpu_reference`` one. Episodes are handed to worlds as they free up,
+until N have ended; the env's NEXT_STEP autoreset starts each world's next
+episode (the call after a terminal one returns the new initial observation,
+and only then is the new controller built). A controller that raises is
+recorded with its traceback, its world is sent an invalid (NaN) action so
+that the env ends that episode (``invalid_action``), and the Runner goes on.
+The Level, vehicle and benchmark values come from the env itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from racing_env.controller import Controller
+from racing_env.plugins import Plugin, challenge_values
+from racing_env.vector import TerminationReason, VecCarRacingEnv
+
+__all__ = ["EpisodeResult", "RunResult", "run", "summarize"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeResult:
+    """One ended episode.
+
+    Attributes:
+        world: the env world that ran it.
+        episode_seed, controller_seed: the episode's SeedSequence words (domains 0 and 1).
+        track_id: the track it drove on.
+        termination_reason: ``"success"``, ``"off_track"``, ``"invalid_action"`` or ``"timeout"``.
+        lap_completed: a full lap of legal progress.
+        lap_time_s: the lap time (s), 0 unless the lap was completed.
+        progress: ``track_progress`` of the final observation (fraction of a lap).
+        steps: control steps taken.
+        error: the controller's traceback when it raised, else None.
+    """
+
+    world: int
+    episode_seed: int
+    controller_seed: int
+    track_id: int
+    termination_reason: str
+    lap_completed: bool
+    lap_time_s: float
+    progress: float
+    steps: int
+    error: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """A run: its settings, every episode in the order they ended, the summary."""
+
+    plugin: str
+    backend: str
+    worlds: int
+    seed: int
+    challenge: Mapping[str, Any]
+    episodes: list[EpisodeResult]
+    summary: dict[str, Any]
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "plugin": self.plugin,
+            "backend": self.backend,
+            "worlds": self.worlds,
+            "seed": self.seed,
+            "challenge": self.challenge,
+            "summary": self.summary,
+            "seconds": self.seconds,
+            "episodes": [dataclasses.asdict(e) for e in self.episodes],
+        }
+
+
+def summarize(episodes: list[EpisodeResult]) -> dict[str, Any]:
+    """Success, off-track, timeout and invalid-action rates; lap-time median,
+    quartiles and range over the completed laps; controller errors."""
+    n = len(episodes)
+    laps = np.array([e.lap_time_s for e in episodes if e.lap_completed], np.float64)
+
+    def rate(reason: str) -> float:
+        return sum(e.termination_reason == reason for e in episodes) / n if n else math.nan
+
+    lap = {"median": math.nan, "p25": math.nan, "p75": math.nan, "min": math.nan, "max": math.nan}
+    if laps.size:
+        lap = {"median": float(np.median(laps)), "p25": float(np.percentile(laps, 25)),
+               "p75": float(np.percentile(laps, 75)), "min": float(laps.min()), "max": float(laps.max())}
+    return {
+        "episodes": n,
+        "success_rate": rate("success"),
+        "off_track_rate": rate("off_track"),
+        "timeout_rate": rate("timeout"),
+        "invalid_action_rate": rate("invalid_action"),
+        "lap_time_s": lap,
+        "controller_errors": sum(e.error is not None for e in episodes),
+    }
+
+
+_REASONS = {value: name.lower() for name, value in vars(TerminationReason).items() if name.isupper()}
+
+
+class _World:
+    """One world's current episode: its controller (or the error that ended it)."""
+
+    def __init__(self, controller: Controller | None, error: str | None) -> None:
+        self.controller = controller
+        self.error = error
+        self.steps = 0
+        self.progress = 0.0
+
+
+def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int, seed: int = 0,
+        progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """Run ``episodes`` episodes of ``plugin`` in ``env``.
+
+    Args:
+        plugin: a loaded plugin (`racing_env.plugins.load_plugin`).
+        env: the vector env (either backend); its Level, vehicle and
+            benchmark values are the controller's Challenge config.
+        episodes: how many episodes to end, >= 1.
+        seed: the root seed of the env's reset.
+        progress: called as ``progress(ended, episodes)`` after each ended episode.
+
+    Returns:
+        The `RunResult`; episodes in the order they ended.
+    """
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes must be an int >= 1, got {episodes!r}")
+    if not isinstance(env, VecCarRacingEnv):
+        raise TypeError(f"env must be a VecCarRacingEnv, got {type(env).__name__}")
+    config = plugin.config(challenge_values(env))
+    start = time.perf_counter()
+    obs, info = env.reset(seed=seed)
+    host_obs, host_info = _host(obs), _host(info)
+    started = min(env.num_envs, episodes)
+    worlds: list[_World | None] = [
+        _start(plugin, host_obs, host_info, w, config) if w < started else None for w in range(env.num_envs)
+    ]
+    ended: list[EpisodeResult] = []
+    pending = np.zeros(env.num_envs, bool)  # the last call ended the world's episode
+    while len(ended) < episodes:
+        actions = np.zeros((env.num_envs, 2), np.float32)
+        for w, world in enumerate(worlds):
+            if world is not None and not pending[w]:
+                actions[w] = _act(world, _one(host_obs, w), _one(host_info, w))
+        obs, reward, terminated, truncated, info = env.step(actions)
+        host_obs, host_info = _host(obs), _host(info)
+        reward, terminated, truncated = (np.asarray(x) for x in (reward, terminated, truncated))
+        for w in range(env.num_envs):
+            if pending[w]:  # this call was the world's NEXT_STEP reset
+                pending[w] = False
+                more = started < episodes
+                worlds[w] = _start(plugin, host_obs, host_info, w, config) if more else None
+                started += more
+                continue
+            world = worlds[w]
+            if world is None:
+                continue
+            world.steps += 1
+            world.progress = float(host_obs["track_progress"][w])
+            done = bool(terminated[w] or truncated[w])
+            if world.controller is not None:
+                _callback(world, "step_callback", actions[w], _one(host_obs, w), float(reward[w]),
+                          bool(terminated[w]), bool(truncated[w]), _one(host_info, w))
+            if not done:
+                continue
+            if world.controller is not None:
+                _callback(world, "episode_callback")
+            ended.append(_result(w, world, host_info))
+            pending[w] = True
+            if progress is not None:
+                progress(min(len(ended), episodes), episodes)
+    return RunResult(plugin=str(plugin.directory), backend=env.backend, worlds=env.num_envs, seed=seed,
+                     challenge=challenge_values(env), episodes=ended[:episodes],
+                     summary=summarize(ended[:episodes]), seconds=time.perf_counter() - start)
+
+
+def _host(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """One device-to-host read of every numeric field."""
+    numeric = {k: v for k, v in tree.items() if not isinstance(v, str)}
+    host = jax.device_get(numeric)
+    return {**{k: np.asarray(v) for k, v in host.items()}, **{k: v for k, v in tree.items() if isinstance(v, str)}}
+
+
+def _one(tree: Mapping[str, Any], w: int) -> dict[str, Any]:
+    return {k: v if isinstance(v, str) else v[w] for k, v in tree.items()}
+
+
+def _start(plugin: Plugin, obs: Mapping[str, Any], info: Mapping[str, Any], w: int, config) -> _World:
+    try:
+        return _World(plugin.load_class()(_one(obs, w), _one(info, w), config), None)
+    except Exception:
+        return _World(None, traceback.format_exc())
+
+
+def _act(world: _World, obs: Mapping[str, Any], info: Mapping[str, Any]) -> np.ndarray:
+    """The controller's action, or NaN (an invalid action that ends the
+    episode) once it has raised."""
+    if world.controller is not None:
+        try:
+            return np.asarray(world.controller.compute_control(obs, info), np.float32).reshape(2)
+        except Exception:
+            world.error = traceback.format_exc()
+            world.controller = None
+    return np.full(2, np.nan, np.float32)
+
+
+def _callback(world: _World, name: str, *args: Any) -> None:
+    try:
+        getattr(world.controller, name)(*args)
+    except Exception:
+        world.error = traceback.format_exc()
+        world.controller = None
+
+
+def _result(w: int, world: _World, info: Mapping[str, Any]) -> EpisodeResult:
+    return EpisodeResult(
+        world=w,
+        episode_seed=int(info["episode_seed"][w]),
+        controller_seed=int(info["controller_seed"][w]),
+        track_id=int(info["track_id"][w]),
+        termination_reason=_REASONS[int(info["termination_reason"][w])],
+        lap_completed=bool(info["lap_completed"][w]),
+        lap_time_s=float(info["lap_time_s"][w]),
+        progress=world.progress,
+        steps=world.steps,
+        error=world.error,
+    )

@@ -1,0 +1,112 @@
+"""The Runner against a hand-built timeline: episodes handed to worlds as
+they free up, a fresh controller per episode built from the NEXT_STEP reset
+observation, errors recorded without stopping the run, the summary."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track
+from racing_env.plugins import TEMPLATE, load_plugin
+from racing_env.runner import EpisodeResult, run, summarize
+
+SHORT = Level(level_id=0, name="short", max_episode_steps=4)
+
+
+def make_plugin(root, name, body):
+    path = root / name
+    path.mkdir()
+    (path / "controller.py").write_text("import numpy as np\nfrom racing_env.controller import Controller\n"
+                                        + textwrap.dedent(body))
+    (path / "config.toml").write_text('name = "test"\n')
+    return load_plugin(path)
+
+
+@pytest.fixture(scope="module")
+def env():
+    return VecCarRacingEnv(1, config=ProjectConfig(), level=SHORT, backend="cpu_reference", track=level0_track())
+
+
+def test_the_template_times_out_every_episode(env):
+    result = run(load_plugin(TEMPLATE), env, episodes=3, seed=7)
+    assert [e.termination_reason for e in result.episodes] == ["timeout"] * 3
+    assert [e.steps for e in result.episodes] == [SHORT.max_episode_steps] * 3
+    assert result.summary["timeout_rate"] == 1.0 and result.summary["success_rate"] == 0.0
+    # Each episode is a new one: its own seeds, in the env's episode order.
+    assert len({e.episode_seed for e in result.episodes}) == 3
+    assert result.challenge["level"]["max_episode_steps"] == SHORT.max_episode_steps
+    json.dumps(result.to_json())  # JSON-ready
+
+
+def test_a_fresh_controller_per_episode_built_from_the_reset_observation(tmp_path, env):
+    plugin = make_plugin(tmp_path, "count", """
+        BUILT = []
+        class Counter(Controller):
+            def __init__(self, obs, info, config):
+                super().__init__(obs, info, config)
+                BUILT.append(int(info["episode_seed"]))
+                self.seen = 0
+                self.progress0 = float(obs["track_progress"])
+            def compute_control(self, obs, info=None):
+                self.seen += 1
+                assert self.seen <= 4 and self.progress0 == 0.0
+                return np.zeros(2, np.float32)
+    """)
+    result = run(plugin, env, episodes=2, seed=3)
+    assert result.summary["controller_errors"] == 0
+    assert [e.steps for e in result.episodes] == [4, 4]
+
+
+def test_a_raising_controller_is_recorded_and_the_run_goes_on(tmp_path, env):
+    plugin = make_plugin(tmp_path, "boom", """
+        class Boom(Controller):
+            def compute_control(self, obs, info=None):
+                raise RuntimeError("boom")
+    """)
+    result = run(plugin, env, episodes=2, seed=0)
+    assert [e.termination_reason for e in result.episodes] == ["invalid_action"] * 2
+    assert all("RuntimeError: boom" in e.error for e in result.episodes)
+    assert result.summary["controller_errors"] == 2 and result.summary["invalid_action_rate"] == 1.0
+
+
+def test_a_constructor_error_ends_its_episode_too(tmp_path, env):
+    plugin = make_plugin(tmp_path, "ctor", """
+        class Ctor(Controller):
+            def __init__(self, obs, info, config):
+                raise ValueError("no")
+            def compute_control(self, obs, info=None):
+                return np.zeros(2, np.float32)
+    """)
+    (episode,) = run(plugin, env, episodes=1).episodes
+    assert episode.termination_reason == "invalid_action" and "ValueError: no" in episode.error
+
+
+def test_the_summary_rates_and_lap_times():
+    def ep(reason, lap=0.0):
+        return EpisodeResult(0, 0, 0, 0, reason, reason == "success", lap, 1.0, 10, None)
+
+    summary = summarize([ep("success", 60.0), ep("success", 80.0), ep("off_track"), ep("timeout")])
+    assert summary["success_rate"] == 0.5 and summary["off_track_rate"] == 0.25
+    assert summary["lap_time_s"]["median"] == 70.0 and summary["lap_time_s"]["min"] == 60.0
+    assert np.isnan(summarize([ep("timeout")])["lap_time_s"]["median"])
+
+
+@pytest.mark.parametrize("episodes", [0, -1, 1.5, True])
+def test_bad_episode_counts_are_refused(env, episodes):
+    with pytest.raises(ValueError, match="episodes"):
+        run(load_plugin(TEMPLATE), env, episodes=episodes)
+
+
+def test_many_worlds_take_the_next_episodes_as_they_free_up(mjx_pool_env, short_pool):
+    """Three worlds, five 4-step episodes: calls 1-4 run episodes 0-2 (one per
+    world), call 5 is every world's NEXT_STEP reset, and worlds 0 and 1 run
+    episodes 3 and 4 on calls 6-9 while world 2 idles."""
+    result = run(load_plugin(TEMPLATE), mjx_pool_env, episodes=5, seed=11)
+    assert [e.world for e in result.episodes] == [0, 1, 2, 0, 1]
+    assert all(e.steps == 4 and e.termination_reason == "timeout" for e in result.episodes)
+    assert {e.track_id for e in result.episodes} <= set(np.asarray(short_pool.track_id).tolist())
+    assert len({(e.world, e.episode_seed) for e in result.episodes}) == 5
