@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 DEV := "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
 .PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env matrix clean
+        test-integration sim docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env matrix clean
 
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ gpu-tests: $(STAMP)
 		&& $(PY) -m pytest -q packages/track_gen/tests -m gpu \
 		&& $(PY) -m pytest -q packages/racing_env/tests -m gpu \
 		&& $(PY) -m pytest -q packages/racing_stack/tests -m gpu
+
+# One episode of a controller on track seed 42 (ARGS="--backend mjx_warp", ...).
+sim: $(STAMP)
+	$(PY) -m racing_stack.sim $(ARGS)
 
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict

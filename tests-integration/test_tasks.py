@@ -36,6 +36,6 @@ def test_each_package_has_its_own_test_task():
 
 def test_readme_names_the_two_commands():
     readme = (ROOT / "README.md").read_text()
-    for command in ("pixi run tests", "make tests", "pixi run benchmark-rl-triton",
+    for command in ("pixi run sim", "make sim", "pixi run tests", "make tests", "pixi run benchmark-rl-triton",
                     "make benchmark-rl-triton"):
         assert command in readme

@@ -8,7 +8,7 @@ with ``vectorization_mode="vector_entry_point"`` builds `VecCarRacingEnv`).
 
 import gymnasium
 
-from racing_env.config import LEVEL_0, Level, ProjectConfig
+from racing_env.config import LEVEL_0, LEVEL_1, Level, ProjectConfig
 from racing_env.controller import Controller, DebugDraw
 from racing_env.env import CarRacingEnv
 from racing_env.tracks import BENCHMARK_VERSION, LEVEL0_TRACK_ID, TRACK_CAPACITY, Track, TrackPool, level0_track
@@ -26,6 +26,7 @@ __all__ = [
     "ENV_ID",
     "LEVEL0_TRACK_ID",
     "LEVEL_0",
+    "LEVEL_1",
     "Level",
     "ProjectConfig",
     "TRACK_CAPACITY",

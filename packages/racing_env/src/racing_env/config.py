@@ -177,3 +177,5 @@ class Level:
 #: Level 0: the built-in development track, a timeout of 3,970 control steps
 #: (79.4 s at the default 50 Hz).
 LEVEL_0 = Level(level_id=0, name="development", max_episode_steps=3970)
+#: Level 1: generated tracks (TrackPools of track_gen courses), Level 0's timeout.
+LEVEL_1 = Level(level_id=1, name="generated", max_episode_steps=LEVEL_0.max_episode_steps)

@@ -14,7 +14,6 @@ The Level, vehicle and benchmark values come from the env itself.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import traceback
 from collections.abc import Callable, Mapping
@@ -87,14 +86,15 @@ class RunResult:
 
 def summarize(episodes: list[EpisodeResult]) -> dict[str, Any]:
     """Success, off-track, timeout and invalid-action rates; lap-time median,
-    quartiles and range over the completed laps; controller errors."""
+    quartiles and range over the completed laps (None without any: the
+    summary stays valid JSON); controller errors."""
     n = len(episodes)
     laps = np.array([e.lap_time_s for e in episodes if e.lap_completed], np.float64)
 
     def rate(reason: str) -> float:
-        return sum(e.termination_reason == reason for e in episodes) / n if n else math.nan
+        return sum(e.termination_reason == reason for e in episodes) / n if n else None
 
-    lap = {"median": math.nan, "p25": math.nan, "p75": math.nan, "min": math.nan, "max": math.nan}
+    lap: dict[str, float | None] = {"median": None, "p25": None, "p75": None, "min": None, "max": None}
     if laps.size:
         lap = {"median": float(np.median(laps)), "p25": float(np.percentile(laps, 25)),
                "p75": float(np.percentile(laps, 75)), "min": float(laps.min()), "max": float(laps.max())}
