@@ -28,3 +28,12 @@ def test_a_rejected_track_seed_is_an_error_not_a_retry(monkeypatch):
 def test_a_bad_controller_directory_is_named(tmp_path, capsys):
     assert sim.main(["--controller", str(tmp_path / "nowhere")]) == 2
     assert "nowhere" in capsys.readouterr().err
+
+
+def test_sim_with_the_pursuit_controller_completes_the_lap(capsys):
+    from racing_env.plugins import PURSUIT
+
+    assert sim.main(["--controller", str(PURSUIT)]) == 0
+    (episode,) = json.loads(capsys.readouterr().out)["episodes"]
+    assert episode["termination_reason"] == "success" and episode["lap_completed"]
+    assert 20.0 < episode["lap_time_s"] < 60.0  # 376 m (measured 35.8 s)

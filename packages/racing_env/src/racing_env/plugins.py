@@ -36,12 +36,16 @@ from racing_env.controller import Controller
 from racing_env.tracks import TRACK_CAPACITY
 from racing_env.vector import VecCarRacingEnv
 
-__all__ = ["PLUGIN_PACKAGE", "CHALLENGE_KEYS", "TEMPLATE", "Plugin", "PluginError", "challenge_values", "freeze", "load_plugin"]
+__all__ = ["PLUGIN_PACKAGE", "CHALLENGE_KEYS", "CONTROLLERS", "PURSUIT", "TEMPLATE", "Plugin", "PluginError", "challenge_values", "freeze", "load_plugin"]
 
 #: The package every plugin's modules are imported under.
 PLUGIN_PACKAGE = "racing_env_plugins"
-#: The neutral template plugin shipped with the package (copy it to start one).
-TEMPLATE = Path(__file__).parent / "controllers" / "template"
+#: The controller plugins shipped with the package.
+CONTROLLERS = Path(__file__).parent / "controllers"
+#: The neutral template (copy it to start a plugin): reaches the timeout.
+TEMPLATE = CONTROLLERS / "template"
+#: The reference controller: pure pursuit and a curvature speed profile.
+PURSUIT = CONTROLLERS / "pursuit"
 #: The top-level config keys the Challenge owns (the plugin's TOML cannot set them).
 CHALLENGE_KEYS = ("vehicle", "action", "track", "level", "benchmark")
 
