@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 DEV := "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
 .PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration sim docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env matrix clean
+        test-integration sim materialize-track-pool docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env matrix clean
 
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ gpu-tests: $(STAMP)
 # One episode of a controller on track seed 42 (ARGS="--backend mjx_warp", ...).
 sim: $(STAMP)
 	$(PY) -m racing_stack.sim $(ARGS)
+
+# Level 1's Train, Validation and Test pools into the cache, verified (ARGS="--splits validation", ...).
+materialize-track-pool: $(STAMP)
+	$(PY) -m racing_stack.pools $(ARGS)
 
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict

@@ -1,0 +1,190 @@
+"""Level 1's TrackPools: disjoint track_gen seed namespaces per split, built
+reproducibly into a local cache and verified against committed manifests.
+
+    python -m racing_stack.pools [--splits train validation test] [--cache DIR] [--write-manifests]
+
+Split ``s`` draws its tracks from the seed namespace ``[first, first +
+NAMESPACE)`` of `SPLITS`: seeds are generated in order, in batches, at
+track_gen's default preset, and the first ``size`` valid courses become the
+pool's rows, in seed order (``track_id`` = the seed). The namespaces are
+disjoint, so no track is in two splits. Pools are always built on the CPU
+device (track_gen and JAX), the reference whose bytes the committed
+manifests' geometry hashes bind: a GPU build agrees only to a tolerance.
+
+A pool file is big (the 10,000-track Train pool is ~160 MB), so it lives in
+a cache (``$RACING_STACK_CACHE`` or ``~/.cache/racing_stack``); its manifest
+(ids and geometry hashes, a few hundred kB) is committed as package data.
+A second run finds the cache and verifies it instead of rebuilding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+#: Seeds in each split's namespace.
+NAMESPACE = 100_000_000
+#: Envs generated per batch while building a pool.
+BATCH = 2048
+#: The committed manifests.
+MANIFESTS = Path(__file__).parent / "manifests"
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """One split of Level 1: its first seed and its number of tracks."""
+
+    first_seed: int
+    size: int
+
+
+#: Level 1's splits: disjoint namespaces of NAMESPACE seeds each.
+SPLITS = {
+    "train": Split(first_seed=1 * NAMESPACE, size=10_000),
+    "validation": Split(first_seed=2 * NAMESPACE, size=1_000),
+    "test": Split(first_seed=3 * NAMESPACE, size=1_000),
+}
+
+
+def cache_dir() -> Path:
+    """Where pool files live: ``$RACING_STACK_CACHE`` or ``~/.cache/racing_stack``."""
+    return Path(os.environ.get("RACING_STACK_CACHE", Path.home() / ".cache" / "racing_stack"))
+
+
+def pool_name(split: str) -> str:
+    from racing_env import BENCHMARK_VERSION
+
+    return f"level1_{split}_v{BENCHMARK_VERSION}"
+
+
+def build_pool(split: str, size: int | None = None, progress: Callable[[int, int], None] | None = None):
+    """Build a split's pool on the CPU (the first ``size`` valid seeds of its
+    namespace; default the split's size).
+
+    Raises:
+        ValueError: an unknown split, or a size beyond what the namespace holds.
+    """
+    import jax.numpy as jnp
+    import warp as wp
+    from racing_env import LEVEL_1, TrackPool
+    from track_gen.course import Course
+    from track_gen.pipeline import presets
+
+    from racing_stack.bridge import pool_from_course
+
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    want = SPLITS[split].size if size is None else size
+    if isinstance(want, bool) or not isinstance(want, int) or not 1 <= want <= NAMESPACE // 2:
+        raise ValueError(f"size must be an int in [1, {NAMESPACE // 2}], got {size!r}")
+    wp.config.quiet = True
+    # Seeds are consecutive whatever the batch, so the batch only sets the pace.
+    batch = min(BATCH, want + want // 8 + 16)
+    course = Course.track(presets.track(num_envs=batch, device="cpu"), seeds=SPLITS[split].first_seed)
+    parts, have, offset = [], 0, 0
+    while have < want:
+        if offset:
+            course.generate(seeds=SPLITS[split].first_seed + offset)
+        part = pool_from_course(course, level_id=LEVEL_1.level_id, split=split)
+        parts.append(part)
+        have += len(part)
+        offset += batch
+        if progress is not None:
+            progress(min(have, want), want)
+    fields = ("centerline", "left_boundary", "right_boundary", "track_mask", "track_length", "track_id")
+    arrays = {f: jnp.concatenate([getattr(p, f) for p in parts])[:want] for f in fields}
+    return TrackPool.from_arrays(**arrays, level_id=LEVEL_1.level_id, split=split)
+
+
+def _entries(manifest_path: Path) -> dict:
+    with open(manifest_path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def materialize(split: str, cache: Path | None = None, write_manifest: bool = False,
+                progress: Callable[[str], None] | None = None):
+    """The split's pool from the cache, verified against its committed
+    manifest; built and saved first when the cache lacks it.
+
+    Args:
+        split: ``"train"``, ``"validation"`` or ``"test"``.
+        cache: the cache folder (default `cache_dir()`).
+        write_manifest: write the committed manifest from this build
+            instead of checking against it (for a new benchmark version).
+        progress: called with a line of progress.
+
+    Raises:
+        ValueError: the cached or built pool's ids or geometry hashes differ
+            from the committed manifest (naming the split and the first
+            differing row), or no committed manifest exists.
+    """
+    from racing_env import TrackPool
+
+    say = progress or (lambda line: None)
+    cache = cache_dir() if cache is None else Path(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{pool_name(split)}.npz"
+    committed = MANIFESTS / f"{pool_name(split)}.json"
+    if path.exists():
+        say(f"{split}: verifying {path}")
+        pool = TrackPool.load(path)
+    else:
+        pool = build_pool(split, progress=lambda have, want: say(f"{split}: {_bar(have, want)} {have}/{want} tracks"))
+        pool.save(path)
+        say(f"{split}: wrote {path}")
+    built = _entries(path.with_suffix(".json"))
+    if write_manifest:
+        committed.parent.mkdir(parents=True, exist_ok=True)
+        committed.write_text(json.dumps(built, indent=1) + "\n")
+        say(f"{split}: wrote the manifest {committed}")
+        return pool
+    if not committed.exists():
+        raise ValueError(f"no committed manifest for split {split!r} ({committed})")
+    _compare(split, _entries(committed), built)
+    say(f"{split}: {len(pool)} tracks match the committed manifest")
+    return pool
+
+
+def _bar(done: int, total: int, width: int = 30) -> str:
+    filled = width * done // total
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def _compare(split: str, committed: dict, built: dict) -> None:
+    for key in committed:
+        if key != "tracks" and committed[key] != built.get(key):
+            raise ValueError(f"split {split!r}: manifest field {key!r} is {built.get(key)!r}, "
+                             f"the committed manifest says {committed[key]!r}")
+    want, got = committed["tracks"], built["tracks"]
+    if len(want) != len(got):
+        raise ValueError(f"split {split!r}: {len(got)} tracks, the committed manifest has {len(want)}")
+    for row, (a, b) in enumerate(zip(want, got)):
+        if a != b:
+            raise ValueError(f"split {split!r}: row {row} is {b}, the committed manifest says {a}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="materialize-track-pool", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--splits", nargs="+", choices=sorted(SPLITS), default=["train", "validation", "test"])
+    parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument("--write-manifests", action="store_true")
+    args = parser.parse_args(argv)
+    for split in args.splits:
+        try:
+            materialize(split, args.cache, args.write_manifests, progress=lambda line: print(line, file=sys.stderr))
+        except ValueError as error:
+            print(f"materialize-track-pool: {error}", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
