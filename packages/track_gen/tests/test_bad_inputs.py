@@ -132,7 +132,7 @@ def test_param_defaults_outside_their_range_are_refused(field, value):
 
 
 @pytest.mark.parametrize("build", [
-    lambda: Course.gates(presets.gates(num_envs=2, device=DEVICE, max_gates=10**9)),
+    lambda: Course.gates(presets.gates(num_envs=10**7, device=DEVICE, max_gates=1024)),
     lambda: Course.gates(presets.gates(num_envs=10**9, device=DEVICE)),
     lambda: Course.track(presets.track(num_envs=10**8, device=DEVICE)),
     lambda: Course.track(presets.track(num_envs=2, device=DEVICE, sdf_resolution=10**5)),
@@ -165,3 +165,61 @@ def test_every_generator_entry_point_checks_its_mask(device, call, mask, error):
         getattr(course.generator, call)(mask=mask(device))
     assert_untouched(before, snapshot(course.result), slice(None))
     np.testing.assert_array_equal(course.rng.epochs.numpy(), epochs)
+
+
+@pytest.mark.parametrize("mask,error", [
+    (lambda d: wp.ones(0, dtype=wp.int32, device=d), ValueError),  # once a segfault
+    (lambda d: wp.ones(2, dtype=wp.int32, device=d), ValueError),
+    (lambda d: np.ones(E, np.int32), TypeError),
+    (lambda d: wp.ones(E, dtype=wp.float32, device=d), TypeError),
+])
+def test_runtime_reset_checks_its_mask(device, mask, error):
+    course = Course.track(presets.track(num_envs=E, device=device, sdf_resolution=8), seeds=2)
+    with pytest.raises(error, match="active"):
+        course.runtime.reset(mask(device))
+
+
+def test_query_refuses_a_missing_out_field():
+    from track_gen.queries import QueryResult, query
+
+    course = Course.track(presets.track(num_envs=2, device=DEVICE, sdf_resolution=8), seeds=2)
+    points = wp.zeros((2, 3), dtype=wp.vec2, device=DEVICE)
+    z = lambda dtype: wp.zeros((2, 3), dtype=dtype, device=DEVICE)  # noqa: E731
+    with pytest.raises(TypeError, match="out.distance"):
+        query(course.result, points, out=QueryResult(None, z(wp.vec2), z(wp.vec2)))
+
+
+def test_gate_counts_are_bounded():
+    """The bar check is quadratic in gates: more than MAX_GATES is refused."""
+    from track_gen.spec import MAX_GATES
+
+    with pytest.raises(ValueError, match="max_gates must be <= 1024"):
+        GateSpec(num_envs=1, min_gates=3, max_gates=MAX_GATES + 1)
+    GateSpec(num_envs=1, min_gates=3, max_gates=MAX_GATES)
+
+
+@pytest.mark.parametrize("field,value", [("height_wavelength", 1e-300), ("height_wavelength", 1e-45),
+                                         ("sdf_margin", 1e39), ("sdf_margin", 1e300), ("ds", 1e-30),
+                                         ("radius", 1e-300), ("width", 1e7)])
+def test_lengths_outside_float32s_safe_range_are_refused(field, value):
+    """Finite in float64 but 0 or infinite in float32: they once built
+    valid courses with NaN or infinite geometry."""
+    with pytest.raises(ValueError, match=field):
+        TrackSpec(num_envs=1, **{field: value})
+
+
+def test_numpy_scalars_are_numbers():
+    spec = TrackSpec(num_envs=np.int64(2), ds=np.float32(0.05), radius=np.float64(1.5))
+    assert Course.track(spec).result.count.numpy().min() >= 3
+
+
+@pytest.mark.parametrize("collision", [math.inf, math.nan, 1e300, 0.0, -1.0, None, "disc", True, np.ones(2)])
+def test_gate_collision_must_be_a_finite_post_radius_or_frames(collision):
+    with pytest.raises(ValueError, match="collision"):
+        Course.gates(presets.gates(num_envs=2, device=DEVICE), collision=collision)
+
+
+@pytest.mark.parametrize("device", [None, ["cpu"], 0])
+def test_device_must_be_a_device_name(device):
+    with pytest.raises(ValueError, match="device"):
+        TrackSpec(num_envs=1, device=device)

@@ -35,7 +35,7 @@ def bars_cross(posts):
 
 
 def test_gate_width_zero_is_refused():
-    with pytest.raises(ValueError, match="gate_width must be > 0"):
+    with pytest.raises(ValueError, match="gate_width must be in"):
         presets.gates(num_envs=2, gate_width=0.0)
     with pytest.raises(ValueError, match="collision"):
         Course.gates(presets.gates(num_envs=2), collision=0.0)

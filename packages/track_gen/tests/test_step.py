@@ -97,6 +97,27 @@ def test_driving_a_lap_passes_every_checkpoint_in_order_and_counts_the_lap(devic
         assert laps[e] == int(travelled[e] >= length[e] - 1e-4)
 
 
+@pytest.mark.parametrize("spacing", [0.01, 0.02, 0.6])
+def test_checkpoints_closer_than_the_course_line_points_still_count_every_lap(device, spacing):
+    """Checkpoints every 1-2 cm on a line of 5 cm points: several share a
+    point (the last ones used to get index -1 and stall progress)."""
+    course = Course.track(presets.track(num_envs=2, device=device, sdf_resolution=8), seeds=0,
+                          checkpoint_spacing=spacing)
+    r = course.result
+    count, cps = r.count.numpy(), r.num_checkpoints.numpy()
+    checkpoints = r.checkpoints.numpy()
+    for e in range(2):
+        assert ((checkpoints[e, :cps[e]] >= 0) & (checkpoints[e, :cps[e]] < count[e])).all()
+        assert (np.diff(checkpoints[e, :cps[e]]) >= 0).all() and (checkpoints[e, cps[e]:] == -1).all()
+    pos, quat, he = agents(device, 2)
+    course.bind(position=pos, orientation=quat, half_extents=he)
+    for step in range(2 * int(count.max()) + 2):
+        place(course, pos, step % count)  # from the start line
+        res = course.step()
+        assert np.isfinite(res.events.dist_to_next.numpy()).all()
+    assert (res.events.laps.numpy() == 2).all()
+
+
 def test_reset_restarts_progress_of_the_masked_envs_only(device):
     course = build(device)
     pos, quat, he = agents(device)

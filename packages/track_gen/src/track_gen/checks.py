@@ -28,12 +28,12 @@ NAMES = {1: "turning", 2: "thickness", 4: "truncation", 8: "crossing bars", 16: 
 #: The documented range of each dynamic param: (lowest, highest, is the
 #: lowest allowed). Every bound is finite, so NaN and infinities are out.
 PARAM_RANGES = {
-    "radius": (0.0, 1.0e6, False),
+    "radius": (1.0e-6, 1.0e6, True),
     "radius_jitter": (0.0, 1.0, True),
     "angle_jitter": (0.0, 1.0e3, True),
-    "width": (0.0, 1.0e6, False),
+    "width": (1.0e-6, 1.0e6, True),
     "height_amplitude": (0.0, 1.0e6, True),
-    "gate_width": (0.0, 1.0e6, False),
+    "gate_width": (1.0e-6, 1.0e6, True),
 }
 
 

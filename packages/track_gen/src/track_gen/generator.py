@@ -229,6 +229,8 @@ class TrackGenerator(_LoopGenerator):
                                                        res.center])
         launch(tracks.frames_and_boundaries, (e, n), inputs=[active, res.center, res.count, res.width],
                outputs=[res.tangent, res.normal, res.left, res.right])
+        launch(tracks.boundary_checks, (e, n), inputs=[active, res.center, res.count, res.left, res.right,
+                                                        self._tight])
         launch(tracks.chunk_bounds, (e, self._chunk_lo.shape[1]), inputs=[active, res.center, res.count],
                outputs=[self._chunk_lo, self._chunk_hi])
         launch(tracks.pair_checks, (e, n), inputs=[active, res.center, res.count, res.width, self._spacing,

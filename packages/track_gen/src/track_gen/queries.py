@@ -142,9 +142,10 @@ def query(result: TrackResult, points: wp.array, out: QueryResult | None = None,
     elif not isinstance(out, QueryResult):
         raise TypeError(f"out must be a QueryResult, got {type(out).__name__}")
     else:
-        _output("out.distance", out.distance, wp.float32, points)
-        _output("out.normal", out.normal, wp.vec2, points)
-        _output("out.nearest", out.nearest, wp.vec2, points)
+        for name, dtype in (("distance", wp.float32), ("normal", wp.vec2), ("nearest", wp.vec2)):
+            if getattr(out, name) is None:
+                raise TypeError(f"out.{name} must be a warp array, got None")
+            _output(f"out.{name}", getattr(out, name), dtype, points)
         if out.normal.ptr == out.nearest.ptr:
             raise ValueError("out.normal and out.nearest must be different arrays")
     _launch(result, points, out.distance, out.normal, out.nearest, stream)

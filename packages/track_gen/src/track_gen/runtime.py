@@ -14,6 +14,7 @@ import warp as wp
 
 from track_gen._kernels import step as ks
 from track_gen.generator import GateGenerator, TrackGenerator
+from track_gen.masks import check_mask
 
 
 @dataclasses.dataclass
@@ -213,8 +214,15 @@ class Runtime:
 
     def reset(self, active: wp.array) -> None:
         """Restart the progress and the localizer's memory of the envs
-        selected by ``active`` (``[E]`` int32, already checked)."""
+        selected by ``active`` (``[E]`` int32 on the course device, nonzero
+        selects an env).
+
+        Raises:
+            TypeError, ValueError: ``active`` is not a contiguous ``[E]``
+                int32 Warp array on the course device (nothing launched).
+        """
         p, e, device = self.progress, self.generator.num_envs, self.generator.device
+        check_mask("active", active, e, device)
         wp.launch(ks.reset_progress, e, inputs=[active, self.generator.progress_marks],
                   outputs=[p.memory, p.s_prev, p.next_checkpoint, p.laps], device=device)
         wp.launch(ks.reset_gate_progress, e, inputs=[active], outputs=[p.p_prev], device=device)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 
 import warp as wp
@@ -17,30 +18,44 @@ from track_gen.checks import PARAM_RANGES
 
 def _check_fields(spec: object, ints: dict[str, int], positive: tuple[str, ...],
                   non_negative: tuple[str, ...]) -> None:
-    """Ints at least their bound; finite reals, positive or non-negative; the
-    param defaults inside `PARAM_RANGES`; a known device. Else
-    ``ValueError`` naming the field."""
+    """Ints (NumPy's too) at least their bound; real lengths in float32's
+    safe range: positive ones in ``[MIN_LENGTH, MAX_LENGTH]``, non-negative
+    ones 0 or in that range; the param defaults inside `PARAM_RANGES`; a
+    device name Warp knows. Else ``ValueError`` naming the field."""
     for name, least in ints.items():
         value = getattr(spec, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
     for name in positive + non_negative:
         value = getattr(spec, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
             raise ValueError(f"{name} must be a finite number, got {value!r}")
-    for name in positive:
-        if not getattr(spec, name) > 0:
-            raise ValueError(f"{name} must be > 0, got {getattr(spec, name)!r}")
-    for name in non_negative:
-        if not getattr(spec, name) >= 0:
-            raise ValueError(f"{name} must be >= 0, got {getattr(spec, name)!r}")
+        if not (value <= MAX_LENGTH and (value >= MIN_LENGTH or (name in non_negative and value == 0))):
+            zero = "0 or " if name in non_negative else ""
+            raise ValueError(f"{name} must be {zero}in [{MIN_LENGTH:g}, {MAX_LENGTH:g}], got {value!r}")
     for name, (lowest, highest, lowest_allowed) in PARAM_RANGES.items():
         if hasattr(spec, name):
             value = getattr(spec, name)
             if not (value < highest and (value > lowest or (lowest_allowed and value == lowest))):
                 bound = "[" if lowest_allowed else "("
                 raise ValueError(f"{name} must be in {bound}{lowest:g}, {highest:g}), got {value!r}")
-    wp.get_device(getattr(spec, "device"))  # raises for an unknown device
+    # NumPy scalars pass as numbers and are stored as Python ones.
+    for name in ints:
+        object.__setattr__(spec, name, int(getattr(spec, name)))
+    for name in positive + non_negative:
+        object.__setattr__(spec, name, float(getattr(spec, name)))
+    device = getattr(spec, "device")
+    if not isinstance(device, str):
+        raise ValueError(f"device must be a Warp device name such as 'cpu' or 'cuda:0', got {device!r}")
+    wp.get_device(device)  # raises for an unknown device
+
+
+#: The shortest and longest length (m) of a spec field: float32 keeps every
+#: product of the generator finite and normal inside this range.
+MIN_LENGTH = 1e-6
+MAX_LENGTH = 1e6
+#: Most gates per course (the bar check is quadratic in them).
+MAX_GATES = 1024
 
 
 #: Warp indexes arrays and launches with 32-bit ints.
@@ -155,5 +170,7 @@ class GateSpec(LoopSpec):
     def __post_init__(self) -> None:
         _check_fields(self, {**self._INTS, "min_gates": 3, "max_gates": 3}, self._POSITIVE + ("gate_width",),
                       self._NON_NEGATIVE)
+        if self.max_gates > MAX_GATES:
+            raise ValueError(f"max_gates must be <= {MAX_GATES}, got {self.max_gates}")
         if self.max_gates < self.min_gates:
             raise ValueError(f"max_gates must be >= min_gates, got {self.max_gates} < {self.min_gates}")

@@ -31,8 +31,12 @@ def checkpoint_indices(
     total = int(0)
     if marks >= 0.0:  # false for NaN (an invalid env: no checkpoints)
         total = int(wp.min(marks, float(index.shape[1])))
+    # Checkpoint 0 is the start line; the others lie strictly after it and
+    # no further than the last point (a spacing below the line's makes
+    # several share a point).
     i = int(wp.round(float(k) * spacing / line_spacing[e]))
-    index[e, k] = wp.where(k < total and i < count[e], i, -1)
+    i = wp.max(wp.min(i, count[e] - 1), wp.where(k > 0, 1, 0))
+    index[e, k] = wp.where(k < total, i, -1)
     if k == 0:
         num[e] = total
 

@@ -43,6 +43,56 @@ def frames_and_boundaries(
     right[e, i] = center[e, i] - half * nl
 
 
+#: Boundary segments after each one that ``boundary_checks`` tests it against.
+FOLD_WINDOW = wp.constant(8)
+
+
+@wp.kernel
+def boundary_checks(
+    active: wp.array(dtype=wp.int32),
+    center: wp.array2d(dtype=wp.vec3),
+    count: wp.array(dtype=wp.int32),
+    left: wp.array2d(dtype=wp.vec3),
+    right: wp.array2d(dtype=wp.vec3),
+    tight: wp.array(dtype=wp.int32),
+):
+    """Counts into ``tight`` (in-out) each boundary segment that does not run
+    the way its course-line segment does, or that crosses one of the next
+    ``FOLD_WINDOW`` segments of its boundary: the inner boundary folds where
+    the course line turns by more than its spacing over the half-width (a
+    corner of a coarsely sampled spline, the seam included). Crossings
+    farther apart come with points closer than the width (``pair_checks``)."""
+    e, i = wp.tid()
+    if active[e] == 0:
+        return
+    n = count[e]
+    if i >= n:
+        return
+    j = (i + 1) % n
+    ahead = xy(center[e, j]) - xy(center[e, i])
+    folds = int(0)
+    for side in range(2):
+        a = xy(left[e, i])
+        b = xy(left[e, j])
+        if side == 1:
+            a = xy(right[e, i])
+            b = xy(right[e, j])
+        if not wp.dot(b - a, ahead) > 0.0:
+            folds = folds + 1
+        for k in range(2, wp.min(FOLD_WINDOW + 2, n - 1)):
+            p = (i + k) % n
+            q = (p + 1) % n
+            c = xy(left[e, p])
+            d = xy(left[e, q])
+            if side == 1:
+                c = xy(right[e, p])
+                d = xy(right[e, q])
+            if segments_cross(a, b, c, d):
+                folds = folds + 1
+    if folds > 0:
+        wp.atomic_add(tight, e, folds)
+
+
 CHUNK = wp.constant(16)
 
 
@@ -154,8 +204,8 @@ def loop_checks(
 ):
     """Fail bits per env: turning (the course line's total turning is not
     ±2π, or two non-adjacent segments cross), thickness (a radius of
-    curvature below the half-width, or non-neighbouring points closer than
-    the width), truncation, params (a param out of range, or a course line
+    curvature below the half-width, a boundary segment running backwards, or
+    non-neighbouring points closer than the width), truncation, params (a param out of range, or a course line
     of fewer than 3 points or no length). Records the epoch the course was
     built with."""
     e = wp.tid()
