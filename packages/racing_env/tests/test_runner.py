@@ -111,3 +111,20 @@ def test_many_worlds_take_the_next_episodes_as_they_free_up(mjx_pool_env, short_
     assert all(e.steps == 4 and e.termination_reason == "timeout" for e in result.episodes)
     assert {e.track_id for e in result.episodes} <= set(np.asarray(short_pool.track_id).tolist())
     assert len({(e.world, e.episode_seed) for e in result.episodes}) == 5
+
+
+@pytest.mark.parametrize("body,reason,error", [
+    ("return np.zeros((1, 2))", "invalid_action", "shape [2]"),
+    ("return 'ab'", "invalid_action", "ValueError"),
+    ("return np.full(2, np.inf)", "invalid_action", None),  # the env's own invalid action
+    ("return np.array([0.0, 1e300])", "timeout", None),  # finite: the env clips it, as for any host action
+])
+def test_what_a_controller_returns_is_checked_as_the_env_checks_actions(tmp_path, env, body, reason, error):
+    plugin = make_plugin(tmp_path, "ret", f"""
+        class Ret(Controller):
+            def compute_control(self, obs, info=None):
+                {body}
+    """)
+    (episode,) = run(plugin, env, episodes=1).episodes
+    assert episode.termination_reason == reason
+    assert (episode.error is None) if error is None else (error in episode.error)

@@ -141,7 +141,8 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int, seed: int = 0,
         raise ValueError(f"episodes must be an int >= 1, got {episodes!r}")
     if not isinstance(env, VecCarRacingEnv):
         raise TypeError(f"env must be a VecCarRacingEnv, got {type(env).__name__}")
-    config = plugin.config(challenge_values(env))
+    challenge = challenge_values(env)
+    config = plugin.config(challenge)
     start = time.perf_counter()
     obs, info = env.reset(seed=seed)
     host_obs, host_info = _host(obs), _host(info)
@@ -152,7 +153,9 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int, seed: int = 0,
     ended: list[EpisodeResult] = []
     pending = np.zeros(env.num_envs, bool)  # the last call ended the world's episode
     while len(ended) < episodes:
-        actions = np.zeros((env.num_envs, 2), np.float32)
+        # float64: the env itself converts, clipping finite values beyond
+        # float32's range as it does for any host action.
+        actions = np.zeros((env.num_envs, 2), np.float64)
         for w, world in enumerate(worlds):
             if world is not None and not pending[w]:
                 actions[w] = _act(world, _one(host_obs, w), _one(host_info, w))
@@ -182,10 +185,11 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int, seed: int = 0,
             ended.append(_result(w, world, host_info))
             pending[w] = True
             if progress is not None:
-                progress(min(len(ended), episodes), episodes)
+                progress(len(ended), episodes)
+    # Never more than `episodes` end: no world starts an episode beyond them.
     return RunResult(plugin=str(plugin.directory), backend=env.backend, worlds=env.num_envs, seed=seed,
-                     challenge=challenge_values(env), episodes=ended[:episodes],
-                     summary=summarize(ended[:episodes]), seconds=time.perf_counter() - start)
+                     challenge=challenge, episodes=ended, summary=summarize(ended),
+                     seconds=time.perf_counter() - start)
 
 
 def _host(tree: Mapping[str, Any]) -> dict[str, Any]:
@@ -208,14 +212,18 @@ def _start(plugin: Plugin, obs: Mapping[str, Any], info: Mapping[str, Any], w: i
 
 def _act(world: _World, obs: Mapping[str, Any], info: Mapping[str, Any]) -> np.ndarray:
     """The controller's action, or NaN (an invalid action that ends the
-    episode) once it has raised."""
+    episode) once it has raised or returned something that is not two
+    real numbers."""
     if world.controller is not None:
         try:
-            return np.asarray(world.controller.compute_control(obs, info), np.float32).reshape(2)
+            action = np.asarray(world.controller.compute_control(obs, info), np.float64)
+            if action.shape != (2,):
+                raise ValueError(f"compute_control must return 2 numbers (shape [2]), got shape {list(action.shape)}")
+            return action
         except Exception:
             world.error = traceback.format_exc()
             world.controller = None
-    return np.full(2, np.nan, np.float32)
+    return np.full(2, np.nan)
 
 
 def _callback(world: _World, name: str, *args: Any) -> None:

@@ -18,8 +18,6 @@ replays the course's own CUDA graph, which holds the same node.
 from __future__ import annotations
 
 import contextlib
-import math
-import numbers
 import warnings
 from collections import OrderedDict
 
@@ -34,7 +32,7 @@ from track_gen.masks import check_mask
 from track_gen.result import GateResult, TrackResult
 from track_gen.runtime import Runtime, StepResult
 from track_gen.seeds import PerEnvSeededRNG
-from track_gen.spec import MAX_LENGTH, GateSpec, TrackSpec
+from track_gen.spec import GateSpec, TrackSpec, check_length
 
 
 class Course:
@@ -108,11 +106,11 @@ class Course:
         """
         if not isinstance(spec, GateSpec):
             raise TypeError(f"spec must be a GateSpec, got {type(spec).__name__}")
-        if not (isinstance(collision, str) and collision == "frames") and not (
-            isinstance(collision, numbers.Real) and not isinstance(collision, bool)
-            and math.isfinite(collision) and 0 < collision <= MAX_LENGTH
-        ):
-            raise ValueError(f"collision must be a post radius in (0, {MAX_LENGTH:g}] m or 'frames', got {collision!r}")
+        if not (isinstance(collision, str) and collision == "frames"):
+            try:
+                collision = check_length("collision", collision)
+            except ValueError as error:
+                raise ValueError(f"{error} (a post radius in m, or 'frames')") from None
         _outside_capture(spec.device)
         _check_stream(stream, spec.device)
         with _on(stream):

@@ -22,7 +22,7 @@ from track_gen.checks import PARAM_RANGES
 from track_gen.masks import check_mask
 from track_gen.result import GateResult, TrackResult
 from track_gen.seeds import PerEnvSeededRNG, per_env_seeds
-from track_gen.spec import GateSpec, TrackSpec, check_size
+from track_gen.spec import GateSpec, TrackSpec, check_length, check_size
 
 #: The dynamic per-env fields of the centerline, read by every regeneration.
 LOOP_PARAMS = ("radius", "radius_jitter", "angle_jitter")
@@ -167,11 +167,7 @@ class TrackGenerator(_LoopGenerator):
 
     def __init__(self, spec: TrackSpec, seeds: int | ArrayLike | PerEnvSeededRNG = 0,
                  checkpoint_spacing: float = 0.6):
-        if isinstance(checkpoint_spacing, bool) or not isinstance(checkpoint_spacing, (int, float)) or not (
-            math.isfinite(checkpoint_spacing) and checkpoint_spacing > 0
-        ):
-            raise ValueError(f"checkpoint_spacing must be a finite number > 0, got {checkpoint_spacing!r}")
-        self.checkpoint_spacing = float(checkpoint_spacing)
+        self.checkpoint_spacing = check_length("checkpoint_spacing", checkpoint_spacing)
         super().__init__(spec, seeds, LOOP_PARAMS + ("width", "height_amplitude"))
         e, n, r = spec.num_envs, spec.n_max, spec.sdf_resolution
         self._crossings = self.zeros(e, wp.int32)

@@ -27,12 +27,7 @@ def _check_fields(spec: object, ints: dict[str, int], positive: tuple[str, ...],
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
             raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
     for name in positive + non_negative:
-        value = getattr(spec, name)
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if not (value <= MAX_LENGTH and (value >= MIN_LENGTH or (name in non_negative and value == 0))):
-            zero = "0 or " if name in non_negative else ""
-            raise ValueError(f"{name} must be {zero}in [{MIN_LENGTH:g}, {MAX_LENGTH:g}], got {value!r}")
+        check_length(name, getattr(spec, name), zero_allowed=name in non_negative)
     for name, (lowest, highest, lowest_allowed) in PARAM_RANGES.items():
         if hasattr(spec, name):
             value = getattr(spec, name)
@@ -56,6 +51,18 @@ MIN_LENGTH = 1e-6
 MAX_LENGTH = 1e6
 #: Most gates per course (the bar check is quadratic in them).
 MAX_GATES = 1024
+
+
+def check_length(name: str, value: object, zero_allowed: bool = False) -> float:
+    """``value`` as a float: a finite real (NumPy's too) in ``[MIN_LENGTH,
+    MAX_LENGTH]``, or 0 when ``zero_allowed``. Else ``ValueError`` naming
+    ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if not (value <= MAX_LENGTH and (value >= MIN_LENGTH or (zero_allowed and value == 0))):
+        zero = "0 or " if zero_allowed else ""
+        raise ValueError(f"{name} must be {zero}in [{MIN_LENGTH:g}, {MAX_LENGTH:g}], got {value!r}")
+    return float(value)
 
 
 #: Warp indexes arrays and launches with 32-bit ints.
