@@ -12,6 +12,7 @@ import pytest
 from conftest import SHORT_LEVEL
 from racing_env.pursuit import pursuit
 from racing_env import TerminationReason, VecCarRacingEnv, level0_track
+from racing_env.physics import MjxWarpPhysics, PhysicsState
 from racing_env.seeds import host_pool_row, host_seed_word
 
 ROOT = 2024
@@ -209,3 +210,79 @@ def test_mjx_observation_dtypes(mjx_level0_env):
 def test_cpu_reference_is_batch_one(config):
     with pytest.raises(ValueError, match="num_envs"):
         VecCarRacingEnv(2, config=config, level=SHORT_LEVEL, backend="cpu_reference", track=level0_track())
+
+
+
+def _random_drive(mj_model, worlds: int, steps: int, seed: int):
+    """Varied start states (positions, a drop, forward speeds) and random
+    in-range controls (steering within its range, wheel torques within
+    +-400 N m): (qpos [E, NQ], qvel [E, NV], ctrls [T, E, NU]), float32."""
+    rng = np.random.default_rng(seed)
+    qpos = np.tile(mj_model.qpos0.astype(np.float32), (worlds, 1))
+    qpos[:, :2] = rng.uniform(-5.0, 5.0, (worlds, 2))
+    qpos[:, 2] += 0.02
+    qvel = np.zeros((worlds, mj_model.nv), np.float32)
+    qvel[:, 0] = rng.uniform(0.0, 12.0, worlds)
+    limited = mj_model.actuator_ctrllimited.astype(bool)
+    low = np.where(limited, mj_model.actuator_ctrlrange[:, 0], -400.0)
+    high = np.where(limited, mj_model.actuator_ctrlrange[:, 1], 400.0)
+    return qpos, qvel, rng.uniform(low, high, (steps, worlds, mj_model.nu)).astype(np.float32)
+
+
+def _start(physics, qpos, qvel, state=None):
+    state = physics.initial() if state is None else state
+    worlds = qpos.shape[0]
+    return physics.reset(state, jnp.ones(worlds, bool), jnp.asarray(qpos))._replace(qvel=jnp.asarray(qvel))
+
+
+def test_the_integration_state_steps_like_mjx_step(config):
+    """The backend carries only (qpos, qvel, qacc_warmstart, time) between
+    control steps; MJX's own `mjx.step` on its full data, from the same
+    varied states under the same random controls, reaches the same states
+    (bitwise while the contact set is unchanged, within float32 rounding
+    once the solver's path differs)."""
+    from mujoco import mjx
+
+    worlds, steps = 3, 40
+    physics = MjxWarpPhysics(config, worlds)
+    mj_model = physics.mj_model
+    qpos, qvel, ctrls = _random_drive(mj_model, worlds, steps, seed=7)
+    state = _start(physics, qpos, qvel)
+    model = mjx.put_model(mj_model, impl="warp")
+    make = lambda _: mjx.make_data(mj_model, impl="warp", naconmax=8 * worlds, njmax=48)  # noqa: E731
+    data = jax.jit(jax.vmap(make))(jnp.arange(worlds)).replace(qpos=jnp.asarray(qpos), qvel=jnp.asarray(qvel))
+    mjx_step = jax.jit(jax.vmap(mjx.step, in_axes=(None, 0)))
+    ours = jax.jit(physics.step)
+    for call, ctrl in enumerate(ctrls):
+        state = ours(state, jnp.asarray(ctrl))
+        data = data.replace(ctrl=jnp.asarray(ctrl))
+        for _ in range(config.substeps):
+            data = mjx_step(model, data)
+        if call < 10:
+            for name in PhysicsState._fields:
+                np.testing.assert_array_equal(np.asarray(getattr(state, name)), np.asarray(getattr(data, name)))
+    np.testing.assert_array_equal(np.asarray(state.time), np.asarray(data.time))
+    np.testing.assert_allclose(np.asarray(state.qpos), np.asarray(data.qpos), atol=1e-4)
+    np.testing.assert_allclose(np.asarray(state.qvel), np.asarray(data.qvel), rtol=1e-3, atol=1e-3)
+    assert float(np.abs(np.asarray(state.qvel)).max()) > 1.0  # the cars moved
+
+
+def test_a_restarted_world_does_not_remember_its_past(config):
+    """MuJoCo scratch persists between calls: a world reset to a state
+    steps exactly as from a fresh backend, whatever it and the other worlds
+    did before."""
+    worlds, steps = 3, 30
+    used = MjxWarpPhysics(config, worlds)
+    qpos, qvel, ctrls = _random_drive(used.mj_model, worlds, steps, seed=11)
+    step = jax.jit(used.step)
+    state = _start(used, *_random_drive(used.mj_model, worlds, 1, seed=12)[:2])
+    for ctrl in _random_drive(used.mj_model, worlds, steps, seed=13)[2]:
+        state = step(state, jnp.asarray(ctrl))
+    state = _start(used, qpos, qvel, state)
+    fresh = MjxWarpPhysics(config, worlds)
+    fresh_step = jax.jit(fresh.step)
+    reference = _start(fresh, qpos, qvel)
+    for ctrl in ctrls:
+        state, reference = step(state, jnp.asarray(ctrl)), fresh_step(reference, jnp.asarray(ctrl))
+        for name in PhysicsState._fields:
+            np.testing.assert_array_equal(np.asarray(getattr(state, name)), np.asarray(getattr(reference, name)))

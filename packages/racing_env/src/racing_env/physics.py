@@ -1,8 +1,10 @@
 """The two physics backends behind one small interface.
 
-- `MjxWarpPhysics` (``"mjx_warp"``): MJX with ``impl="warp"``; all worlds'
-  state is one batched `mjx.Data` (JAX arrays), stepped inside the env's
-  single jitted step. Runs on the GPU, and on Warp's CPU device for tests.
+- `MjxWarpPhysics` (``"mjx_warp"``): MJX-Warp's engine (the mujoco_warp that
+  mujoco-mjx ships for ``impl="warp"``) for all worlds at once, stepped
+  inside the env's single jitted step through one Warp callable per control
+  step. Its JAX state is the car's integration state only (`PhysicsState`).
+  Runs on the GPU, and on Warp's CPU device for tests.
 - `CpuReferencePhysics` (``"cpu_reference"``): MuJoCo's C library in float64,
   batch one, on the host; the development and Gymnasium-checker path.
 
@@ -14,6 +16,8 @@ at the given qpos.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -22,7 +26,7 @@ import numpy as np
 from racing_env import car
 from racing_env.config import ProjectConfig
 
-__all__ = ["BACKENDS", "MjxWarpPhysics", "CpuReferencePhysics"]
+__all__ = ["BACKENDS", "PhysicsState", "MjxWarpPhysics", "CpuReferencePhysics"]
 
 #: The backend names the environments accept.
 BACKENDS = ("cpu_reference", "mjx_warp")
@@ -34,73 +38,122 @@ _CONTACTS_PER_WORLD = 8
 _CONSTRAINTS_PER_WORLD = 48
 
 
+class PhysicsState(NamedTuple):
+    """The integration state of `E` cars: all that one MuJoCo step reads
+    from the previous one (the car has no activations, mocap bodies or
+    sleeping trees; every other MuJoCo quantity is recomputed each step).
+
+    Attributes:
+        qpos: float32 [E, NQ], positions (free joint, then hinges).
+        qvel: float32 [E, NV], velocities.
+        qacc_warmstart: float32 [E, NV], the solver's warm start, m/s^2 and rad/s^2.
+        time: float32 [E], simulated time of each world's episode, s.
+    """
+
+    qpos: jax.Array
+    qvel: jax.Array
+    qacc_warmstart: jax.Array
+    time: jax.Array
+
+
 class MjxWarpPhysics:
     """Batched MJX-Warp physics of `num_envs` identical cars.
 
-    The state is an `mjx.Data` whose arrays carry a leading world axis. The
-    methods below are pure functions of it, meant to be traced inside the
-    env's jitted step.
+    The state is a `PhysicsState` of JAX arrays with a leading world axis;
+    the methods below are pure functions of it, meant to be traced inside
+    the env's jitted step. `step` is one Warp callable that copies the state
+    and controls into a Warp-side MuJoCo data of all worlds, runs `substeps`
+    MuJoCo steps on it and copies the state out: four small arrays cross the
+    JAX-Warp boundary per control step, where MJX's own `mjx.step` stages
+    every field of its data (hundreds of arrays) at every physics step.
 
-    On CUDA each `mjx.step` replays one CUDA graph captured by Warp with
+    On CUDA the callable replays one CUDA graph captured by Warp with
     staging buffers (`wp.JaxCallableGraphMode.WARP_STAGED`): the graph
     copies XLA's operand buffers in and out, so it is captured once per
-    jitted call site. MJX's default mode keys its graphs on the operands'
-    addresses, which are XLA temporaries: any JAX allocation between two
-    steps (a policy, a metric) moves them, and on an H200 every step then
-    captured anew, 100x slower at 1,024 worlds (1.4 to 136 ms a step).
-    Staging costs ~0.8 ms a step at 1,024 worlds and ~2.7 ms at 65,536, and
-    holds whatever runs between steps. Warp's CPU device runs the calls
-    eagerly (MJX's CPU default).
+    jitted call site whatever runs between steps. Keyed on the operands'
+    addresses instead (Warp's default), a graph is captured anew whenever
+    XLA places its temporaries elsewhere, which any JAX allocation between
+    steps (a policy, a rollout buffer) can cause; on an H200 that made steps
+    100x slower. Warp's CPU device runs the callable eagerly.
     """
 
     name = "mjx_warp"
 
     def __init__(self, config: ProjectConfig, num_envs: int) -> None:
         import warp as wp
-        from mujoco import mjx
+        from mujoco.mjx.third_party import mujoco_warp as mjwarp
 
         self.config = config
         self.num_envs = num_envs
-        self.mj_model = car.build_model(config)
-        # Contact-budget overflow is kept in the data (`overflow`), not printed
-        # from inside the kernels on every step.
+        self.mj_model = mj_model = car.build_model(config)
         cuda = jax.default_backend() == "gpu"
-        graph_mode = wp.JaxCallableGraphMode.WARP_STAGED if cuda else None
-        self.model = mjx.put_model(self.mj_model, impl="warp", graph_mode=graph_mode).tree_replace(
-            {"opt._impl.warn_overflow": 0}
+        self.device = wp.get_device("cuda:0" if cuda else "cpu")
+        with wp.ScopedDevice(self.device):
+            model = mjwarp.put_model(mj_model)
+            # Contact-budget overflow is not printed from inside the kernels.
+            model.opt.warn_overflow = 0
+            data = mjwarp.make_data(
+                mj_model, nworld=num_envs, naconmax=_CONTACTS_PER_WORLD * num_envs, njmax=_CONSTRAINTS_PER_WORLD
+            )
+            # Compile and load every kernel now, outside any graph capture.
+            mjwarp.step(model, data)
+        self._model, self._data = model, data
+        substeps = config.substeps
+
+        def advance(
+            qpos: wp.array2d(dtype=wp.float32),
+            qvel: wp.array2d(dtype=wp.float32),
+            qacc_warmstart: wp.array2d(dtype=wp.float32),
+            time: wp.array(dtype=wp.float32),
+            ctrl: wp.array2d(dtype=wp.float32),
+        ):
+            wp.copy(data.qpos, qpos)
+            wp.copy(data.qvel, qvel)
+            wp.copy(data.qacc_warmstart, qacc_warmstart)
+            wp.copy(data.time, time)
+            wp.copy(data.ctrl, ctrl)
+            for _ in range(substeps):
+                mjwarp.step(model, data)
+            wp.copy(qpos, data.qpos)
+            wp.copy(qvel, data.qvel)
+            wp.copy(qacc_warmstart, data.qacc_warmstart)
+            wp.copy(time, data.time)
+
+        mode = wp.JaxCallableGraphMode.WARP_STAGED if cuda else wp.JaxCallableGraphMode.NONE
+        self._advance = wp.jax_callable(
+            advance,
+            num_outputs=4,
+            graph_mode=mode,
+            in_out_argnames=("qpos", "qvel", "qacc_warmstart", "time"),
         )
-        self._mjx = mjx
 
-    def initial(self) -> object:
-        """Fresh batched data, every car at MuJoCo's default pose."""
-        mj_model, mjx = self.mj_model, self._mjx
-        naconmax = _CONTACTS_PER_WORLD * self.num_envs
+    def initial(self) -> PhysicsState:
+        """Fresh state, every car at MuJoCo's default pose and at rest."""
+        e, nv = self.num_envs, self.mj_model.nv
+        qpos0 = jnp.asarray(self.mj_model.qpos0, jnp.float32)
+        return PhysicsState(
+            qpos=jnp.tile(qpos0, (e, 1)),
+            qvel=jnp.zeros((e, nv), jnp.float32),
+            qacc_warmstart=jnp.zeros((e, nv), jnp.float32),
+            time=jnp.zeros(e, jnp.float32),
+        )
 
-        def one(_):
-            return mjx.make_data(mj_model, impl="warp", naconmax=naconmax, njmax=_CONSTRAINTS_PER_WORLD)
-
-        return jax.jit(jax.vmap(one))(jnp.arange(self.num_envs))
-
-    def kinematics(self, data) -> tuple[jax.Array, jax.Array]:
+    def kinematics(self, state: PhysicsState) -> tuple[jax.Array, jax.Array]:
         """(qpos float32 [E, NQ], qvel float32 [E, NV])."""
-        return data.qpos, data.qvel
+        return state.qpos, state.qvel
 
-    def step(self, data, ctrl: jax.Array):
+    def step(self, state: PhysicsState, ctrl: jax.Array) -> PhysicsState:
         """One control step: `substeps` physics steps holding `ctrl` [E, NU]."""
-        data = data.replace(ctrl=ctrl)
-        step = jax.vmap(self._mjx.step, in_axes=(None, 0))
-        for _ in range(self.config.substeps):
-            data = step(self.model, data)
-        return data
+        return PhysicsState(*self._advance(*state, ctrl.astype(jnp.float32)))
 
-    def reset(self, data, mask: jax.Array, qpos: jax.Array):
+    def reset(self, state: PhysicsState, mask: jax.Array, qpos: jax.Array) -> PhysicsState:
         """Worlds where `mask` [E] is set restart at rest at `qpos` [E, NQ]."""
         m = mask[:, None]
-        return data.replace(
-            qpos=jnp.where(m, qpos, data.qpos),
-            qvel=jnp.where(m, 0.0, data.qvel),
-            qacc_warmstart=jnp.where(m, 0.0, data.qacc_warmstart),
-            time=jnp.where(mask, 0.0, data.time),
+        return PhysicsState(
+            qpos=jnp.where(m, qpos, state.qpos),
+            qvel=jnp.where(m, 0.0, state.qvel),
+            qacc_warmstart=jnp.where(m, 0.0, state.qacc_warmstart),
+            time=jnp.where(mask, 0.0, state.time),
         )
 
 
