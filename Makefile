@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed
 DEV := "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
 .PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration sim materialize-track-pool docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env matrix clean
+        test-integration sim materialize-track-pool evaluate docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env matrix clean
 
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ sim: $(STAMP)
 # Level 1's Train, Validation and Test pools into the cache, verified (ARGS="--splits validation", ...).
 materialize-track-pool: $(STAMP)
 	$(PY) -m racing_stack.pools $(ARGS)
+
+# A controller plugin on a Level's tracks, as JSON and a picture (ARGS="--tracks 10 --plot run.png", ...).
+evaluate: $(STAMP)
+	$(PY) -m racing_stack.evaluate $(ARGS)
 
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict

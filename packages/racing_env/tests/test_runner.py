@@ -113,6 +113,38 @@ def test_many_worlds_take_the_next_episodes_as_they_free_up(mjx_pool_env, short_
     assert len({(e.world, e.episode_seed) for e in result.episodes}) == 5
 
 
+def test_track_indices_drive_each_row_once_in_waves(mjx_pool_env, short_pool):
+    """Five rows on three worlds: a wave of three from an explicit reset,
+    then a wave of two (world 2 idles); every episode on its own row, the
+    seeds continuing from the first wave's."""
+    rows = [2, 0, 1, 1, 2]
+    result = run(load_plugin(TEMPLATE), mjx_pool_env, seed=5, track_indices=rows)
+    ids = np.asarray(short_pool.track_id).tolist()
+    assert [e.world for e in result.episodes] == [0, 1, 2, 0, 1]
+    assert [e.track_id for e in result.episodes] == [ids[r] for r in rows]
+    assert all(e.steps == 4 and e.termination_reason == "timeout" for e in result.episodes)
+    assert len({(e.world, e.episode_seed) for e in result.episodes}) == 5
+
+
+def test_track_indices_on_one_world(env):
+    result = run(load_plugin(TEMPLATE), env, seed=1, track_indices=[0, 0])
+    assert len(result.episodes) == 2 and result.episodes[0].episode_seed != result.episodes[1].episode_seed
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({}, ValueError, "exactly one"),
+    ({"episodes": 2, "track_indices": [0]}, ValueError, "exactly one"),
+    ({"track_indices": []}, ValueError, "at least one"),
+    ({"track_indices": [1]}, ValueError, "outside the env's 1 pool rows"),
+    ({"track_indices": [-1]}, ValueError, "outside"),
+    ({"track_indices": [0.0]}, TypeError, "integers"),
+    ({"track_indices": [True]}, TypeError, "integers"),
+])
+def test_bad_run_arguments_are_refused(env, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        run(load_plugin(TEMPLATE), env, **kwargs)
+
+
 @pytest.mark.parametrize("body,reason,error", [
     ("return np.zeros((1, 2))", "invalid_action", "shape [2]"),
     ("return 'ab'", "invalid_action", "ValueError"),

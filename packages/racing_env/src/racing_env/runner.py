@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -122,37 +122,81 @@ class _World:
         self.progress = 0.0
 
 
-def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int, seed: int = 0,
-        progress: Callable[[int, int], None] | None = None) -> RunResult:
-    """Run ``episodes`` episodes of ``plugin`` in ``env``.
+def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed: int = 0,
+        progress: Callable[[int, int], None] | None = None, *,
+        track_indices: Sequence[int] | None = None) -> RunResult:
+    """Run ``plugin`` in ``env`` for ``episodes`` episodes, or once on each
+    pool row of ``track_indices``.
 
     Args:
         plugin: a loaded plugin (`racing_env.plugins.load_plugin`).
         env: the vector env (either backend); its Level, vehicle and
             benchmark values are the controller's Challenge config.
-        episodes: how many episodes to end, >= 1.
-        seed: the root seed of the env's reset.
-        progress: called as ``progress(ended, episodes)`` after each ended episode.
+        episodes: how many episodes to end, >= 1; the env's TrackPool
+            choice (SeedSequence domain 2) picks their tracks, with
+            replacement. Give this or ``track_indices``.
+        seed: the root seed of the env's first reset.
+        progress: called as ``progress(ended, total)`` after each ended episode.
+        track_indices: pool rows to drive once each, in waves of
+            ``env.num_envs`` worlds: each wave starts with an explicit
+            reset (``options={"track_indices": ...}``; the first with
+            ``seed``, the others continuing the episode counters) and ends
+            when its last episode ends.
 
     Returns:
         The `RunResult`; episodes in the order they ended.
     """
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-        raise ValueError(f"episodes must be an int >= 1, got {episodes!r}")
     if not isinstance(env, VecCarRacingEnv):
         raise TypeError(f"env must be a VecCarRacingEnv, got {type(env).__name__}")
+    if (episodes is None) == (track_indices is None):
+        raise ValueError("give exactly one of episodes and track_indices")
+    if episodes is not None and (isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1):
+        raise ValueError(f"episodes must be an int >= 1, got {episodes!r}")
+    if track_indices is not None:
+        rows = [_row(r, env) for r in track_indices]
+        if not rows:
+            raise ValueError("track_indices must name at least one pool row")
     challenge = challenge_values(env)
     config = plugin.config(challenge)
     start = time.perf_counter()
-    obs, info = env.reset(seed=seed)
+    ended: list[EpisodeResult] = []
+    total = episodes if track_indices is None else len(rows)
+    if track_indices is None:
+        obs, info = env.reset(seed=seed)
+        _drive(plugin, env, config, obs, info, episodes, ended, total, progress)
+    for first in range(0, 0 if track_indices is None else total, env.num_envs):
+        wave = rows[first:first + env.num_envs]
+        # Idle worlds (a last, partial wave) drive wave[0] and are never read.
+        options = {"track_indices": wave + [wave[0]] * (env.num_envs - len(wave))}
+        obs, info = env.reset(seed=seed, options=options) if first == 0 else env.reset(options=options)
+        _drive(plugin, env, config, obs, info, len(wave), ended, total, progress)
+    return RunResult(plugin=str(plugin.directory), backend=env.backend, worlds=env.num_envs, seed=seed,
+                     challenge=challenge, episodes=ended, summary=summarize(ended),
+                     seconds=time.perf_counter() - start)
+
+
+def _row(value: object, env: VecCarRacingEnv) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"track_indices must hold integers, got {value!r}")
+    if not 0 <= int(value) < len(env.track_pool):
+        raise ValueError(f"track_indices holds {int(value)}, outside the env's {len(env.track_pool)} pool rows")
+    return int(value)
+
+
+def _drive(plugin: Plugin, env: VecCarRacingEnv, config: Any, obs: Mapping[str, Any], info: Mapping[str, Any],
+           count: int, ended: list[EpisodeResult], total: int,
+           progress: Callable[[int, int], None] | None) -> None:
+    """End ``count`` more episodes from a fresh reset's ``obs``/``info``,
+    appending them to ``ended``: worlds start episodes in world order and
+    again as they free up, until ``count`` have started; the others idle."""
+    target = len(ended) + count
     host_obs, host_info = _host(obs), _host(info)
-    started = min(env.num_envs, episodes)
+    started = min(env.num_envs, count)
     worlds: list[_World | None] = [
         _start(plugin, host_obs, host_info, w, config) if w < started else None for w in range(env.num_envs)
     ]
-    ended: list[EpisodeResult] = []
     pending = np.zeros(env.num_envs, bool)  # the last call ended the world's episode
-    while len(ended) < episodes:
+    while len(ended) < target:
         # float64: the env itself converts, clipping finite values beyond
         # float32's range as it does for any host action.
         actions = np.zeros((env.num_envs, 2), np.float64)
@@ -165,7 +209,7 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int, seed: int = 0,
         for w in range(env.num_envs):
             if pending[w]:  # this call was the world's NEXT_STEP reset
                 pending[w] = False
-                more = started < episodes
+                more = started < count
                 worlds[w] = _start(plugin, host_obs, host_info, w, config) if more else None
                 started += more
                 continue
@@ -183,13 +227,10 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int, seed: int = 0,
             if world.controller is not None:
                 _callback(world, "episode_callback")
             ended.append(_result(w, world, host_info))
+            worlds[w] = None
             pending[w] = True
             if progress is not None:
-                progress(len(ended), episodes)
-    # Never more than `episodes` end: no world starts an episode beyond them.
-    return RunResult(plugin=str(plugin.directory), backend=env.backend, worlds=env.num_envs, seed=seed,
-                     challenge=challenge, episodes=ended, summary=summarize(ended),
-                     seconds=time.perf_counter() - start)
+                progress(len(ended), total)
 
 
 def _host(tree: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,190 @@
+"""``evaluate``: the Runner's command line. A controller plugin on a Level's
+tracks, a JSON result and, optionally, its picture.
+
+    python -m racing_stack.evaluate [--controller DIR] [--level 0|1]
+        [--split train|validation|test] [--tracks N] [--episodes N]
+        [--backend cpu_reference|mjx_warp] [--worlds N] [--seed N]
+        [--out FILE] [--plot FILE] [--reference FILE]
+
+Level 1 drives every track of the split once (or its first ``--tracks``),
+from the verified pool in the cache (built there on first use, as
+``materialize-track-pool`` does; a pool that fails verification is an error
+naming the split and the row). Level 0 drives its one
+fixed track ``--episodes`` times. ``--plot`` draws the lap time of every
+track against its length, coloured by outcome, and against a reference
+result (``--reference``, a JSON result of another controller on the same
+tracks) where one is given. Progress goes to stderr, the JSON summary to
+stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["evaluate", "draw", "main"]
+
+#: Outcome colours of the picture.
+_COLOURS = {"success": "tab:green", "off_track": "tab:red", "timeout": "tab:orange", "invalid_action": "tab:purple"}
+
+
+def evaluate(controller: Path | None = None, level: int = 1, split: str = "validation", tracks: int | None = None,
+             episodes: int = 1, backend: str = "mjx_warp", worlds: int | None = None, seed: int = 0,
+             progress=None) -> dict[str, Any]:
+    """Run the plugin and return the Runner's JSON result, with the level,
+    split and every driven track's length (m) under ``"track_length_m"``
+    (keyed by track id).
+
+    Args:
+        controller: a plugin directory (default: the pure-pursuit reference).
+        level: 0 (the fixed track) or 1 (a generated split).
+        split: Level 1's split.
+        tracks: Level 1: drive only the split's first N tracks.
+        episodes: Level 0: episodes on the fixed track.
+        backend: ``"cpu_reference"`` (one world) or ``"mjx_warp"``.
+        worlds: worlds at once (default: 1 on cpu_reference, else as many
+            as there are tracks, at most 1,024).
+        seed: the env's root reset seed.
+        progress: called as ``progress(ended, total)``.
+
+    Raises:
+        ValueError: a bad level, split, count or a pool that fails
+            verification; `racing_env.plugins.PluginError` for a bad plugin.
+    """
+    from racing_env import LEVEL_0, LEVEL_1, ProjectConfig, VecCarRacingEnv, level0_track
+    from racing_env.plugins import PURSUIT, load_plugin
+    from racing_env.runner import run
+
+    from racing_stack.pools import SPLITS, materialize
+
+    if level not in (0, 1):
+        raise ValueError(f"level must be 0 or 1, got {level!r}")
+    plugin = load_plugin(controller or PURSUIT)
+    if level == 0:
+        source, total, rows = {"track": level0_track()}, episodes, None
+    else:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+        pool = materialize(split)
+        count = len(pool) if tracks is None else tracks
+        if not 1 <= count <= len(pool):
+            raise ValueError(f"tracks must be in [1, {len(pool)}] for split {split!r}, got {count}")
+        source, total, rows = {"track_pool": pool}, count, list(range(count))
+    if worlds is None:
+        worlds = 1 if backend == "cpu_reference" else min(total, 1024)
+    env = VecCarRacingEnv(worlds, config=ProjectConfig(), level=LEVEL_0 if level == 0 else LEVEL_1,
+                          backend=backend, **source)
+    if rows is None:
+        result = run(plugin, env, episodes=total, seed=seed, progress=progress)
+    else:
+        result = run(plugin, env, seed=seed, progress=progress, track_indices=rows)
+    out = result.to_json()
+    out["level"] = level
+    out["split"] = None if level == 0 else split
+    lengths = env.track_pool.track_length.tolist()
+    ids = env.track_pool.track_id.tolist()
+    out["track_length_m"] = {str(i): float(length) for i, length in zip(ids, lengths)}
+    return out
+
+
+def draw(result: dict[str, Any], path: Path, reference: dict[str, Any] | None = None) -> None:
+    """The result as a picture: lap time against track length per episode,
+    coloured by outcome (a failed episode drawn at its progress x 100 % on a
+    second axis), and lap time against the reference's on the same tracks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    episodes = result["episodes"]
+    lengths = result["track_length_m"]
+    panels = 2 if reference is not None else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.8), squeeze=False)
+    ax = axes[0, 0]
+    for reason, colour in _COLOURS.items():
+        mine = [e for e in episodes if e["termination_reason"] == reason]
+        if not mine:
+            continue
+        x = [lengths[str(e["track_id"])] for e in mine]
+        y = [e["lap_time_s"] if e["lap_completed"] else float("nan") for e in mine]
+        if reason == "success":
+            ax.scatter(x, y, s=9, c=colour, label=f"{reason} ({len(mine)})")
+        else:
+            ax.scatter(x, [0.0] * len(x), s=14, c=colour, marker="x", label=f"{reason} ({len(mine)})")
+    s = result["summary"]
+    rate = 100.0 * (s["success_rate"] or 0.0)
+    median = s["lap_time_s"]["median"]
+    title = f"{Path(result['plugin']).name}: {rate:.1f} % laps"
+    if median is not None:
+        title += f", median {median:.1f} s"
+    ax.set(xlabel="track length (m)", ylabel="lap time (s); failures at 0", title=title)
+    ax.legend(fontsize=8)
+    if reference is not None:
+        ax = axes[0, 1]
+        theirs = {e["track_id"]: e for e in reference["episodes"] if e["lap_completed"]}
+        pairs = [(theirs[e["track_id"]]["lap_time_s"], e["lap_time_s"]) for e in episodes
+                 if e["lap_completed"] and e["track_id"] in theirs]
+        if pairs:
+            ref, mine = zip(*pairs)
+            ax.scatter(ref, mine, s=9)
+            low, high = min(ref + mine), max(ref + mine)
+            ax.plot([low, high], [low, high], "k--", lw=1, label="equal")
+            ax.legend(fontsize=8)
+        ax.set(xlabel=f"{Path(reference['plugin']).name} lap time (s)", ylabel="lap time (s)",
+               title=f"both lapped: {len(pairs)} tracks")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="evaluate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--controller", type=Path, default=None,
+                        help="a controller plugin directory (default: the pure-pursuit reference)")
+    parser.add_argument("--level", type=int, choices=(0, 1), default=1)
+    parser.add_argument("--split", default="validation", help="Level 1's split: train, validation or test")
+    parser.add_argument("--tracks", type=int, default=None, help="Level 1: only the split's first N tracks")
+    parser.add_argument("--episodes", type=int, default=1, help="Level 0: episodes on the fixed track")
+    parser.add_argument("--backend", choices=("cpu_reference", "mjx_warp"), default="mjx_warp")
+    parser.add_argument("--worlds", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON result here")
+    parser.add_argument("--plot", type=Path, default=None, help="draw the result as a PNG here")
+    parser.add_argument("--reference", type=Path, default=None, help="a reference JSON result for the picture")
+    parser.add_argument("--from-result", type=Path, default=None,
+                        help="draw an existing JSON result instead of running")
+    args = parser.parse_args(argv)
+    from racing_env.plugins import PluginError
+
+    if args.from_result is not None:
+        result = json.loads(args.from_result.read_text())
+    else:
+        def progress(ended: int, total: int) -> None:
+            if ended == total or ended % max(1, total // 20) == 0:
+                print(f"evaluate: {ended}/{total} episodes ended", file=sys.stderr)
+
+        try:
+            # stdout carries the JSON summary only: what the libraries print goes to stderr.
+            with contextlib.redirect_stdout(sys.stderr):
+                result = evaluate(args.controller, args.level, args.split, args.tracks, args.episodes,
+                                  args.backend, args.worlds, args.seed, progress)
+        except (ValueError, PluginError) as error:
+            print(f"evaluate: {error}", file=sys.stderr)
+            return 2
+        if args.out is not None:
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if args.plot is not None:
+        reference = None if args.reference is None else json.loads(args.reference.read_text())
+        draw(result, args.plot, reference)
+    print(json.dumps({k: result[k] for k in ("plugin", "backend", "worlds", "level", "split", "summary", "seconds")},
+                     indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""``evaluate``, the Runner's command line: a plugin on the first tracks of a
+verified split, the JSON result on the pool's own rows, the picture, clear
+errors for a bad level, split or count."""
+
+import json
+
+import pytest
+
+from racing_stack import evaluate, pools
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def first_two(cache):
+    """The pure-pursuit reference on Validation's first two tracks."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RACING_STACK_CACHE", str(cache))
+        return evaluate.evaluate(backend="cpu_reference", tracks=2)
+
+
+def test_it_drives_the_splits_first_tracks_once_each(first_two):
+    committed = json.loads((pools.MANIFESTS / f"{pools.pool_name('validation')}.json").read_text())
+    ids = [t["track_id"] for t in committed["tracks"][:2]]
+    assert [e["track_id"] for e in first_two["episodes"]] == ids
+    assert first_two["level"] == 1 and first_two["split"] == "validation"
+    assert first_two["summary"]["success_rate"] == 1.0  # the reference laps them
+    lengths = first_two["track_length_m"]
+    assert all(300.0 < lengths[str(i)] < 1500.0 for i in ids)
+
+
+def test_the_command_line_writes_the_result_and_draws_it(first_two, tmp_path, capsys):
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps(first_two))
+    picture = tmp_path / "result.png"
+    assert evaluate.main(["--from-result", str(result), "--plot", str(picture), "--reference", str(result)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["summary"] == first_two["summary"]
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and picture.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--level", "1", "--split", "nope"], "split must be one of"),
+    (["--tracks", "0"], "tracks must be in [1, 1000]"),
+    (["--tracks", "1001"], "tracks must be in [1, 1000]"),
+    (["--controller", "/nonexistent/plugin"], "nonexistent"),
+])
+def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsys):
+    monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
+    assert evaluate.main(["--backend", "cpu_reference", *argv]) == 2
+    assert message in capsys.readouterr().err
