@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 
 #: Distribution name -> the exact version known to work with the others.
 PINS: dict[str, str] = {
-    "track-gen": "0.1.0",
+    "track-gen": "0.1.1",
     "racing-env": "0.1.0",
     "rl-triton": "0.1.0",
 }
