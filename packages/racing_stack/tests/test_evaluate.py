@@ -29,6 +29,7 @@ def test_it_drives_the_splits_first_tracks_once_each(first_two):
     assert first_two["level"] == 1 and first_two["split"] == "validation"
     assert first_two["summary"]["success_rate"] == 1.0  # the reference laps them
     lengths = first_two["track_length_m"]
+    assert sorted(lengths) == sorted(str(i) for i in ids)  # the driven tracks, no others
     assert all(300.0 < lengths[str(i)] < 1500.0 for i in ids)
 
 
@@ -47,8 +48,10 @@ def test_the_command_line_writes_the_result_and_draws_it(first_two, tmp_path, ca
     (["--tracks", "0"], "tracks must be in [1, 1000]"),
     (["--tracks", "1001"], "tracks must be in [1, 1000]"),
     (["--controller", "/nonexistent/plugin"], "nonexistent"),
+    (["--split", "train", "--tracks", "10001"], "tracks must be in [1, 10000]"),
 ])
 def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsys):
     monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
     assert evaluate.main(["--backend", "cpu_reference", *argv]) == 2
     assert message in capsys.readouterr().err
+    assert not (cache / f"{pools.pool_name('train')}.npz").exists()  # refused before any pool is built

@@ -164,12 +164,13 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
     if track_indices is None:
         obs, info = env.reset(seed=seed)
         _drive(plugin, env, config, obs, info, episodes, ended, total, progress)
-    for first in range(0, 0 if track_indices is None else total, env.num_envs):
-        wave = rows[first:first + env.num_envs]
-        # Idle worlds (a last, partial wave) drive wave[0] and are never read.
-        options = {"track_indices": wave + [wave[0]] * (env.num_envs - len(wave))}
-        obs, info = env.reset(seed=seed, options=options) if first == 0 else env.reset(options=options)
-        _drive(plugin, env, config, obs, info, len(wave), ended, total, progress)
+    else:
+        for first in range(0, total, env.num_envs):
+            wave = rows[first:first + env.num_envs]
+            # Idle worlds (a last, partial wave) drive wave[0] and are never read.
+            options = {"track_indices": wave + [wave[0]] * (env.num_envs - len(wave))}
+            obs, info = env.reset(seed=seed, options=options) if first == 0 else env.reset(options=options)
+            _drive(plugin, env, config, obs, info, len(wave), ended, total, progress)
     return RunResult(plugin=str(plugin.directory), backend=env.backend, worlds=env.num_envs, seed=seed,
                      challenge=challenge, episodes=ended, summary=summarize(ended),
                      seconds=time.perf_counter() - start)

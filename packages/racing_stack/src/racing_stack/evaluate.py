@@ -55,6 +55,7 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
         ValueError: a bad level, split, count or a pool that fails
             verification; `racing_env.plugins.PluginError` for a bad plugin.
     """
+    import jax.numpy as jnp
     from racing_env import LEVEL_0, LEVEL_1, ProjectConfig, VecCarRacingEnv, level0_track
     from racing_env.plugins import PURSUIT, load_plugin
     from racing_env.runner import run
@@ -69,11 +70,11 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     else:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
-        pool = materialize(split)
-        count = len(pool) if tracks is None else tracks
-        if not 1 <= count <= len(pool):
-            raise ValueError(f"tracks must be in [1, {len(pool)}] for split {split!r}, got {count}")
-        source, total, rows = {"track_pool": pool}, count, list(range(count))
+        size = SPLITS[split].size
+        count = size if tracks is None else tracks
+        if not 1 <= count <= size:
+            raise ValueError(f"tracks must be in [1, {size}] for split {split!r}, got {count}")
+        source, total, rows = {"track_pool": materialize(split)}, count, list(range(count))
     if worlds is None:
         worlds = 1 if backend == "cpu_reference" else min(total, 1024)
     env = VecCarRacingEnv(worlds, config=ProjectConfig(), level=LEVEL_0 if level == 0 else LEVEL_1,
@@ -85,8 +86,9 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     out = result.to_json()
     out["level"] = level
     out["split"] = None if level == 0 else split
-    lengths = env.track_pool.track_length.tolist()
-    ids = env.track_pool.track_id.tolist()
+    driven = [0] if rows is None else rows
+    lengths = env.track_pool.track_length[jnp.asarray(driven)].tolist()
+    ids = env.track_pool.track_id[jnp.asarray(driven)].tolist()
     out["track_length_m"] = {str(i): float(length) for i, length in zip(ids, lengths)}
     return out
 
