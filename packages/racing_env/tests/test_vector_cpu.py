@@ -4,6 +4,8 @@ NEXT_STEP reset."""
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -80,6 +82,31 @@ def test_bad_constructor_arguments(config, kwargs, error, match):
     num_envs = args.pop("num_envs")
     with pytest.raises(error, match=match):
         VecCarRacingEnv(num_envs, **args)
+
+
+@pytest.mark.parametrize("backend", ["cpu_reference", "mjx_warp"])
+@pytest.mark.parametrize("num_envs", [3_000_000_000, 2**40])
+def test_a_batch_that_cannot_fit_is_refused_before_any_allocation(config, backend, num_envs):
+    """Before the check, 3e9 worlds were killed for memory while building
+    the batched spaces."""
+    with pytest.raises(ValueError, match=rf"num_envs={num_envs} needs at least .* GiB of host memory"):
+        VecCarRacingEnv(num_envs, config=config, level=LEVEL_0, backend=backend, track=level0_track())
+
+
+def test_the_footprint_bound_is_the_observation_bounds_in_host_memory(config):
+    """One world more than the host could hold for the batched observation
+    space's bounds (two observations a world) is refused; the physics data
+    is measured from Warp's own arrays."""
+    from racing_env.physics import MjxWarpPhysics
+    from racing_env.spaces import observation_space
+
+    obs = sum(int(np.prod(s.shape)) * np.dtype(s.dtype).itemsize for s in observation_space().spaces.values())
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    with pytest.raises(ValueError, match="host memory"):
+        VecCarRacingEnv(host // (2 * obs) + 1, config=config, level=LEVEL_0, backend="cpu_reference",
+                        track=level0_track())
+    per_world = MjxWarpPhysics.bytes_per_world(config)
+    assert 1_000 < per_world < 1_000_000  # a car's MuJoCo data, not nothing and not the whole batch
 
 
 def test_one_track_source_and_its_level(config, short_pool):

@@ -87,17 +87,14 @@ class MjxWarpPhysics:
         self.num_envs = num_envs
         self.mj_model = mj_model = car.build_model(config)
         cuda = jax.default_backend() == "gpu"
-        self.device = wp.get_device("cuda:0" if cuda else "cpu")
+        self.device = wp.get_device(_warp_device())
         with wp.ScopedDevice(self.device):
             model = mjwarp.put_model(mj_model)
             # Contact-budget overflow is not printed from inside the kernels.
             model.opt.warn_overflow = 0
-            data = mjwarp.make_data(
-                mj_model, nworld=num_envs, naconmax=_CONTACTS_PER_WORLD * num_envs, njmax=_CONSTRAINTS_PER_WORLD
-            )
+            data = _warp_data(mj_model, num_envs)
             # Compile and load every kernel now, outside any graph capture.
             mjwarp.step(model, data)
-        self._model, self._data = model, data
         substeps = config.substeps
 
         def advance(
@@ -127,6 +124,18 @@ class MjxWarpPhysics:
             in_out_argnames=("qpos", "qvel", "qacc_warmstart", "time"),
         )
 
+    @staticmethod
+    def bytes_per_world(config: ProjectConfig) -> int:
+        """Device bytes one more world adds to the Warp-side MuJoCo data
+        (measured on a one- and a two-world data on the backend's device;
+        the JAX state and the staging copies add a few hundred bytes more)."""
+        import warp as wp
+
+        mj_model = car.build_model(config)
+        with wp.ScopedDevice(_warp_device()):
+            one, two = (_nbytes(_warp_data(mj_model, n)) for n in (1, 2))
+        return two - one
+
     def initial(self) -> PhysicsState:
         """Fresh state, every car at MuJoCo's default pose and at rest."""
         e, nv = self.num_envs, self.mj_model.nv
@@ -155,6 +164,36 @@ class MjxWarpPhysics:
             qacc_warmstart=jnp.where(m, 0.0, state.qacc_warmstart),
             time=jnp.where(mask, 0.0, state.time),
         )
+
+
+def _warp_device() -> str:
+    """The Warp device of JAX's default backend."""
+    return "cuda:0" if jax.default_backend() == "gpu" else "cpu"
+
+
+def _warp_data(mj_model: mujoco.MjModel, num_envs: int):
+    """A Warp-side MuJoCo data of `num_envs` worlds on Warp's current device."""
+    from mujoco.mjx.third_party import mujoco_warp as mjwarp
+
+    return mjwarp.make_data(
+        mj_model, nworld=num_envs, naconmax=_CONTACTS_PER_WORLD * num_envs, njmax=_CONSTRAINTS_PER_WORLD
+    )
+
+
+def _nbytes(tree: object) -> int:
+    """Bytes of every Warp array in a (nested) dataclass."""
+    import dataclasses
+
+    import warp as wp
+
+    total = 0
+    for field in dataclasses.fields(tree):
+        value = getattr(tree, field.name)
+        if isinstance(value, wp.array):
+            total += value.size * wp.types.type_size_in_bytes(value.dtype)
+        elif dataclasses.is_dataclass(value):
+            total += _nbytes(value)
+    return total
 
 
 class CpuReferencePhysics:

@@ -285,6 +285,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
                 f"track_pool belongs to level {track_pool.level_id}, not to level {level.level_id}"
             )
         num_envs = int(num_envs)
+        _check_footprint(num_envs, config, backend)
         tracks = jax.jit(track_arrays)(
             track_pool.centerline,
             track_pool.left_boundary,
@@ -475,6 +476,29 @@ def _check_geometry(tracks: TrackArrays, config: ProjectConfig) -> None:
             f"track_pool has a track_length {float(mismatch):.2%} away from its centerline's perimeter; "
             "track_length must be the closed centerline's length"
         )
+
+
+def _check_footprint(num_envs: int, config: ProjectConfig, backend: str) -> None:
+    """Refuse, before anything is allocated, a batch whose per-world buffers
+    cannot fit: the batched observation space's bounds (two observations a
+    world) in host memory, and one observation plus the physics data a
+    world on the device. A necessary condition, not a promise that a batch
+    which passes it fits beside everything else."""
+    import os
+
+    import warp as wp
+
+    obs = sum(int(np.prod(space.shape)) * np.dtype(space.dtype).itemsize
+              for space in observation_space().spaces.values())
+    host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    need = {"host memory": (2 * obs * num_envs, host)}
+    if backend == "mjx_warp":
+        device = wp.get_device("cuda:0").total_memory if jax.default_backend() == "gpu" else host
+        need["device memory"] = ((obs + MjxWarpPhysics.bytes_per_world(config)) * num_envs, device)
+    for where, (needed, available) in need.items():
+        if needed > available:
+            raise ValueError(f"num_envs={num_envs} needs at least {needed / 2**30:.1f} GiB of {where} "
+                             f"for its per-world buffers; this machine has {available / 2**30:.1f} GiB")
 
 
 def reset_option(options: dict | None, key: str) -> object | None:
