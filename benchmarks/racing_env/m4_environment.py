@@ -48,15 +48,10 @@ device (evaluating no throughput gate) and writes
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import platform
-import subprocess
 import sys
-import threading
 import time
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -66,16 +61,27 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import warp as wp  # noqa: E402
+from protocol import (  # noqa: E402
+    ACTION_BATCHES,
+    CaptureCounter,
+    EnvStepper,
+    VramSampler,
+    environment,
+    gate,
+    health_run,
+    logger,
+    random_actions,
+    source_hashes,
+    transfer_guards,
+    vram_summary,
+)
 
-import racing_env  # noqa: E402
-from racing_env import LEVEL_0, Level, ProjectConfig, TerminationReason, TrackPool, VecCarRacingEnv, car  # noqa: E402
+from racing_env import LEVEL_0, Level, ProjectConfig, TrackPool, VecCarRacingEnv, car  # noqa: E402
 from racing_env.physics import MjxWarpPhysics  # noqa: E402
 from racing_stack.bridge import pool_from_course  # noqa: E402
 from track_gen.course import Course  # noqa: E402
 from track_gen.pipeline import presets  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-ACTION_BATCHES = 64
 #: track_gen seeds of the benchmark's courses: TRACK_SEED + env index.
 TRACK_SEED = 1_000_000
 GATE_TPS_1024 = 500_000
@@ -83,94 +89,7 @@ GATE_TPS_65536 = 4_000_000
 GATE_SHARE = 0.8
 #: Level 1 of the benchmark: the Level 0 timeout on generated tracks.
 LEVEL = Level(level_id=1, name="m4", max_episode_steps=LEVEL_0.max_episode_steps)
-
-
-def log(msg: str) -> None:
-    print(f"[m4 {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def source_hashes() -> dict[str, str]:
-    """sha256 of every source file that decides what was measured."""
-    files = sorted((ROOT / "packages/racing_env/src").rglob("*.py"))
-    files += sorted((ROOT / "packages/racing_stack/src").rglob("*.py"))
-    files.append(Path(__file__).resolve())
-    return {str(f.relative_to(ROOT)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
-
-
-def environment() -> dict[str, Any]:
-    env = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "numpy": np.__version__,
-        "jax": jax.__version__,
-        "jaxlib": version("jaxlib"),
-        "warp": wp.__version__,
-        "mujoco": version("mujoco"),
-        "mujoco_mjx": version("mujoco-mjx"),
-        "gymnasium": version("gymnasium"),
-        "racing_env": racing_env.__version__,
-        "jax_devices": [str(d) for d in jax.devices()],
-    }
-    if jax.default_backend() == "gpu":
-        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
-        env["gpu"] = subprocess.run(query, capture_output=True, text=True).stdout.strip()
-    return env
-
-
-class VramSampler:
-    """This process's GPU memory (MiB, from nvidia-smi) every `period` s."""
-
-    def __init__(self, period: float = 0.5) -> None:
-        self.period = period
-        self.samples: list[tuple[float, int]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def read(self) -> int | None:
-        query = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
-        try:
-            out = subprocess.run(query, capture_output=True, text=True, timeout=10).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        used = [int(m) for p, m in (line.split(",") for line in out.strip().splitlines() if "," in line)
-                if int(p) == os.getpid()]
-        return sum(used) if used else None
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            value = self.read()
-            if value is not None:
-                self.samples.append((time.perf_counter(), value))
-            self._stop.wait(self.period)
-
-    def __enter__(self) -> VramSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-class CaptureCounter:
-    """Counts Warp graph captures (`wp.ScopedCapture` entries) while active."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._enter = wp.ScopedCapture.__enter__
-
-    def __enter__(self) -> CaptureCounter:
-        enter = self._enter
-
-        def counting(capture):
-            self.count += 1
-            return enter(capture)
-
-        wp.ScopedCapture.__enter__ = counting
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        wp.ScopedCapture.__enter__ = self._enter
+log = logger("m4")
 
 
 def make_pool(num_tracks: int, device: str):
@@ -191,40 +110,6 @@ def make_pool(num_tracks: int, device: str):
     )
     return pool, {"generated": generated, "valid": valid, "admitted": num_tracks,
                   "track_gen_seeds": f"{TRACK_SEED} + env index", "seconds": time.perf_counter() - t0}
-
-
-def random_actions(env: VecCarRacingEnv, seed: int) -> list[jax.Array]:
-    low = jnp.asarray(env.single_action_space.low)
-    high = jnp.asarray(env.single_action_space.high)
-    key = jax.random.PRNGKey(seed)
-    batches = jax.random.uniform(key, (ACTION_BATCHES, env.num_envs, 2), minval=low, maxval=high)
-    return [batches[k] for k in range(ACTION_BATCHES)]
-
-
-class EnvStepper:
-    """The env under the cycled random actions, `run(n)` steps at a time."""
-
-    name = "env"
-
-    def __init__(self, env: VecCarRacingEnv) -> None:
-        self.env = env
-        self.worlds = env.num_envs
-        self.actions = random_actions(env, 0)
-        self.calls = 0
-        self.out: tuple | None = None
-
-    def run(self, steps: int) -> float:
-        """Seconds for `steps` calls, dispatched back to back, one sync at the end."""
-        start = time.perf_counter()
-        for _ in range(steps):
-            self.out = self.env.step(self.actions[self.calls % ACTION_BATCHES])
-            self.calls += 1
-        jax.block_until_ready(self.out)
-        return time.perf_counter() - start
-
-    def final_nonfinite(self) -> int:
-        obs, reward, _, _, info = self.out
-        return int(count_nonfinite(obs, reward, info["lap_time_s"]))
 
 
 class PhysicsStepper:
@@ -313,113 +198,6 @@ def timed_runs(env: VecCarRacingEnv, steps: int, rounds: int, sampler: VramSampl
     return result
 
 
-@jax.jit
-def count_nonfinite(obs, reward, lap_time_s) -> jax.Array:
-    """Non-finite entries among the public numeric values of one call."""
-    leaves = [*obs.values(), reward, lap_time_s]
-    return sum(jnp.sum(~jnp.isfinite(x.astype(jnp.float32))) for x in leaves)
-
-
-def vram_summary(samples: list[tuple[float, int]], start: float, end: float) -> dict[str, Any]:
-    inside = [(t, m) for t, m in samples if start <= t <= end]
-    if len(inside) < 3:
-        return {"samples": len(inside), "peak_mib": None, "steady_growth_mib": None}
-    settle = start + 0.1 * (end - start)
-    steady = [m for t, m in inside if t >= settle]
-    return {
-        "samples": len(inside),
-        "peak_mib": max(m for _, m in samples),
-        "after_first_tenth_mib": steady[0],
-        "steady_max_mib": max(steady),
-        "steady_growth_mib": max(steady) - steady[0],
-    }
-
-
-def health_run(env: VecCarRacingEnv) -> dict[str, Any]:
-    """Zero actions from a fresh reset until every world has timed out and
-    autoreset once."""
-    timeout = env.level.max_episode_steps
-    obs, info = env.reset(seed=4)
-    zero = jnp.zeros((env.num_envs, 2), jnp.float32)
-    counts = {name: jnp.zeros(env.num_envs, jnp.int32) for name in ("timeout", "success", "off_track", "invalid")}
-    resets = jnp.zeros(env.num_envs, jnp.int32)
-    nonfinite = jnp.zeros((), jnp.int32)
-    timeout_call = jnp.zeros(env.num_envs, jnp.int32)
-    reset_call = jnp.zeros(env.num_envs, jnp.int32)
-    first_episode = info["episode_seed"]
-    pending = jnp.zeros(env.num_envs, bool)
-
-    @jax.jit
-    def tally(call, counts, resets, nonfinite, timeout_call, reset_call, pending, obs, reward, terminated, truncated,
-              info):
-        call = call + 1
-        reason = info["termination_reason"]
-        counts = {
-            "timeout": counts["timeout"] + (reason == TerminationReason.TIMEOUT),
-            "success": counts["success"] + (reason == TerminationReason.SUCCESS),
-            "off_track": counts["off_track"] + (reason == TerminationReason.OFF_TRACK),
-            "invalid": counts["invalid"] + (reason == TerminationReason.INVALID_ACTION),
-        }
-        timeout_call = jnp.where(truncated, call, timeout_call)
-        is_reset = pending & (reward == 0) & ~terminated & ~truncated & (info["episode_seed"] != first_episode)
-        resets = resets + is_reset
-        reset_call = jnp.where(is_reset, call, reset_call)
-        nonfinite = nonfinite + count_nonfinite(obs, reward, info["lap_time_s"])
-        return call, counts, resets, nonfinite, timeout_call, reset_call, terminated | truncated
-
-    steps = timeout + 2
-    t0 = time.perf_counter()
-    nonfinite = nonfinite + count_nonfinite(obs, jnp.zeros(env.num_envs), info["lap_time_s"])
-    call = jnp.zeros((), jnp.int32)  # on the device: no transfer per step
-    for _ in range(steps):
-        obs, reward, terminated, truncated, info = env.step(zero)
-        call, counts, resets, nonfinite, timeout_call, reset_call, pending = tally(
-            call, counts, resets, nonfinite, timeout_call, reset_call, pending, obs, reward, terminated,
-            truncated, {k: v for k, v in info.items() if k != "benchmark_version"},
-        )
-    jax.block_until_ready(resets)
-    counts = {k: np.asarray(v) for k, v in counts.items()}
-    timeout_call, reset_call = np.asarray(timeout_call), np.asarray(reset_call)
-    return {
-        "steps": steps,
-        "seconds": time.perf_counter() - t0,
-        "worlds": env.num_envs,
-        "timeouts": int(counts["timeout"].sum()),
-        "worlds_timed_out_once": int((counts["timeout"] == 1).sum()),
-        "timeout_at_call": sorted(set(timeout_call.tolist())),
-        "autoresets": int(np.asarray(resets).sum()),
-        "worlds_reset_once": int((np.asarray(resets) == 1).sum()),
-        "reset_at_call": sorted(set(reset_call.tolist())),
-        "success": int(counts["success"].sum()),
-        "off_track": int(counts["off_track"].sum()),
-        "invalid_action": int(counts["invalid"].sum()),
-        "nonfinite_public_values": int(nonfinite),
-    }
-
-
-def transfer_guards(env: VecCarRacingEnv) -> dict[str, Any]:
-    """An active step and a mixed-world autoreset step under
-    ``jax.transfer_guard("disallow")`` after warm-up."""
-    env.reset(seed=5)
-    action = jnp.full((env.num_envs, 2), 0.05, jnp.float32)
-    spoiled = action.at[::2].set(jnp.nan)
-    for a in (action, spoiled, action):
-        jax.block_until_ready(env.step(a))
-    env.reset(seed=5)
-    result = {}
-    for name, steps in (("active_step", [action]), ("mixed_autoreset_step", [spoiled, action])):
-        try:
-            with jax.transfer_guard("disallow"):
-                outs = [env.step(a) for a in steps]
-                jax.block_until_ready(outs)
-            result[name] = {"passed": True, "terminated": [int(np.asarray(o[2]).sum()) for o in outs]}
-        except Exception as error:  # the guard raises a backend-specific error type
-            result[name] = {"passed": False, "error": str(error)[:500]}
-    result["mixed_autoreset_step"]["note"] = (
-        "even worlds invalid (terminated) on the first step, so reset by NEXT_STEP on the second")
-    return result
-
-
 def build_env(worlds: int, pool, level: Level) -> tuple[VecCarRacingEnv, dict[str, float]]:
     times = {}
     t0 = time.perf_counter()
@@ -441,10 +219,6 @@ def start_qpos_of(env: VecCarRacingEnv) -> jax.Array:
     return car.start_qpos(env.config, start[:, 0], start[:, 1], start[:, 2])
 
 
-def gate(name: str, value: Any, threshold: Any, passed: bool) -> dict[str, Any]:
-    return {"name": name, "value": value, "threshold": threshold, "passed": bool(passed)}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="report path (default benchmarks/v0.1/m4_environment_report.json on a GPU)")
@@ -463,7 +237,7 @@ def main() -> None:
     device = "cuda:0" if gpu else "cpu"
     # The CPU smoke reaches its timeout after a few steps.
     level = LEVEL if gpu else Level(level_id=LEVEL.level_id, name="m4-cpu-smoke", max_episode_steps=8)
-    report: dict[str, Any] = {"protocol": "M4", "environment": environment(), "source_sha256": source_hashes(),
+    report: dict[str, Any] = {"protocol": "M4", "environment": environment(), "source_sha256": source_hashes(__file__),
                               "config": {"project": ProjectConfig().__dict__, "level": level.__dict__,
                                          "backend": "mjx_warp", "worlds": args.worlds, "steps": args.steps,
                                          "scale_worlds": args.scale_worlds, "scale_steps": args.scale_steps,
