@@ -4,6 +4,7 @@
 #   make tests                 every package's CPU tests and the integration tests
 #   make benchmark-rl-triton   the rl_triton benchmark (full report on a CUDA GPU)
 #   make benchmark-racing-env  the racing_env M4 protocol (formal report on a CUDA GPU)
+#   make benchmark-track-pool  the racing_env M5 TrackPool protocol (formal report on a CUDA GPU)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,10 +13,10 @@ TORCH ?= torch==2.13.0
 PACKAGES := rl_triton track_gen racing_env racing_stack
 PY := $(abspath $(VENV))/bin/python
 STAMP := $(VENV)/.installed
-DEV := "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+DEV := "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "pillow>=10" "imageio-ffmpeg>=0.5" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
 .PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration sim materialize-track-pool evaluate docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env matrix clean
+        test-integration sim materialize-track-pool evaluate docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool matrix clean
 
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +71,9 @@ benchmark-track-gen: $(STAMP)
 
 benchmark-racing-env: $(STAMP)
 	$(PY) benchmarks/racing_env/m4_environment.py
+
+benchmark-track-pool: $(STAMP)
+	$(PY) benchmarks/racing_env/m5_track_pool.py
 
 # Each package installed alone in its own environment, with its own tests:
 # proves that its pyproject.toml declares everything it needs.

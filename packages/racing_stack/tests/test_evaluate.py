@@ -5,6 +5,7 @@ errors for a bad level, split or count."""
 import json
 
 import pytest
+from PIL import Image
 
 from racing_stack import evaluate, pools
 
@@ -15,11 +16,20 @@ def cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def first_two(cache):
-    """The pure-pursuit reference on Validation's first two tracks."""
-    with pytest.MonkeyPatch.context() as patch:
+def recording(tmp_path_factory):
+    return tmp_path_factory.mktemp("recording") / "laps.gif"
+
+
+@pytest.fixture(scope="module")
+def first_two(cache, recording):
+    """The pure-pursuit reference on Validation's first two tracks, recorded."""
+    from racing_env import ProjectConfig
+    from racing_env.render import EpisodeView
+
+    with pytest.MonkeyPatch.context() as patch, \
+            EpisodeView(ProjectConfig().control_dt_s, record=recording, size=(320, 240)) as view:
         patch.setenv("RACING_STACK_CACHE", str(cache))
-        return evaluate.evaluate(backend="cpu_reference", tracks=2)
+        return evaluate.evaluate(backend="cpu_reference", tracks=2, view=view)
 
 
 def test_it_drives_the_splits_first_tracks_once_each(first_two):
@@ -31,6 +41,12 @@ def test_it_drives_the_splits_first_tracks_once_each(first_two):
     lengths = first_two["track_length_m"]
     assert sorted(lengths) == sorted(str(i) for i in ids)  # the driven tracks, no others
     assert all(300.0 < lengths[str(i)] < 1500.0 for i in ids)
+
+
+def test_world_0s_episodes_are_recorded(first_two, recording):
+    offered = sum(e["steps"] + 1 for e in first_two["episodes"])  # each episode's reset and steps
+    with Image.open(recording) as gif:
+        assert gif.n_frames == -(-offered // 5) and gif.size == (320, 240)
 
 
 def test_the_command_line_writes_the_result_and_draws_it(first_two, tmp_path, capsys):
@@ -49,6 +65,7 @@ def test_the_command_line_writes_the_result_and_draws_it(first_two, tmp_path, ca
     (["--tracks", "1001"], "tracks must be in [1, 1000]"),
     (["--controller", "/nonexistent/plugin"], "nonexistent"),
     (["--split", "train", "--tracks", "10001"], "tracks must be in [1, 10000]"),
+    (["--record", "/nonexistent/laps.gif"], "record's folder"),
 ])
 def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsys):
     monkeypatch.setenv("RACING_STACK_CACHE", str(cache))

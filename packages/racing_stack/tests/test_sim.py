@@ -1,8 +1,13 @@
 """``sim``: one episode on track_gen seed 42, the JSON result, named errors."""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
+from PIL import Image
 
 from racing_stack import sim
 
@@ -30,10 +35,58 @@ def test_a_bad_controller_directory_is_named(tmp_path, capsys):
     assert "nowhere" in capsys.readouterr().err
 
 
-def test_sim_with_the_pursuit_controller_completes_the_lap(capsys):
+def test_sim_with_the_pursuit_controller_completes_the_lap_and_records_it(tmp_path, capsys):
     from racing_env.plugins import PURSUIT
 
-    assert sim.main(["--controller", str(PURSUIT)]) == 0
-    (episode,) = json.loads(capsys.readouterr().out)["episodes"]
+    gif = tmp_path / "lap.gif"
+    assert sim.main(["--controller", str(PURSUIT), "--record", str(gif)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    (episode,) = printed["episodes"]
     assert episode["termination_reason"] == "success" and episode["lap_completed"]
     assert 20.0 < episode["lap_time_s"] < 60.0  # 376 m (measured 35.8 s)
+    # Every 5th of the reset and the lap's steps, at 10 frames/s: real time.
+    frames = -(-(episode["steps"] + 1) // 5)
+    assert printed["recording"] == {"file": str(gif), "frames": frames, "fps": pytest.approx(10.0)}
+    with Image.open(gif) as image:
+        assert image.n_frames == frames and image.size == (800, 600) and image.info["duration"] == 100
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--record", "lap.png"], "record must be a .gif or .mp4"),
+    (["--record", "lap.gif", "--record-fps", "0"], "record_fps must be in"),
+])
+def test_bad_drawing_options_are_named_before_anything_runs(tmp_path, monkeypatch, capsys, args, match):
+    monkeypatch.chdir(tmp_path)
+    assert sim.main(args) == 2
+    assert match in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+BOOM = """
+from racing_env.controller import Controller
+
+
+class Boom(Controller):
+    def compute_control(self, obs, info=None):
+        raise RuntimeError("boom")
+"""
+
+
+def test_sim_render_opens_its_window_on_a_display(tmp_path):
+    runner = shutil.which("xvfb-run")
+    assert runner is not None, "this test needs Xvfb (Debian: apt-get install xvfb; .ci/run installs it)"
+    plugin = tmp_path / "boom"
+    plugin.mkdir()
+    (plugin / "controller.py").write_text(BOOM)
+    (plugin / "config.toml").write_text("")
+    env = dict(os.environ, SDL_VIDEODRIVER="x11")
+    out = subprocess.run([runner, "-a", "-s", "-screen 0 1024x768x24", sys.executable, "-m", "racing_stack.sim",
+                          "--render", "--controller", str(plugin)], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (episode,) = json.loads(out.stdout)["episodes"]
+    assert episode["termination_reason"] == "invalid_action" and "RuntimeError: boom" in episode["error"]
+    # Without a display the window is a clear error, before the track is built.
+    env.pop("DISPLAY", None)
+    out = subprocess.run([sys.executable, "-m", "racing_stack.sim", "--render"], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 2 and "the window needs a display" in out.stderr

@@ -9,6 +9,11 @@ and only then is the new controller built). A controller that raises is
 recorded with its traceback, its world is sent an invalid (NaN) action so
 that the env ends that episode (``invalid_action``), and the Runner goes on.
 The Level, vehicle and benchmark values come from the env itself.
+
+With a view (`racing_env.render.EpisodeView`), world 0's episodes are
+drawn: at every frame the view wants, the controller's ``render_callback``
+draws on a fresh `racing_env.render.DrawList` and the view paints its
+commands over the latest public observation.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import numpy as np
 
 from racing_env.controller import Controller
 from racing_env.plugins import Plugin, challenge_values
+from racing_env.render import DrawList, EpisodeView
 from racing_env.vector import TerminationReason, VecCarRacingEnv
 
 __all__ = ["EpisodeResult", "RunResult", "run", "summarize"]
@@ -124,7 +130,7 @@ class _World:
 
 def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed: int = 0,
         progress: Callable[[int, int], None] | None = None, *,
-        track_indices: Sequence[int] | None = None) -> RunResult:
+        track_indices: Sequence[int] | None = None, view: EpisodeView | None = None) -> RunResult:
     """Run ``plugin`` in ``env`` for ``episodes`` episodes, or once on each
     pool row of ``track_indices``.
 
@@ -142,6 +148,7 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
             reset (``options={"track_indices": ...}``; the first with
             ``seed``, the others continuing the episode counters) and ends
             when its last episode ends.
+        view: draws world 0's episodes (the caller closes it).
 
     Returns:
         The `RunResult`; episodes in the order they ended.
@@ -161,16 +168,17 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
     start = time.perf_counter()
     ended: list[EpisodeResult] = []
     total = episodes if track_indices is None else len(rows)
+    frames = None if view is None else _Frames(view, plugin.directory.name, env.config.control_dt_s)
     if track_indices is None:
         obs, info = env.reset(seed=seed)
-        _drive(plugin, env, config, obs, info, episodes, ended, total, progress)
+        _drive(plugin, env, config, obs, info, episodes, ended, total, progress, frames)
     else:
         for first in range(0, total, env.num_envs):
             wave = rows[first:first + env.num_envs]
             # Idle worlds (a last, partial wave) drive wave[0] and are never read.
             options = {"track_indices": wave + [wave[0]] * (env.num_envs - len(wave))}
             obs, info = env.reset(seed=seed, options=options) if first == 0 else env.reset(options=options)
-            _drive(plugin, env, config, obs, info, len(wave), ended, total, progress)
+            _drive(plugin, env, config, obs, info, len(wave), ended, total, progress, frames)
     return RunResult(plugin=str(plugin.directory), backend=env.backend, worlds=env.num_envs, seed=seed,
                      challenge=challenge, episodes=ended, summary=summarize(ended),
                      seconds=time.perf_counter() - start)
@@ -186,7 +194,7 @@ def _row(value: object, env: VecCarRacingEnv) -> int:
 
 def _drive(plugin: Plugin, env: VecCarRacingEnv, config: Any, obs: Mapping[str, Any], info: Mapping[str, Any],
            count: int, ended: list[EpisodeResult], total: int,
-           progress: Callable[[int, int], None] | None) -> None:
+           progress: Callable[[int, int], None] | None, frames: _Frames | None) -> None:
     """End ``count`` more episodes from a fresh reset's ``obs``/``info``,
     appending them to ``ended``: worlds start episodes in world order and
     again as they free up, until ``count`` have started; the others idle."""
@@ -197,6 +205,8 @@ def _drive(plugin: Plugin, env: VecCarRacingEnv, config: Any, obs: Mapping[str, 
         _start(plugin, host_obs, host_info, w, config) if w < started else None for w in range(env.num_envs)
     ]
     pending = np.zeros(env.num_envs, bool)  # the last call ended the world's episode
+    if frames is not None:
+        frames.offer(None, worlds[0], host_obs, None)
     while len(ended) < target:
         # float64: the env itself converts, clipping finite values beyond
         # float32's range as it does for any host action.
@@ -207,6 +217,7 @@ def _drive(plugin: Plugin, env: VecCarRacingEnv, config: Any, obs: Mapping[str, 
         obs, reward, terminated, truncated, info = env.step(actions)
         host_obs, host_info = _host(obs), _host(info)
         reward, terminated, truncated = (np.asarray(x) for x in (reward, terminated, truncated))
+        before, reason = worlds[0], None
         for w in range(env.num_envs):
             if pending[w]:  # this call was the world's NEXT_STEP reset
                 pending[w] = False
@@ -230,8 +241,42 @@ def _drive(plugin: Plugin, env: VecCarRacingEnv, config: Any, obs: Mapping[str, 
             ended.append(_result(w, world, host_info))
             worlds[w] = None
             pending[w] = True
+            reason = ended[-1].termination_reason if w == 0 else reason
             if progress is not None:
                 progress(len(ended), total)
+        if frames is not None:
+            frames.offer(before, worlds[0], host_obs, reason)
+
+
+class _Frames:
+    """World 0's frames for a view: which controller draws, and the caption."""
+
+    def __init__(self, view: EpisodeView, name: str, control_dt_s: float) -> None:
+        self.view = view
+        self.name = name
+        self.dt = control_dt_s
+        self.episode = 0
+
+    def offer(self, before: _World | None, after: _World | None, obs: Mapping[str, Any],
+              reason: str | None) -> None:
+        """Offer world 0's frame after a call: ``before``/``after`` are its
+        episode before and after the call (an episode that just ended is
+        drawn once more, with its ``reason``); an idle world is not drawn."""
+        world = after if after is not None else before
+        if after is not None and after is not before:
+            self.episode += 1
+        if world is None or not self.view.wants_frame():
+            return
+        draw = DrawList()
+        if world.controller is not None:
+            _callback(world, "render_callback", draw)
+        one = _one(obs, 0)
+        speed = float(np.hypot(*np.asarray(one["velocity_body"], np.float64)))
+        caption = (f"{self.name}  episode {self.episode}  {world.steps * self.dt:6.2f} s  {speed:5.1f} m/s  "
+                   f"progress {100 * float(one['track_progress']):5.1f}%")
+        if reason is not None:
+            caption += f"  {reason}"
+        self.view.show(one, draw.drain(), caption)
 
 
 def _host(tree: Mapping[str, Any]) -> dict[str, Any]:

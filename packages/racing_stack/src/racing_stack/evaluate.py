@@ -4,7 +4,7 @@ tracks, a JSON result and, optionally, its picture.
     python -m racing_stack.evaluate [--controller DIR] [--level 0|1]
         [--split train|validation|test] [--tracks N] [--episodes N]
         [--backend cpu_reference|mjx_warp] [--worlds N] [--seed N]
-        [--out FILE] [--plot FILE] [--reference FILE]
+        [--out FILE] [--plot FILE] [--reference FILE] [--render] [--record FILE]
 
 Level 1 drives every track of the split once (or its first ``--tracks``),
 from the verified pool in the cache (built there on first use, as
@@ -13,8 +13,9 @@ naming the split and the row). Level 0 drives its one
 fixed track ``--episodes`` times. ``--plot`` draws the lap time of every
 track against its length, coloured by outcome, and against a reference
 result (``--reference``, a JSON result of another controller on the same
-tracks) where one is given. Progress goes to stderr, the JSON summary to
-stdout.
+tracks) where one is given. ``--render`` and ``--record`` draw world 0's
+episodes (a window; an animated GIF or MP4). Progress goes to stderr, the
+JSON summary to stdout.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from racing_stack.viewing import add_view_arguments, open_view
+
 __all__ = ["evaluate", "draw", "main"]
 
 #: Outcome colours of the picture.
@@ -34,7 +37,7 @@ _COLOURS = {"success": "tab:green", "off_track": "tab:red", "timeout": "tab:oran
 
 def evaluate(controller: Path | None = None, level: int = 1, split: str = "validation", tracks: int | None = None,
              episodes: int = 1, backend: str = "mjx_warp", worlds: int | None = None, seed: int = 0,
-             progress=None) -> dict[str, Any]:
+             progress=None, view=None) -> dict[str, Any]:
     """Run the plugin and return the Runner's JSON result, with the level,
     split and every driven track's length (m) under ``"track_length_m"``
     (keyed by track id).
@@ -50,6 +53,7 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
             as there are tracks, at most 1,024).
         seed: the env's root reset seed.
         progress: called as ``progress(ended, total)``.
+        view: a `racing_env.render.EpisodeView` for world 0's episodes.
 
     Raises:
         ValueError: a bad level, split, count or a pool that fails
@@ -80,9 +84,9 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     env = VecCarRacingEnv(worlds, config=ProjectConfig(), level=LEVEL_0 if level == 0 else LEVEL_1,
                           backend=backend, **source)
     if rows is None:
-        result = run(plugin, env, episodes=total, seed=seed, progress=progress)
+        result = run(plugin, env, episodes=total, seed=seed, progress=progress, view=view)
     else:
-        result = run(plugin, env, seed=seed, progress=progress, track_indices=rows)
+        result = run(plugin, env, seed=seed, progress=progress, track_indices=rows, view=view)
     out = result.to_json()
     out["level"] = level
     out["split"] = None if level == 0 else split
@@ -160,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, default=None, help="a reference JSON result for the picture")
     parser.add_argument("--from-result", type=Path, default=None,
                         help="draw an existing JSON result instead of running")
+    add_view_arguments(parser)
     args = parser.parse_args(argv)
+    from racing_env import ProjectConfig
     from racing_env.plugins import PluginError
 
     if args.from_result is not None:
@@ -171,10 +177,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"evaluate: {ended}/{total} episodes ended", file=sys.stderr)
 
         try:
+            view = open_view(args, ProjectConfig())
+        except (ValueError, RuntimeError, ImportError) as error:
+            print(f"evaluate: {error}", file=sys.stderr)
+            return 2
+        try:
             # stdout carries the JSON summary only: what the libraries print goes to stderr.
-            with contextlib.redirect_stdout(sys.stderr):
+            with contextlib.redirect_stdout(sys.stderr), contextlib.ExitStack() as stack:
+                if view is not None:
+                    stack.enter_context(view)
                 result = evaluate(args.controller, args.level, args.split, args.tracks, args.episodes,
-                                  args.backend, args.worlds, args.seed, progress)
+                                  args.backend, args.worlds, args.seed, progress, view)
         except (ValueError, PluginError) as error:
             print(f"evaluate: {error}", file=sys.stderr)
             return 2

@@ -27,7 +27,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 
 #: Seeds in each split's namespace.
 NAMESPACE = 100_000_000

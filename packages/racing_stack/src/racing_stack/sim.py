@@ -1,13 +1,16 @@
 """``sim``: one episode of a controller on a generated track, printed as JSON.
 
     python -m racing_stack.sim [--backend cpu_reference|mjx_warp] [--controller DIR]
-        [--seed N] [--out FILE]
+        [--seed N] [--out FILE] [--render] [--record FILE.gif|FILE.mp4]
 
 It generates and validates exactly track_gen seed 42 (a rejected seed is an
 error, never retried), scales it to car metres with the bridge, builds one
 world of ``ControllerLearning/CarRacing-v0`` on Level 1 and runs one episode
 of the controller plugin (the neutral template by default, which reaches
 the Level's timeout: it shows the API, not a driving result).
+``--render`` shows the episode in a 2D window in real time, the
+controller's ``render_callback`` drawn over the track; ``--record`` writes
+it as an animated GIF or MP4 without a display.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import contextlib
 import json
 import sys
 from pathlib import Path
+
+from racing_stack.viewing import add_view_arguments, open_view
 
 #: The track_gen seed ``sim`` drives on.
 TRACK_SEED = 42
@@ -48,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: the neutral template)")
     parser.add_argument("--seed", type=int, default=0, help="the env's root reset seed")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
+    add_view_arguments(parser)
     args = parser.parse_args(argv)
     # stdout carries the JSON result only: what the libraries print goes to stderr.
     with contextlib.redirect_stdout(sys.stderr):
@@ -62,26 +68,36 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> dict | None:
-    """The episode's JSON result, or None after printing why the plugin is unusable."""
+    """The episode's JSON result, or None after printing why the plugin or
+    the drawing options are unusable."""
     from racing_env import LEVEL_1, ProjectConfig, VecCarRacingEnv
     from racing_env.plugins import TEMPLATE, PluginError, load_plugin
     from racing_env.runner import run
 
+    config = ProjectConfig()
     try:
         plugin = load_plugin(args.controller or TEMPLATE)
-    except PluginError as error:
+        view = open_view(args, config)
+    except (PluginError, ValueError, RuntimeError, ImportError) as error:
         print(f"sim: {error}", file=sys.stderr)
         return None
-    track = build_track(args.backend)
-    env = VecCarRacingEnv(1, config=ProjectConfig(), level=LEVEL_1, backend=args.backend, track=track)
+    with contextlib.ExitStack() as stack:
+        if view is not None:
+            stack.enter_context(view)
+        track = build_track(args.backend)
+        env = VecCarRacingEnv(1, config=config, level=LEVEL_1, backend=args.backend, track=track)
 
-    def progress(ended: int, total: int) -> None:
-        print(f"sim: episode {ended}/{total} ended", file=sys.stderr)
+        def progress(ended: int, total: int) -> None:
+            print(f"sim: episode {ended}/{total} ended", file=sys.stderr)
 
-    print(f"sim: track_gen seed {TRACK_SEED}, lap {float(track.track_length):.0f} m; {plugin.directory.name} on "
-          f"{args.backend} (Level 1, timeout {LEVEL_1.max_episode_steps} steps)", file=sys.stderr)
-    result = run(plugin, env, episodes=1, seed=args.seed, progress=progress).to_json()
+        print(f"sim: track_gen seed {TRACK_SEED}, lap {float(track.track_length):.0f} m; {plugin.directory.name} on "
+              f"{args.backend} (Level 1, timeout {LEVEL_1.max_episode_steps} steps)", file=sys.stderr)
+        result = run(plugin, env, episodes=1, seed=args.seed, progress=progress, view=view).to_json()
     result["track_gen_seed"] = TRACK_SEED
+    if view is not None and view.record is not None:
+        result["recording"] = {"file": str(view.record), "frames": view.frames_recorded, "fps": view.record_fps}
+        print(f"sim: wrote {view.record} ({view.frames_recorded} frames at {view.record_fps:g} frames/s)",
+              file=sys.stderr)
     return result
 
 

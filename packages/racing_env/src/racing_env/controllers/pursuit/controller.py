@@ -31,6 +31,7 @@ class PursuitController(Controller):
         step = np.linalg.norm(np.roll(self.line, -1, axis=0) - self.line, axis=1)
         self.step = step
         self.corner_speed = np.sqrt(self.lateral / np.maximum(_curvature(self.line), 1e-6))
+        self.drawn: tuple[np.ndarray, np.ndarray, float] | None = None  # position, aim point, target speed
 
     def compute_control(self, obs, info=None):
         position = np.asarray(obs["position"], np.float64)
@@ -54,7 +55,17 @@ class PursuitController(Controller):
         lx, ly = c * dx + s * dy, -s * dx + c * dy
         steering = np.arctan(self.wheelbase * 2.0 * ly / max(lx * lx + ly * ly, 1e-9))
         accel = min(2.0 * (target - speed), self.drive)
+        self.drawn = (position, self.line[j], target)
         return np.clip(np.array([steering, accel], np.float32), self.low, self.high)
+
+    def render_callback(self, debug_draw):
+        """The pursuit's aim point and the target speed."""
+        if self.drawn is None:
+            return
+        position, aim, target = self.drawn
+        debug_draw.line([position, aim], color=(80, 200, 255), width=2)
+        debug_draw.points([aim], color=(80, 200, 255), size=4)
+        debug_draw.text(aim, f"{target:.1f} m/s", color=(80, 200, 255))
 
 
 def _curvature(line: np.ndarray) -> np.ndarray:
@@ -65,3 +76,4 @@ def _curvature(line: np.ndarray) -> np.ndarray:
     area2 = np.abs(u[:, 0] * w[:, 1] - u[:, 1] * w[:, 0])
     sides = np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1) * np.linalg.norm(w, axis=1)
     return 2.0 * area2 / np.maximum(sides, 1e-12)
+

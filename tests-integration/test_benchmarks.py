@@ -1,0 +1,32 @@
+"""The racing_env benchmark protocols run end to end on the CPU (their
+smoke runs: a few worlds and steps on Warp's CPU device, no throughput or
+memory gate), so a change to the env cannot silently break them."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+
+
+@pytest.mark.parametrize("script, gates", [
+    ("m4_environment.py", {"nonfinite_public_values", "health_every_world_times_out_once",
+                           "transfer_guard_mixed_autoreset_step"}),
+    ("m5_track_pool.py", {"jax_compiles_after_e0", "reset_events_observed", "reset_rows_match_host_reference",
+                          "terminal_rows_keep_their_track", "privacy_env_fields_exact",
+                          "privacy_controller_sees_public_host_values_only", "source_and_pool_binding"}),
+])
+def test_the_cpu_smoke_runs_and_passes_its_gates(tmp_path, script, gates):
+    out = tmp_path / "report.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_env" / script), "--out", str(out)],
+                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["passed"] is False  # a CPU smoke is never the formal report
+    assert gates <= {g["name"] for g in report["gates"]}
+    failed = [g for g in report["gates"] if not g["passed"]]
+    assert failed == []
+    assert all(len(h) == 64 for h in report["source_sha256"].values())
