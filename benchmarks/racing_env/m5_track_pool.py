@@ -48,7 +48,9 @@ Gates (one H200): pool / fixed-track throughput >= 0.97; zero growth of
 process VRAM, held arrays, allocator pool, allocator peak and Warp's pool
 after E0; zero
 compiles and captures after E0; every health, reference, transfer, privacy
-and source check passes. The report passes only when every gate passes.
+and source check passes. The report passes only when every gate passes;
+its picture (throughput per epoch, process VRAM over time) is written
+beside it as ``.png``.
 Without CUDA it runs a small ``mjx_warp`` smoke on Warp's CPU device on the
 first 64 Train tracks (evaluating no throughput or memory gate) and writes
 ``benchmarks/results/m5_track_pool_cpu.json``.
@@ -440,8 +442,45 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=float) + "\n")
     log(f"wrote {out}: passed={report['passed']}")
+    if gpu:
+        try:
+            draw(report, sampler.samples, out.with_suffix(".png"))
+            log(f"drew {out.with_suffix('.png')}")
+        except ImportError as error:
+            log(f"no picture ({error})")
     for g in report["gates"]:
         log(f"  {'PASS' if g['passed'] else 'FAIL'} {g['name']}: {g['value']} (gate {g['threshold']})")
+
+
+def draw(report: dict[str, Any], samples: list[tuple[float, int]], path: Path) -> None:
+    """Throughput per epoch (pool and fixed track) and process VRAM over the epochs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epoch_list = report["timed"]["epochs"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    x = np.arange(len(epoch_list))
+    for offset, name, colour in ((-0.2, "pool", "tab:blue"), (0.2, "fixed", "tab:gray")):
+        values = [e[name]["transitions_per_s"] / 1e3 for e in epoch_list]
+        label = "10,000-track Train pool" if name == "pool" else "fixed track (Train row 0)"
+        left.bar(x + offset, values, 0.4, color=colour, label=label)
+    for k, e in enumerate(epoch_list):
+        left.text(k, e["pool"]["transitions_per_s"] / 1e3 * 1.01, f"{e['pool_share_of_fixed']:.3f}", ha="center")
+    left.set(xticks=x, xticklabels=[e["epoch"] for e in epoch_list], ylabel="thousand transitions/s",
+             title=f"{report['config']['worlds']:,} worlds: pool / fixed = {report['timed']['pool_share_of_fixed']:.3f}")
+    left.legend(loc="lower right", fontsize=8)
+    t0 = epoch_list[0]["start_s"]
+    right.plot([t - t0 for t, _ in samples], [m for _, m in samples], lw=1.2)
+    for e in epoch_list:
+        right.axvline(e["end_s"] - t0, color="k", lw=0.6, ls="--")
+        right.text(0.5 * (e["start_s"] + e["end_s"]) - t0, 0.93, e["epoch"], ha="center",
+                   transform=right.get_xaxis_transform())
+    right.set(xlabel="s since E0 began", ylabel="process VRAM (MiB)", title="process VRAM through the epochs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def gates(report: dict[str, Any], args: argparse.Namespace, gpu: bool) -> list[dict[str, Any]]:
