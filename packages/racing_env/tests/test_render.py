@@ -137,6 +137,22 @@ def test_a_bad_frame_size_is_refused(size):
         FramePainter(size)
 
 
+@pytest.mark.parametrize("field, value", [("position", [np.nan, 0.0]), ("yaw", np.inf),
+                                          ("left_boundary", np.full((640, 2), np.nan))])
+def test_a_non_finite_observation_is_refused_by_name(obs, field, value):
+    with pytest.raises(ValueError, match=f"obs\\['{field}'\\] must be finite"):
+        FramePainter((100, 100)).paint(dict(obs, **{field: np.asarray(value, np.float32)}))
+
+
+def test_huge_but_finite_commands_are_drawn_off_screen(obs):
+    draw = DrawList()
+    draw.line([[0, 0], [1e300, 1e300]])
+    draw.points([[1e30, -1e30]], size=100)
+    draw.text([1e300, 0.0], "far")
+    frame = FramePainter((100, 100)).paint(obs, draw.drain())
+    assert frame.shape == (100, 100, 3)
+
+
 def test_to_pixels_needs_a_painted_frame():
     with pytest.raises(RuntimeError, match="paint a frame first"):
         FramePainter((100, 100)).to_pixels([[0.0, 0.0]])

@@ -204,7 +204,13 @@ class FramePainter:
             obs: one world's public observation (NumPy fields).
             commands: drained `DrawList` commands, drawn over the track.
             caption: a line of text at the top.
+
+        Raises:
+            ValueError: the observation's pose or track is not finite.
         """
+        for name in ("position", "yaw", "centerline", "left_boundary", "right_boundary"):
+            if not np.all(np.isfinite(np.asarray(obs[name], np.float64))):
+                raise ValueError(f"obs[{name!r}] must be finite to be drawn")
         pg = self._pygame
         surface = self._surface
         surface.fill(_GRASS)
