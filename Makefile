@@ -13,10 +13,10 @@ TORCH ?= torch==2.13.0
 PACKAGES := rl_triton track_gen racing_env racing_stack
 PY := $(abspath $(VENV))/bin/python
 STAMP := $(VENV)/.installed
-DEV := "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "pillow>=10" "imageio-ffmpeg>=0.5" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+DEV := "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "pillow>=10" "imageio-ffmpeg>=0.5" "tensorboardX>=2.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
 .PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration sim materialize-track-pool evaluate docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool matrix clean
+        test-integration sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool matrix clean
 
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ materialize-track-pool: $(STAMP)
 # A controller plugin on a Level's tracks, as JSON and a picture (ARGS="--tracks 10 --plot run.png", ...).
 evaluate: $(STAMP)
 	$(PY) -m racing_stack.evaluate $(ARGS)
+
+# PPO on Level 1's Train pool, exported as a plugin (ARGS="--preset gpu", "--resume", ...).
+train-ppo: $(STAMP)
+	$(PY) -m racing_stack.ppo $(ARGS)
 
 docs: $(STAMP)
 	$(PY) -m mkdocs build --strict

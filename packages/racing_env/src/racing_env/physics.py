@@ -219,6 +219,19 @@ class CpuReferencePhysics:
         for _ in range(self.config.substeps):
             mujoco.mj_step(self.mj_model, self.data)
 
+    def integration_state(self) -> np.ndarray:
+        """float64 [S]: MuJoCo's whole integration state (``mjSTATE_INTEGRATION``), a copy."""
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        state = np.empty(mujoco.mj_stateSize(self.mj_model, spec), np.float64)
+        mujoco.mj_getState(self.mj_model, self.data, state, spec)
+        return state
+
+    def set_integration_state(self, state: np.ndarray) -> None:
+        """Restore what `integration_state` returned."""
+        spec = mujoco.mjtState.mjSTATE_INTEGRATION
+        mujoco.mj_setState(self.mj_model, self.data, np.asarray(state, np.float64), spec)
+        mujoco.mj_forward(self.mj_model, self.data)
+
     def reset(self, mask: np.ndarray, qpos: np.ndarray) -> None:
         """Restart at rest at `qpos` [1, NQ] if `mask` [1] is set."""
         if bool(mask[0]):

@@ -416,6 +416,65 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             self._state = state
         return obs, reward, terminated, truncated, self._public_info(info)
 
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """Everything the env's next call depends on, as host NumPy copies
+        (for a checkpoint): every world's Challenge state and its physics
+        integration state. `restore` puts it back; the env then continues
+        exactly as this one would have.
+
+        Raises:
+            RuntimeError: before the first reset.
+        """
+        if self._state is None:
+            raise RuntimeError("call reset() before snapshot()")
+        leaves = jax.tree_util.tree_flatten_with_path(self._state)[0]
+        out = {f"state{jax.tree_util.keystr(path)}": np.array(leaf) for path, leaf in leaves}
+        if self.backend == "mjx_warp":
+            out.update({f"physics.{k}": np.array(v) for k, v in self._data._asdict().items()})
+        else:
+            out["physics.mujoco_state"] = self._physics.integration_state()
+        return out
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Continue from a `snapshot` of an env of the same backend, worlds,
+        config and pool (the pool's size is checked; its contents are the
+        caller's to match).
+
+        Raises:
+            RuntimeError: before the first reset (its arrays give the layout).
+            TypeError: ``snapshot`` is not a dict.
+            ValueError: a missing, extra or differently shaped or typed field,
+                named; nothing is changed then.
+        """
+        if self._state is None:
+            raise RuntimeError("call reset() before restore()")
+        if not isinstance(snapshot, dict):
+            raise TypeError(f"snapshot must be a dict, got {type(snapshot).__name__}")
+        mine = self.snapshot()
+        if set(snapshot) != set(mine):
+            raise ValueError(f"snapshot fields differ: missing {sorted(set(mine) - set(snapshot))}, "
+                             f"unexpected {sorted(set(snapshot) - set(mine))}")
+        for key, want in mine.items():
+            got = np.asarray(snapshot[key])
+            if got.shape != want.shape or got.dtype != want.dtype:
+                raise ValueError(f"snapshot[{key!r}] is {got.dtype}{list(got.shape)}, expected "
+                                 f"{want.dtype}{list(want.shape)}")
+        rows = np.asarray(snapshot["state.race.row"])
+        if rows.size and not (0 <= rows.min() and rows.max() < len(self.track_pool)):
+            raise ValueError(f"snapshot's track rows are outside this env's {len(self.track_pool)} pool rows")
+        treedef = jax.tree_util.tree_structure(self._state)
+        paths = [f"state{jax.tree_util.keystr(p)}" for p, _ in jax.tree_util.tree_flatten_with_path(self._state)[0]]
+        sharding = jax.tree.leaves(self._state)[0].sharding
+        self._state = jax.tree_util.tree_unflatten(
+            treedef, [jax.device_put(np.asarray(snapshot[k]), sharding) for k in paths])
+        if self.backend == "mjx_warp":
+            fields = {k: jax.device_put(np.asarray(snapshot[f"physics.{k}"]), self._data.qpos.sharding)
+                      for k in self._data._fields}
+            self._data = type(self._data)(**fields)
+        else:
+            self._physics.set_integration_state(snapshot["physics.mujoco_state"])
+        self._np_random_seed = int(snapshot["state.root_seed"])
+
     @property
     def clipped_action_count(self) -> jax.Array:
         """int32 [E]: finite out-of-range actions clipped in each world since

@@ -151,6 +151,28 @@ def materialize(split: str, cache: Path | None = None, write_manifest: bool = Fa
     return pool
 
 
+def materialize_prefix(split: str, size: int | None = None, cache: Path | None = None):
+    """The split's first ``size`` tracks, verified against the first
+    ``size`` entries of its committed manifest: the whole split from the
+    cache (`materialize`) when ``size`` is None or the split's size, else
+    built here (small prefixes are quicker to build than to load).
+
+    Raises:
+        ValueError: a bad split or size, or rows that differ from the manifest.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    if size is None or size == SPLITS[split].size:
+        return materialize(split, cache)
+    pool = build_pool(split, size=size)
+    committed = _entries(MANIFESTS / f"{pool_name(split)}.json")["tracks"][:size]
+    got = [{"track_id": int(i), "geometry_hash": h} for i, h in zip(pool.track_id.tolist(), pool.geometry_hashes)]
+    want = [{"track_id": t["track_id"], "geometry_hash": t["geometry_hash"]} for t in committed]
+    if got != want:
+        raise ValueError(f"split {split!r}: the first {size} built tracks differ from the committed manifest")
+    return pool
+
+
 def _bar(done: int, total: int, width: int = 30) -> str:
     filled = width * done // total
     return "[" + "#" * filled + "." * (width - filled) + "]"

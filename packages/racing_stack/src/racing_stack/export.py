@@ -1,0 +1,50 @@
+"""A trained policy out of the trainer, as a controller plugin directory
+that the Runner loads like any other:
+
+    DIR/controller.py   `racing_stack/learned/controller.py`: the policy's mean action
+    DIR/config.toml     the network's widths, the feature settings, the device
+    DIR/weights.pt      the network (a Torch state dict)
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from racing_stack.ppo import ActorCritic, PPOConfig
+
+__all__ = ["export_plugin"]
+
+#: The plugin's controller, copied into every exported directory.
+CONTROLLER = Path(__file__).with_name("learned") / "controller.py"
+
+
+def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, device: str = "cpu") -> Path:
+    """Write ``policy`` (trained with ``config``) as a plugin in ``directory``
+    (created; its three files replaced) and return the directory.
+
+    Args:
+        device: where the plugin runs the network: ``"cpu"`` or ``"cuda"``.
+
+    Raises:
+        ValueError: a device other than ``"cpu"`` or ``"cuda"``.
+    """
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(CONTROLLER, directory / "controller.py")
+    state = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
+    torch.save(state, directory / "weights.pt")
+    f = config.features
+    (directory / "config.toml").write_text(
+        "# A policy trained by racing_stack.ppo (see controller.py).\n"
+        f'device = "{device}"\n'
+        f"hidden = [{', '.join(str(h) for h in config.hidden)}]\n\n"
+        "[features]\n"
+        f"points = {f.points}\n"
+        f"spacing_m = {float(f.spacing_m)!r}\n"
+        f"scale_m = {float(f.scale_m)!r}\n")
+    return directory

@@ -1,0 +1,503 @@
+"""PPO on the vector env, on one device: the env in JAX, the policy in
+Torch, advantages from rl_triton, nothing through the host.
+
+    python -m racing_stack.ppo [--preset cpu|gpu] [--out DIR] [--updates N] [--resume]
+
+One update: a rollout of ``steps`` calls of every world (features from
+`racing_stack.wrappers.LocalTrack`, the reward from
+`racing_stack.wrappers.ShapedReward`, the env's outputs seen by Torch as
+DLPack views and the actions returned the same way), then GAE by
+`rl_triton.compute_gae` and ``epochs`` x ``minibatches`` clipped policy and
+value steps.
+
+NEXT_STEP autoreset: the call after a terminal one only resets its world
+(the env ignores its action, returns the new episode's first observation,
+reward 0, no flags). That slot is masked out of GAE's result and of every
+loss; the terminal transition before it is kept. A termination cuts the
+return; a truncation (the Level's timeout) bootstraps from the value of
+the terminal call's own observation, which is the reset slot's input.
+
+Every update appends a row to ``DIR/log.csv`` and to TensorBoard event
+files (``DIR/tensorboard``), and prints a progress line. ``DIR/checkpoint.pt``
+(written every ``checkpoint_every`` updates and at the end) holds the
+policy, the optimizer, the random generator and the env's snapshot:
+``--resume`` continues the same curve, bitwise on the CPU. At the end the
+policy is exported as a controller plugin (``DIR/plugin``), its learning
+curve drawn (``DIR/learning_curve.png``) and one episode of it recorded
+(``DIR/policy.gif``). Importing this module stops JAX from preallocating
+the GPU (`racing_stack.interop.share_gpu`), so that Torch has room.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torch import nn
+
+import rl_triton
+from racing_stack.interop import share_gpu, to_jax, to_torch
+from racing_stack.wrappers import LocalTrack, ShapedReward
+
+# JAX and Torch train on one GPU: JAX must not take most of it up front.
+share_gpu()
+
+__all__ = ["PRESETS", "ActorCritic", "PPOConfig", "Trainer", "main"]
+
+#: The log's columns, in order.
+LOG_FIELDS = ("update", "transitions", "seconds", "transitions_per_s", "episodes", "success_rate",
+              "off_track_rate", "mean_progress", "median_lap_time_s", "mean_reward", "policy_loss",
+              "value_loss", "entropy", "approx_kl")
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """Everything a training run depends on.
+
+    Attributes:
+        worlds: env worlds, each one rollout row.
+        steps: calls per world per rollout.
+        updates: rollouts (and optimisation phases) in the run.
+        epochs: passes over a rollout per update.
+        minibatches: minibatches per pass.
+        gamma, gae_lambda: the discount and the GAE trace parameter.
+        clip: PPO's ratio clip.
+        learning_rate: Adam's step size.
+        value_coef, entropy_coef: loss weights.
+        max_grad_norm: gradient clipping.
+        hidden: hidden layer widths of both networks.
+        init_log_std: the initial log standard deviation of the (normalised) action.
+        seed: the env's root reset seed and Torch's generator seed.
+        max_episode_steps: the training Level's timeout (control steps).
+        tracks: Train pool rows trained on (its first N; None: all 10,000).
+        checkpoint_every: updates between checkpoints.
+        features: the observation wrapper.
+        reward: the reward wrapper.
+    """
+
+    worlds: int = 8192
+    steps: int = 32
+    updates: int = 200
+    epochs: int = 4
+    minibatches: int = 4
+    gamma: float = 0.995
+    gae_lambda: float = 0.95
+    clip: float = 0.2
+    learning_rate: float = 3e-4
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 0.5
+    hidden: tuple[int, ...] = (256, 256)
+    init_log_std: float = -0.5
+    seed: int = 0
+    max_episode_steps: int = 3970
+    tracks: int | None = None
+    checkpoint_every: int = 20
+    features: LocalTrack = LocalTrack()
+    reward: ShapedReward = ShapedReward()
+
+    def __post_init__(self) -> None:
+        for name in ("worlds", "steps", "updates", "epochs", "minibatches", "max_episode_steps",
+                     "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if (self.worlds * self.steps) % self.minibatches:
+            raise ValueError(f"minibatches ({self.minibatches}) must divide worlds x steps "
+                             f"({self.worlds * self.steps})")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+        if self.tracks is not None and (isinstance(self.tracks, bool) or not isinstance(self.tracks, int)
+                                        or self.tracks < 1):
+            raise ValueError(f"tracks must be None or an int >= 1, got {self.tracks!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the wrappers as dicts)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PPOConfig:
+        """The inverse of `to_json`."""
+        data = dict(data)
+        data["hidden"] = tuple(data["hidden"])
+        data["features"] = LocalTrack(**data["features"])
+        data["reward"] = ShapedReward(**data["reward"])
+        return cls(**data)
+
+
+#: The CPU preset finishes in minutes (16 worlds, the first 16 Train tracks,
+#: 200-step episodes); the GPU preset is the full run on an H200.
+PRESETS = {
+    "cpu": PPOConfig(worlds=16, steps=32, updates=30, epochs=4, minibatches=2, hidden=(64, 64),
+                     max_episode_steps=200, tracks=16, checkpoint_every=10, learning_rate=1e-3),
+    "gpu": PPOConfig(),
+}
+
+
+class ActorCritic(nn.Module):
+    """A Gaussian policy over the action normalised to [-1, 1] (a mean
+    network and a learned log standard deviation) and a value network, each
+    an MLP of ``hidden`` tanh layers. The initial mean action is the
+    neutral one (zero steering and acceleration).
+
+    Args:
+        features: input features per world.
+        hidden: hidden layer widths.
+        init_log_std: the initial log standard deviation.
+        low, high: the env's action bounds ([2] each), which [-1, 1] maps onto.
+    """
+
+    def __init__(self, features: int, hidden: tuple[int, ...], init_log_std: float,
+                 low: np.ndarray, high: np.ndarray) -> None:
+        super().__init__()
+
+        def mlp(out: int, gain: float) -> nn.Sequential:
+            layers: list[nn.Module] = []
+            width = features
+            for h in hidden:
+                layers += [nn.Linear(width, h), nn.Tanh()]
+                width = h
+            layers.append(nn.Linear(width, out))
+            for layer in layers:
+                if isinstance(layer, nn.Linear):
+                    nn.init.orthogonal_(layer.weight, gain=np.sqrt(2.0))
+                    nn.init.zeros_(layer.bias)
+            nn.init.orthogonal_(layers[-1].weight, gain=gain)
+            return nn.Sequential(*layers)
+
+        low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
+        middle, half = (low + high) / 2, (high - low) / 2
+        self.actor = mlp(2, 0.01)
+        with torch.no_grad():  # the initial mean action is the neutral one (no steering, no acceleration)
+            self.actor[-1].bias.copy_(torch.as_tensor(np.clip(-middle / half, -1.0, 1.0)))
+        self.critic = mlp(1, 1.0)
+        self.log_std = nn.Parameter(torch.full((2,), float(init_log_std)))
+        self.register_buffer("action_middle", torch.as_tensor(middle))
+        self.register_buffer("action_half", torch.as_tensor(half))
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        """V(x): [E]."""
+        return self.critic(x).squeeze(-1)
+
+    def distribution(self, x: torch.Tensor) -> torch.distributions.Normal:
+        """The policy over the normalised action, [E, 2]."""
+        return torch.distributions.Normal(self.actor(x), self.log_std.exp())
+
+    def env_action(self, u: torch.Tensor) -> torch.Tensor:
+        """The env's action (float32 [E, 2], physical units) of normalised ``u``."""
+        return (self.action_middle + self.action_half * u.clamp(-1.0, 1.0)).float()
+
+
+class Trainer:
+    """PPO on one env: `run` trains ``config.updates`` updates, logging,
+    checkpointing and (with ``resume``) continuing from ``out/checkpoint.pt``.
+
+    Args:
+        config: the run's settings.
+        env: a `racing_env.VecCarRacingEnv` of ``config.worlds`` worlds
+            (``mjx_warp``; JAX and Torch see the same device).
+        out: the run's folder (created).
+        progress: called with each update's log row (default: a progress line on stderr).
+    """
+
+    def __init__(self, config: PPOConfig, env, out: Path, progress: Callable[[dict], None] | None = None) -> None:
+        if env.num_envs != config.worlds:
+            raise ValueError(f"env has {env.num_envs} worlds, config.worlds is {config.worlds}")
+        self.config = config
+        self.env = env
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.progress = progress or self._print
+        self.device = torch.device("cuda", 0) if jax.default_backend() == "gpu" else torch.device("cpu")
+        torch.manual_seed(config.seed)
+        space = env.single_action_space
+        self.policy = ActorCritic(config.features.size, config.hidden, config.init_log_std,
+                                  space.low, space.high).to(self.device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate, eps=1e-5)
+        self.generator = torch.Generator(self.device)
+        self.generator.manual_seed(config.seed)
+        self.update = 0
+        t, e, d = config.steps, config.worlds, config.features.size
+        z = dict(device=self.device)
+        self.buf = {
+            "x": torch.zeros((t, e, d), **z), "u": torch.zeros((t, e, 2), **z),
+            "logp": torch.zeros((t, e), **z), "value": torch.zeros((t, e), **z),
+            "reward": torch.zeros((t, e), **z), "terminated": torch.zeros((t, e), dtype=torch.bool, **z),
+            "truncated": torch.zeros((t, e), dtype=torch.bool, **z), "valid": torch.zeros((t, e), **z),
+            "progress": torch.zeros((t, e), **z), "reason": torch.zeros((t, e), dtype=torch.int32, **z),
+            "lap_time": torch.zeros((t, e), **z),
+        }
+        obs, _ = env.reset(seed=config.seed)
+        self.obs = obs
+        self.pending = torch.zeros(e, dtype=torch.bool, device=self.device)  # the next call only resets
+
+    # -- one update ------------------------------------------------------------
+
+    def collect(self) -> None:
+        """One rollout into the buffers, on the device."""
+        policy, env, buf, cfg = self.policy, self.env, self.buf, self.config
+        with torch.no_grad():
+            for t in range(cfg.steps):
+                x = to_torch(cfg.features(self.obs))
+                dist = policy.distribution(x)
+                u = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=self.generator,
+                                                          device=self.device)
+                buf["x"][t] = x
+                buf["u"][t] = u
+                buf["logp"][t] = dist.log_prob(u).sum(-1)
+                buf["value"][t] = policy.value(x)
+                buf["valid"][t] = (~self.pending).float()
+                obs, reward, terminated, truncated, info = env.step(to_jax(policy.env_action(u)))
+                buf["reward"][t] = to_torch(cfg.reward(reward, obs, info))
+                buf["terminated"][t] = to_torch(terminated)
+                buf["truncated"][t] = to_torch(truncated)
+                buf["progress"][t] = to_torch(obs["track_progress"])
+                buf["reason"][t] = to_torch(info["termination_reason"])
+                buf["lap_time"][t] = to_torch(info["lap_time_s"])
+                self.pending = buf["terminated"][t] | buf["truncated"][t]
+                self.obs = obs
+            self.last_value = policy.value(to_torch(cfg.features(self.obs)))
+
+    def advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, returns), [T, E]: GAE by rl_triton with terminations
+        and truncations apart; a truncation bootstraps from V of the next
+        slot's input (the terminal observation); the last slot from V of the
+        observation after the rollout."""
+        buf, cfg = self.buf, self.config
+        value = buf["value"]
+        next_value = torch.cat([value[1:], self.last_value[None]], dim=0)
+        bootstrap = torch.where(buf["truncated"], next_value, torch.zeros_like(next_value))
+        bootstrap[-1] = next_value[-1]
+        advantage = rl_triton.compute_gae(
+            buf["reward"].T.contiguous(), value.T.contiguous(), buf["terminated"].T.contiguous(),
+            buf["truncated"].T.contiguous(), gamma=cfg.gamma, lambda_=cfg.gae_lambda,
+            bootstrap_values=bootstrap.T.contiguous()).T
+        advantage = advantage * buf["valid"]  # reset slots carry nothing
+        return advantage, advantage + value
+
+    def optimise(self, advantage: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
+        """``epochs`` x ``minibatches`` clipped PPO steps over the rollout;
+        every loss is a mean over the valid (non-reset) slots only."""
+        cfg, buf, policy = self.config, self.buf, self.policy
+        n = cfg.steps * cfg.worlds
+        flat = {k: buf[k].reshape(n, *buf[k].shape[2:]) for k in ("x", "u", "logp", "value", "valid")}
+        adv, ret = advantage.reshape(n), returns.reshape(n)
+        mask = flat["valid"]
+        count = mask.sum().clamp(min=1.0)
+        mean = (adv * mask).sum() / count
+        std = (((adv - mean) ** 2 * mask).sum() / count).sqrt()
+        adv = (adv - mean) / (std + 1e-8)
+        stats = torch.zeros(4, device=self.device)
+        size = n // cfg.minibatches
+        for _ in range(cfg.epochs):
+            order = torch.randperm(n, generator=self.generator, device=self.device)
+            for k in range(cfg.minibatches):
+                i = order[k * size:(k + 1) * size]
+                m = mask[i]
+                w = m.sum().clamp(min=1.0)
+                dist = policy.distribution(flat["x"][i])
+                logp = dist.log_prob(flat["u"][i]).sum(-1)
+                ratio = (logp - flat["logp"][i]).exp()
+                clipped = ratio.clamp(1 - cfg.clip, 1 + cfg.clip)
+                policy_loss = -(torch.min(ratio * adv[i], clipped * adv[i]) * m).sum() / w
+                value_loss = (((policy.value(flat["x"][i]) - ret[i]) ** 2) * m).sum() / w
+                entropy = (dist.entropy().sum(-1) * m).sum() / w
+                loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                self.optimizer.step()
+                kl = (((ratio - 1) - (logp - flat["logp"][i])) * m).sum() / w
+                stats += torch.stack([policy_loss, value_loss, entropy, kl]).detach()
+        stats /= cfg.epochs * cfg.minibatches
+        return dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl"), stats.tolist()))
+
+    def episodes(self) -> dict[str, float]:
+        """The rollout's ended episodes (read once, after the rollout)."""
+        buf = self.buf
+        ended = (buf["terminated"] | buf["truncated"]) & (buf["valid"] > 0)
+        reason = buf["reason"][ended].cpu().numpy()
+        progress = buf["progress"][ended].cpu().numpy()
+        laps = buf["lap_time"][ended & (buf["reason"] == 1)].cpu().numpy()
+        n = int(reason.size)
+        return {
+            "episodes": n,
+            "success_rate": float(np.mean(reason == 1)) if n else float("nan"),
+            "off_track_rate": float(np.mean(reason == 2)) if n else float("nan"),
+            "mean_progress": float(progress.mean()) if n else float("nan"),
+            "median_lap_time_s": float(np.median(laps)) if laps.size else float("nan"),
+            "mean_reward": float((buf["reward"] * buf["valid"]).sum() / buf["valid"].sum().clamp(min=1)),
+        }
+
+    # -- the run ---------------------------------------------------------------
+
+    def run(self, resume: bool = False) -> list[dict[str, Any]]:
+        """Train until ``config.updates``; returns this call's log rows."""
+        if resume:
+            self.load(self.out / "checkpoint.pt")
+        rows = []
+        writer = _tensorboard(self.out / "tensorboard")
+        with open(self.out / "log.csv", "a" if resume else "w", newline="") as f:
+            log = csv.DictWriter(f, LOG_FIELDS)
+            if not resume:
+                log.writeheader()
+            while self.update < self.config.updates:
+                start = time.perf_counter()
+                self.collect()
+                advantage, returns = self.advantages()
+                losses = self.optimise(advantage, returns)
+                stats = self.episodes()
+                self.update += 1
+                seconds = time.perf_counter() - start
+                n = self.config.steps * self.config.worlds
+                row = {"update": self.update, "transitions": self.update * n, "seconds": seconds,
+                       "transitions_per_s": n / seconds, **stats, **losses}
+                log.writerow(row)
+                f.flush()
+                for key in LOG_FIELDS[3:]:
+                    if np.isfinite(row[key]):  # no episode ended: no rates
+                        writer.add_scalar(key, row[key], row["transitions"])
+                rows.append(row)
+                self.progress(row)
+                if self.update % self.config.checkpoint_every == 0 or self.update == self.config.updates:
+                    self.save(self.out / "checkpoint.pt")
+        writer.close()
+        return rows
+
+    def save(self, path: Path) -> None:
+        """The checkpoint: config, update, policy, optimizer, generator, env snapshot."""
+        torch.save({
+            "config": self.config.to_json(), "update": self.update, "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+            "pending": self.pending.cpu(), "env": self.env.snapshot(),
+            "obs": {k: np.asarray(v) for k, v in self.obs.items()},
+        }, path)
+
+    def load(self, path: Path) -> None:
+        """Continue from a checkpoint of a run with the same settings (only
+        ``updates`` may grow).
+
+        Raises:
+            ValueError: the checkpoint's settings differ (naming them).
+        """
+        state = torch.load(path, map_location=self.device, weights_only=False)
+        theirs = PPOConfig.from_json(state["config"])
+        differ = [f.name for f in dataclasses.fields(PPOConfig)
+                  if f.name != "updates" and getattr(theirs, f.name) != getattr(self.config, f.name)]
+        if differ:
+            raise ValueError(f"the checkpoint {path} was trained with other settings: {differ}")
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.pending = state["pending"].to(self.device)
+        self.env.restore(state["env"])
+        self.obs = {k: jnp.asarray(v) for k, v in state["obs"].items()}
+        self.update = int(state["update"])
+
+    def _print(self, row: dict[str, Any]) -> None:
+        done = self.update / self.config.updates
+        bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
+        print(f"ppo [{bar}] {self.update}/{self.config.updates}  {row['transitions_per_s']:,.0f} transitions/s  "
+              f"episodes {row['episodes']}  success {row['success_rate']:.2f}  "
+              f"progress {row['mean_progress']:.3f}", file=sys.stderr, flush=True)
+
+
+def _tensorboard(path: Path):
+    """A TensorBoard event-file writer (tensorboardX)."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError as error:
+        raise ImportError("TensorBoard logs need tensorboardX: pip install 'racing-stack[train]'") from error
+    return SummaryWriter(str(path))
+
+
+def make_env(config: PPOConfig):
+    """The training env: ``config.worlds`` ``mjx_warp`` worlds on Level 1's
+    Train pool (its first ``config.tracks`` rows, verified against the
+    committed manifest), with ``config.max_episode_steps`` episodes."""
+    from racing_env import LEVEL_1, Level, ProjectConfig, VecCarRacingEnv
+
+    from racing_stack.pools import materialize_prefix
+
+    level = Level(level_id=LEVEL_1.level_id, name="ppo-train", max_episode_steps=config.max_episode_steps)
+    pool = materialize_prefix("train", config.tracks)
+    return VecCarRacingEnv(config.worlds, config=ProjectConfig(), level=level, backend="mjx_warp", track_pool=pool)
+
+
+def finish(trainer: Trainer, video_steps: int = 1500) -> dict[str, Path]:
+    """After a run: the plugin (``out/plugin``), the learning curve
+    (``out/learning_curve.png``) and one recorded episode of the plugin on
+    Train row 0 (``out/policy.gif``, at most ``video_steps`` steps)."""
+    from racing_env import LEVEL_1, Level, ProjectConfig, VecCarRacingEnv
+    from racing_env.plugins import load_plugin
+    from racing_env.render import EpisodeView
+    from racing_env.runner import run
+
+    from racing_stack.export import export_plugin
+
+    out = trainer.out
+    plugin = export_plugin(trainer.policy, trainer.config, out / "plugin")
+    draw_curve(out / "log.csv", out / "learning_curve.png")
+    config = ProjectConfig()
+    level = Level(level_id=LEVEL_1.level_id, name="ppo-video", max_episode_steps=video_steps)
+    track = trainer.env.track_pool.track(0)
+    env = VecCarRacingEnv(1, config=config, level=level, backend="cpu_reference", track=track)
+    with EpisodeView(config.control_dt_s, record=out / "policy.gif", size=(480, 360)) as view:
+        run(load_plugin(plugin), env, episodes=1, view=view)
+    return {"plugin": plugin, "curve": out / "learning_curve.png", "video": out / "policy.gif"}
+
+
+def draw_curve(log: Path, path: Path) -> None:
+    """The learning curve of a run's ``log.csv``: success rate and mean
+    progress of the ended episodes, and the median lap time, against transitions."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(log, newline="") as f:
+        rows = list(csv.DictReader(f))
+    x = np.array([float(r["transitions"]) for r in rows])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for key, label in (("success_rate", "success rate"), ("mean_progress", "mean progress (laps)")):
+        left.plot(x, [float(r[key]) for r in rows], label=label)
+    left.set(xlabel="transitions", ylim=(0, 1.05), title="ended episodes")
+    left.legend()
+    right.plot(x, [float(r["median_lap_time_s"]) for r in rows])
+    right.set(xlabel="transitions", ylabel="s", title="median lap time of the completed laps")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="train-ppo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--out", type=Path, default=Path("runs/ppo"), help="the run's folder (default runs/ppo)")
+    parser.add_argument("--updates", type=int, default=None, help="override the preset's number of updates")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    args = parser.parse_args(argv)
+    config = PRESETS[args.preset]
+    if args.updates is not None:
+        config = dataclasses.replace(config, updates=args.updates)
+    trainer = Trainer(config, make_env(config), args.out)
+    trainer.run(resume=args.resume)
+    for name, path in finish(trainer).items():
+        print(f"train-ppo: {name} {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""Public wrappers for learning, outside the Challenge: a policy's
+observation features and a shaped reward, both pure JAX on the env's own
+device (jitted; no host transfer).
+
+`LocalTrack` turns the public observation into a flat feature vector in
+the car's frame: the speed, yaw rate and steering, and the centerline and
+both boundaries at ``points`` places ahead of the car, ``spacing_m`` apart.
+`ShapedReward` turns the Challenge's reward (the lap fraction gained) into
+metres gained, less a time cost and a penalty for leaving the track. The
+env itself is unchanged: its observation, reward and termination are the
+Challenge's, and evaluation uses them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+
+from racing_env import TerminationReason
+
+__all__ = ["LocalTrack", "ShapedReward"]
+
+#: Feature scales: speed (m/s), yaw rate (rad/s), steering (rad), distance (m).
+_SPEED, _YAW_RATE, _STEER = 20.0, 2.0, 0.6
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalTrack:
+    """The local-track observation wrapper.
+
+    Features of one world (float32 [size]): longitudinal and lateral speed /
+    20 m/s, yaw rate / 2 rad/s, steering / 0.6 rad, then for each of the
+    ``points`` places ahead (the nearest centerline point, then every
+    ``spacing_m`` of centerline) the centerline, left and right boundary
+    points in the car frame (x forward, y left), / ``scale_m``.
+
+    Attributes:
+        points: places ahead, >= 1.
+        spacing_m: centerline distance between places (m), > 0.
+        scale_m: the distance scale of the point coordinates (m), > 0.
+    """
+
+    points: int = 12
+    spacing_m: float = 5.0
+    scale_m: float = 50.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.points, bool) or not isinstance(self.points, int) or self.points < 1:
+            raise ValueError(f"points must be an int >= 1, got {self.points!r}")
+        for name in ("spacing_m", "scale_m"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+    @property
+    def size(self) -> int:
+        """Features per world."""
+        return 4 + 6 * self.points
+
+    def __call__(self, obs: Mapping[str, jax.Array]) -> jax.Array:
+        """float32 [E, size] from a vector observation (JAX or NumPy fields
+        with a leading [E])."""
+        fields = ("position", "yaw", "velocity_body", "yaw_rate", "steering_angle", "centerline",
+                  "left_boundary", "right_boundary", "track_mask", "track_length")
+        return _local_track(self.points, float(self.spacing_m), float(self.scale_m), *(obs[k] for k in fields))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _local_track(points, spacing_m, scale_m, position, yaw, velocity, yaw_rate, steering, centerline, left, right,
+                 mask, length):
+    position = jnp.asarray(position, jnp.float32)
+    count = jnp.sum(jnp.asarray(mask, jnp.int32), axis=1)  # [E]
+    valid = jnp.arange(centerline.shape[1])[None, :] < count[:, None]
+    gap = jnp.sum((centerline - position[:, None, :]) ** 2, axis=-1)
+    nearest = jnp.argmin(jnp.where(valid, gap, jnp.inf), axis=1)  # [E]
+    step_m = length / jnp.maximum(count, 1)  # mean point spacing
+    offsets = jnp.round(jnp.arange(points)[None, :] * spacing_m / step_m[:, None]).astype(jnp.int32)
+    index = (nearest[:, None] + offsets) % jnp.maximum(count, 1)[:, None]  # [E, K]
+    c, s = jnp.cos(yaw)[:, None], jnp.sin(yaw)[:, None]
+
+    def local(line):
+        p = jnp.take_along_axis(line, index[..., None], axis=1) - position[:, None, :]
+        x = c * p[..., 0] + s * p[..., 1]
+        y = -s * p[..., 0] + c * p[..., 1]
+        return jnp.stack([x, y], axis=-1).reshape(x.shape[0], -1) / scale_m
+
+    motion = jnp.stack([velocity[:, 0] / _SPEED, velocity[:, 1] / _SPEED, yaw_rate / _YAW_RATE,
+                        steering / _STEER], axis=1)
+    return jnp.concatenate([motion, local(centerline), local(left), local(right)], axis=1).astype(jnp.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapedReward:
+    """The reward wrapper: ``metres_scale`` x metres of legal progress in the
+    step (the Challenge reward x the lap length), less ``step_cost`` every
+    step, less ``off_track_penalty`` when the step leaves the track. A
+    reset-only call (Challenge reward 0, no termination) earns
+    ``-step_cost``; a learner masks those calls out anyway.
+
+    Attributes:
+        metres_scale: reward per metre (1/m), >= 0.
+        step_cost: the cost of a control step, >= 0 (a faster lap earns more).
+        off_track_penalty: the cost of leaving the track, >= 0.
+    """
+
+    metres_scale: float = 0.1
+    step_cost: float = 0.01
+    off_track_penalty: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("metres_scale", "step_cost", "off_track_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+
+    def __call__(self, reward: jax.Array, obs: Mapping[str, jax.Array], info: Mapping[str, jax.Array]) -> jax.Array:
+        """float32 [E] from one step's Challenge reward [E], observation and info."""
+        return _shaped(float(self.metres_scale), float(self.step_cost), float(self.off_track_penalty), reward,
+                       obs["track_length"], info["termination_reason"])
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _shaped(metres_scale, step_cost, off_track_penalty, reward, length, reason):
+    off = (reason == TerminationReason.OFF_TRACK).astype(jnp.float32)
+    return (metres_scale * reward * length - step_cost - off_track_penalty * off).astype(jnp.float32)
