@@ -398,3 +398,35 @@ def test_finite_actions_beyond_float32_are_clipped_not_invalid(config):
     assert not bool(terminated[0]) and int(info["termination_reason"][0]) == TerminationReason.NONE
     assert int(a.clipped_action_count[0]) == 1
     np.testing.assert_array_equal(np.asarray(oa["position"]), ob["position"])
+
+
+POOL_ELSEWHERE = """
+import jax, numpy as np
+from racing_env import LEVEL_0, ProjectConfig, TrackPool, VecCarRacingEnv, level0_track
+other = jax.devices()[1]
+track = level0_track()
+pool = TrackPool.from_tracks([track], level_id=0, split="x")
+moved = TrackPool.from_arrays(*(jax.device_put(getattr(pool, f), other) for f in (
+    "centerline", "left_boundary", "right_boundary", "track_mask", "track_length", "track_id")),
+    level_id=0, split="x", check_values=False)
+assert moved.centerline.devices() == {other}
+env = VecCarRacingEnv(1, config=ProjectConfig(), level=LEVEL_0, backend="cpu_reference", track_pool=moved)
+obs, _ = env.reset(seed=0)
+obs, *_ = env.step(np.zeros((1, 2), np.float32))
+assert obs["centerline"].devices() == {jax.devices()[0]}
+print("ok")
+"""
+
+
+def test_a_pool_on_another_device_drives_the_envs_worlds():
+    """A pool built on one device (the CPU) serves an env on another (the GPU):
+    two host devices stand in for them (cpu_reference; the GPU tests build
+    mjx_warp envs on the GPU from pools built on the CPU)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    out = subprocess.run([sys.executable, "-c", POOL_ELSEWHERE], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

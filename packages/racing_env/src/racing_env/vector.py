@@ -306,7 +306,6 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         self.single_observation_space = observation_space()
         self.observation_space = batch_space(self.single_observation_space, num_envs)
 
-        self._tracks = tracks
         self._challenge = _Challenge(config, level, len(track_pool))
         self._world = jnp.arange(num_envs, dtype=jnp.uint32)
         self._no_invalid = jnp.zeros(num_envs, bool)
@@ -326,6 +325,10 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             self._reset_fn = jax.jit(self._challenge.reset)
             self._begin_fn = jax.jit(self._challenge.begin)
             self._finish_fn = jax.jit(self._challenge.finish)
+        # The env's tracks live where its state does, wherever the pool lives
+        # (a pool built on the CPU drives GPU worlds).
+        home = self._data.qpos.sharding if backend == "mjx_warp" else jax.devices()[0]
+        self._tracks = jax.device_put(tracks, home)
 
     # -- jitted bodies of the mjx_warp backend ---------------------------------
 

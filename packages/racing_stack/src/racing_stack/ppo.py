@@ -413,12 +413,25 @@ class Trainer:
               f"progress {row['mean_progress']:.3f}", file=sys.stderr, flush=True)
 
 
+class _NoEvents:
+    """Stands in for the event writer when tensorboardX is not installed."""
+
+    def add_scalar(self, *args: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _tensorboard(path: Path):
-    """A TensorBoard event-file writer (tensorboardX)."""
+    """A TensorBoard event-file writer (tensorboardX, the ``train`` extra);
+    without it the run says so once and logs to the CSV only."""
     try:
         from tensorboardX import SummaryWriter
-    except ImportError as error:
-        raise ImportError("TensorBoard logs need tensorboardX: pip install 'racing-stack[train]'") from error
+    except ImportError:
+        print("ppo: no TensorBoard events (pip install 'racing-stack[train]' for them); log.csv has every row",
+              file=sys.stderr)
+        return _NoEvents()
     return SummaryWriter(str(path))
 
 
