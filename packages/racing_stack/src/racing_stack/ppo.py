@@ -192,7 +192,8 @@ class ActorCritic(nn.Module):
 
     def distribution(self, x: torch.Tensor) -> torch.distributions.Normal:
         """The policy over the normalised action, [E, 2]."""
-        return torch.distributions.Normal(self.actor(x), self.log_std.exp())
+        # No argument validation: it would wait for the GPU at every step.
+        return torch.distributions.Normal(self.actor(x), self.log_std.exp(), validate_args=False)
 
     def env_action(self, u: torch.Tensor) -> torch.Tensor:
         """The env's action (float32 [E, 2], physical units) of normalised ``u``."""
