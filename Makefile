@@ -5,6 +5,7 @@
 #   make benchmark-rl-triton   the rl_triton benchmark (full report on a CUDA GPU)
 #   make benchmark-racing-env  the racing_env M4 protocol (formal report on a CUDA GPU)
 #   make benchmark-track-pool  the racing_env M5 TrackPool protocol (formal report on a CUDA GPU)
+#   make benchmark-ppo         PPO on Level 1 Train, evaluated on Validation and Test (report on a CUDA GPU)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,7 +17,7 @@ STAMP := $(VENV)/.installed
 DEV := "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "pillow>=10" "imageio-ffmpeg>=0.5" "tensorboardX>=2.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
 .PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool matrix clean
+        test-integration sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo matrix clean
 
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +79,9 @@ benchmark-racing-env: $(STAMP)
 
 benchmark-track-pool: $(STAMP)
 	$(PY) benchmarks/racing_env/m5_track_pool.py
+
+benchmark-ppo: $(STAMP)
+	$(PY) benchmarks/racing_stack/ppo_level1.py
 
 # Each package installed alone in its own environment, with its own tests:
 # proves that its pyproject.toml declares everything it needs.

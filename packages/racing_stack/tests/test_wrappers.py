@@ -63,7 +63,11 @@ def test_local_track_matches_the_reference(points, spacing):
     wrapper = LocalTrack(points=points, spacing_m=spacing)
     got = np.asarray(wrapper({k: jnp.asarray(v) for k, v in obs.items()}))
     assert got.shape == (9, wrapper.size) and got.dtype == np.float32
-    np.testing.assert_allclose(got, reference_features(obs, points, spacing, 50.0), rtol=1e-4, atol=1e-5)
+    want = reference_features(obs, points, spacing, 50.0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    host = wrapper.host(obs)  # the NumPy path a controller takes
+    assert host.dtype == np.float32
+    np.testing.assert_allclose(host, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("kwargs, match", [({"points": 0}, "points must be an int >= 1"),

@@ -343,10 +343,13 @@ class Trainer:
 
     # -- the run ---------------------------------------------------------------
 
-    def run(self, resume: bool = False) -> list[dict[str, Any]]:
-        """Train until ``config.updates``; returns this call's log rows."""
+    def run(self, resume: bool = False, seconds: float | None = None) -> list[dict[str, Any]]:
+        """Train until ``config.updates``, or until the update during which
+        ``seconds`` of this call ran out (then checkpoint); returns this
+        call's log rows."""
         if resume:
             self.load(self.out / "checkpoint.pt")
+        began = time.perf_counter()
         rows = []
         writer = _tensorboard(self.out / "tensorboard")
         with open(self.out / "log.csv", "a" if resume else "w", newline="") as f:
@@ -371,8 +374,12 @@ class Trainer:
                         writer.add_scalar(key, row[key], row["transitions"])
                 rows.append(row)
                 self.progress(row)
-                if self.update % self.config.checkpoint_every == 0 or self.update == self.config.updates:
+                out_of_time = seconds is not None and time.perf_counter() - began >= seconds
+                if (self.update % self.config.checkpoint_every == 0 or self.update == self.config.updates
+                        or out_of_time):
                     self.save(self.out / "checkpoint.pt")
+                if out_of_time:
+                    break
         writer.close()
         return rows
 

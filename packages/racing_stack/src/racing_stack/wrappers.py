@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from racing_env import TerminationReason
 
@@ -62,35 +63,46 @@ class LocalTrack:
         return 4 + 6 * self.points
 
     def __call__(self, obs: Mapping[str, jax.Array]) -> jax.Array:
-        """float32 [E, size] from a vector observation (JAX or NumPy fields
-        with a leading [E])."""
-        fields = ("position", "yaw", "velocity_body", "yaw_rate", "steering_angle", "centerline",
-                  "left_boundary", "right_boundary", "track_mask", "track_length")
-        return _local_track(self.points, float(self.spacing_m), float(self.scale_m), *(obs[k] for k in fields))
+        """float32 [E, size] from a vector observation of JAX arrays (on
+        their device, jitted), with a leading [E]."""
+        return _local_track_jax(self.points, float(self.spacing_m), float(self.scale_m), *(obs[k] for k in _FIELDS))
+
+    def host(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The same features from NumPy fields, computed in NumPy on the host
+        (a controller's batch of one, without a device round trip)."""
+        return _local_track(np, self.points, float(self.spacing_m), float(self.scale_m),
+                            *(np.asarray(obs[k]) for k in _FIELDS))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _local_track(points, spacing_m, scale_m, position, yaw, velocity, yaw_rate, steering, centerline, left, right,
-                 mask, length):
-    position = jnp.asarray(position, jnp.float32)
-    count = jnp.sum(jnp.asarray(mask, jnp.int32), axis=1)  # [E]
-    valid = jnp.arange(centerline.shape[1])[None, :] < count[:, None]
-    gap = jnp.sum((centerline - position[:, None, :]) ** 2, axis=-1)
-    nearest = jnp.argmin(jnp.where(valid, gap, jnp.inf), axis=1)  # [E]
-    step_m = length / jnp.maximum(count, 1)  # mean point spacing
-    offsets = jnp.round(jnp.arange(points)[None, :] * spacing_m / step_m[:, None]).astype(jnp.int32)
-    index = (nearest[:, None] + offsets) % jnp.maximum(count, 1)[:, None]  # [E, K]
-    c, s = jnp.cos(yaw)[:, None], jnp.sin(yaw)[:, None]
+_FIELDS = ("position", "yaw", "velocity_body", "yaw_rate", "steering_angle", "centerline", "left_boundary",
+           "right_boundary", "track_mask", "track_length")
+
+
+def _local_track(xp, points, spacing_m, scale_m, position, yaw, velocity, yaw_rate, steering, centerline, left,
+                 right, mask, length):
+    """The features, written once for NumPy and JAX (``xp``)."""
+    position = xp.asarray(position, xp.float32)
+    count = xp.maximum(xp.sum(xp.asarray(mask, xp.int32), axis=1), 1)  # [E]
+    valid = xp.arange(centerline.shape[1])[None, :] < count[:, None]
+    gap = xp.sum((centerline - position[:, None, :]) ** 2, axis=-1)
+    nearest = xp.argmin(xp.where(valid, gap, xp.inf), axis=1)  # [E]
+    step_m = length / count  # mean point spacing
+    offsets = xp.round(xp.arange(points)[None, :] * spacing_m / step_m[:, None]).astype(xp.int32)
+    index = (nearest[:, None] + offsets) % count[:, None]  # [E, K]
+    c, s = xp.cos(yaw)[:, None], xp.sin(yaw)[:, None]
 
     def local(line):
-        p = jnp.take_along_axis(line, index[..., None], axis=1) - position[:, None, :]
+        p = xp.take_along_axis(line, index[..., None], axis=1) - position[:, None, :]
         x = c * p[..., 0] + s * p[..., 1]
         y = -s * p[..., 0] + c * p[..., 1]
-        return jnp.stack([x, y], axis=-1).reshape(x.shape[0], -1) / scale_m
+        return xp.stack([x, y], axis=-1).reshape(x.shape[0], -1) / scale_m
 
-    motion = jnp.stack([velocity[:, 0] / _SPEED, velocity[:, 1] / _SPEED, yaw_rate / _YAW_RATE,
-                        steering / _STEER], axis=1)
-    return jnp.concatenate([motion, local(centerline), local(left), local(right)], axis=1).astype(jnp.float32)
+    motion = xp.stack([velocity[:, 0] / _SPEED, velocity[:, 1] / _SPEED, yaw_rate / _YAW_RATE,
+                       steering / _STEER], axis=1)
+    return xp.concatenate([motion, local(centerline), local(left), local(right)], axis=1).astype(xp.float32)
+
+
+_local_track_jax = jax.jit(functools.partial(_local_track, jnp), static_argnums=(0, 1, 2))
 
 
 @dataclasses.dataclass(frozen=True)

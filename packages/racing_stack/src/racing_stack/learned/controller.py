@@ -35,6 +35,6 @@ class LearnedController(Controller):
 
     def compute_control(self, obs, info=None):
         batch = {key: np.asarray(value)[None] for key, value in obs.items()}
-        x = torch.tensor(np.asarray(self.features(batch)), device=self.device)
+        x = torch.from_numpy(self.features.host(batch)).to(self.device)
         with torch.no_grad():
             return self.policy.env_action(self.policy.actor(x))[0].cpu().numpy()
