@@ -14,10 +14,18 @@ TORCH ?= torch==2.13.0
 PACKAGES := rl_triton track_gen racing_env racing_stack
 PY := $(abspath $(VENV))/bin/python
 STAMP := $(VENV)/.installed
-DEV := "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "pillow>=10" "imageio-ffmpeg>=0.5" "tensorboardX>=2.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+DEV := "ruff>=0.6" "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "pillow>=10" "imageio-ffmpeg>=0.5" "tensorboardX>=2.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
-.PHONY: tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
+.DEFAULT_GOAL := help
+
+.PHONY: help lint tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
         test-integration sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo matrix clean
+
+# `make` or `make help`: every target with its line (the `##` comments).
+help:
+	@echo "make TARGET [ARGS=\"...\"]   (the pip path: the first target that needs it creates .venv)"
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## (.*)/  \1|\2/' | \
+		awk -F'|' '{printf "  %-24s %s\n", $$1, $$2}'
 
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -25,67 +33,70 @@ $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 		$(foreach p,$(PACKAGES),-e packages/$(p))
 	touch $@
 
-tests: test-rl-triton test-track-gen test-racing-env test-racing-stack test-integration
+tests: test-rl-triton test-track-gen test-racing-env test-racing-stack test-integration ## every package's CPU tests, then the integration tests
 
-test-rl-triton: $(STAMP)
+test-rl-triton: $(STAMP) ## rl_triton's tests (its kernels under TRITON_INTERPRET=1)
 	cd packages/rl_triton && $(PY) -m pytest -q -m 'not kernels and not gpu' \
 		&& TRITON_INTERPRET=1 $(PY) -m pytest -q -m kernels
 
-test-track-gen: $(STAMP)
+test-track-gen: $(STAMP) ## track_gen's CPU tests
 	cd packages/track_gen && $(PY) -m pytest -q -m 'not gpu'
 
-test-racing-env: $(STAMP)
+test-racing-env: $(STAMP) ## racing_env's CPU tests (both backends)
 	cd packages/racing_env && $(PY) -m pytest -q -m 'not gpu'
 
-test-racing-stack: $(STAMP)
+test-racing-stack: $(STAMP) ## racing_stack's CPU tests
 	cd packages/racing_stack && $(PY) -m pytest -q -m 'not gpu'
 
-test-integration: $(STAMP)
+test-integration: $(STAMP) ## the tests across packages (tests-integration/)
 	$(PY) -m pytest -q tests-integration
 
-gpu-tests: $(STAMP)
+gpu-tests: $(STAMP) ## the CUDA tests (on a GPU machine)
 	$(PY) -m pytest -q packages/rl_triton/tests -m 'kernels or gpu' \
 		&& $(PY) -m pytest -q packages/track_gen/tests -m gpu \
 		&& $(PY) -m pytest -q packages/racing_env/tests -m gpu \
 		&& $(PY) -m pytest -q packages/racing_stack/tests -m gpu
 
 # One episode of a controller on track seed 42 (ARGS="--backend mjx_warp", ...).
-sim: $(STAMP)
+sim: $(STAMP) ## one episode on track_gen seed 42, printed as JSON
 	$(PY) -m racing_stack.sim $(ARGS)
 
 # Level 1's Train, Validation and Test pools into the cache, verified (ARGS="--splits validation", ...).
-materialize-track-pool: $(STAMP)
+materialize-track-pool: $(STAMP) ## Level 1's pools into the cache, verified
 	$(PY) -m racing_stack.pools $(ARGS)
 
 # A controller plugin on a Level's tracks, as JSON and a picture (ARGS="--tracks 10 --plot run.png", ...).
-evaluate: $(STAMP)
+evaluate: $(STAMP) ## a controller plugin on a Level's tracks
 	$(PY) -m racing_stack.evaluate $(ARGS)
 
 # PPO on Level 1's Train pool, exported as a plugin (ARGS="--preset gpu", "--resume", ...).
-train-ppo: $(STAMP)
+train-ppo: $(STAMP) ## PPO on the Train pool, exported as a plugin
 	$(PY) -m racing_stack.ppo $(ARGS)
 
-docs: $(STAMP)
+lint: $(STAMP) ## ruff over the whole repository (ruff.toml)
+	$(PY) -m ruff check .
+
+docs: $(STAMP) ## the docs site (site/)
 	$(PY) -m mkdocs build --strict
 
-benchmark-rl-triton: $(STAMP)
+benchmark-rl-triton: $(STAMP) ## the rl_triton benchmark
 	$(PY) benchmarks/rl_triton/bench_scans.py
 
-benchmark-track-gen: $(STAMP)
+benchmark-track-gen: $(STAMP) ## the track_gen benchmarks
 	$(PY) benchmarks/track_gen/generate.py && $(PY) benchmarks/track_gen/step.py
 
-benchmark-racing-env: $(STAMP)
+benchmark-racing-env: $(STAMP) ## the M4 environment protocol
 	$(PY) benchmarks/racing_env/m4_environment.py
 
-benchmark-track-pool: $(STAMP)
+benchmark-track-pool: $(STAMP) ## the M5 TrackPool protocol
 	$(PY) benchmarks/racing_env/m5_track_pool.py
 
-benchmark-ppo: $(STAMP)
+benchmark-ppo: $(STAMP) ## PPO trained and evaluated against the reference
 	$(PY) benchmarks/racing_stack/ppo_level1.py
 
 # Each package installed alone in its own environment, with its own tests:
 # proves that its pyproject.toml declares everything it needs.
-matrix:
+matrix: ## each package installed alone, with its own tests
 	@set -e; for p in $(PACKAGES); do \
 		env=$(abspath .venv-matrix)/$$p; rm -rf $$env; $(PYTHON) -m venv $$env; \
 		deps="./packages/$$p[test]"; \
@@ -101,5 +112,5 @@ matrix:
 		fi; \
 	done
 
-clean:
+clean: ## remove .venv, .venv-matrix and site
 	rm -rf $(VENV) .venv-matrix site

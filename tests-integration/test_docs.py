@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).parents[1] / "docs"
-PAGES = sorted(p for p in DOCS.rglob("*.md") if "```python" in p.read_text())
+ROOT = Path(__file__).parents[1]
+DOCS = ROOT / "docs"
+#: The docs' pages with examples, and the READMEs' (the repository's and each package's).
+PAGES = sorted(p for p in DOCS.rglob("*.md") if "```python" in p.read_text()) + sorted(
+    p for p in [ROOT / "README.md", *ROOT.glob("packages/*/README.md")] if "```python" in p.read_text())
 
 
 def blocks(page: Path) -> list[str]:
@@ -23,7 +26,7 @@ def test_the_docs_have_examples():
         "track_gen/troubleshooting.md", "track_gen/lifetime.md"}
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(DOCS).as_posix())
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_page_examples_run(page):
     namespace: dict = {}
     ran = 0
@@ -32,7 +35,7 @@ def test_page_examples_run(page):
             continue
         # Each block gets its own source name, so that code reading its own
         # source (Warp kernels do) finds it.
-        name = f"{page.relative_to(DOCS).as_posix()} (block {k})"
+        name = f"{page.relative_to(ROOT).as_posix()} (block {k})"
         linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
         exec(compile(code, name, "exec"), namespace)  # noqa: S102 - our own docs
         ran += 1

@@ -39,3 +39,11 @@ def test_readme_names_the_two_commands():
     for command in ("pixi run sim", "make sim", "pixi run tests", "make tests", "pixi run benchmark-rl-triton",
                     "make benchmark-rl-triton"):
         assert command in readme
+
+
+def test_make_help_lists_every_target():
+    text = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z0-9-]+):", text, flags=re.M)) - {"help"}
+    described = set(re.findall(r"^([a-z0-9-]+):.*## ", text, flags=re.M))
+    assert targets == described, f"targets without a ## line: {sorted(targets - described)}"
+    assert re.search(r"^\.DEFAULT_GOAL := help$", text, flags=re.M)

@@ -469,7 +469,8 @@ def draw(report: dict[str, Any], samples: list[tuple[float, int]], path: Path) -
     for k, e in enumerate(epoch_list):
         left.text(k, e["pool"]["transitions_per_s"] / 1e3 * 1.01, f"{e['pool_share_of_fixed']:.3f}", ha="center")
     left.set(xticks=x, xticklabels=[e["epoch"] for e in epoch_list], ylabel="thousand transitions/s",
-             title=f"{report['config']['worlds']:,} worlds: pool / fixed = {report['timed']['pool_share_of_fixed']:.3f}")
+             title=f"{report['config']['worlds']:,} worlds: pool / fixed = "
+                   f"{report['timed']['pool_share_of_fixed']:.3f}")
     left.legend(loc="lower right", fontsize=8)
     t0 = epoch_list[0]["start_s"]
     right.plot([t - t0 for t, _ in samples], [m for _, m in samples], lw=1.2)

@@ -95,7 +95,8 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=None, help="report path (default benchmarks/results/ppo_level1.json)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="report path (default benchmarks/results/ppo_level1.json)")
     parser.add_argument("--train-seconds", type=float, default=200.0)
     parser.add_argument("--eval-tracks", type=int, default=100)
     parser.add_argument("--worlds", type=int, default=8192)

@@ -225,7 +225,6 @@ def oracle_progress(geoms, rows, segment0, progress0, positions, previous, wheel
     Returns: (low, high) bounds of progress_m after each step, [T, E], m.
     """
     e = len(rows)
-    n = np.array([geoms[r].n for r in rows])
     length = np.array([geoms[r].track_length for r in rows])
     seg = np.array(segment0, np.int64)
     best = np.array(progress0, np.float64)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from racing_env import LEVEL_0, Level, ProjectConfig, VecCarRacingEnv, level0_track
+from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track
 from racing_env.plugins import PURSUIT, load_plugin
 from racing_env.render import COLORS, MAX_FRAME_POINTS, DrawCommand, DrawList, EpisodeView, FramePainter
 from racing_env.runner import run

@@ -48,7 +48,8 @@ def test_a_restored_mjx_env_continues_exactly(mjx_pool_env):
 
 def test_a_restored_cpu_env_continues_exactly_in_a_new_env():
     def make():
-        return VecCarRacingEnv(1, config=ProjectConfig(), level=SHORT_CPU, backend="cpu_reference", track=level0_track())
+        return VecCarRacingEnv(1, config=ProjectConfig(), level=SHORT_CPU, backend="cpu_reference",
+                               track=level0_track())
 
     one, two = make(), make()
     one.reset(seed=3)

@@ -19,7 +19,6 @@ from racing_env import (
     LEVEL_0,
     TRACK_CAPACITY,
     Level,
-    ProjectConfig,
     TerminationReason,
     TrackPool,
     VecCarRacingEnv,

@@ -23,7 +23,8 @@ def random_obs(rng, worlds):
         normal = np.stack([b * np.cos(theta), a * np.sin(theta)], 1)
         normal /= np.linalg.norm(normal, axis=1, keepdims=True)
         pad = np.zeros((TRACK_CAPACITY, 2))
-        for key, pts in (("centerline", line), ("left_boundary", line - 6 * normal), ("right_boundary", line + 6 * normal)):
+        edges = (("centerline", line), ("left_boundary", line - 6 * normal), ("right_boundary", line + 6 * normal))
+        for key, pts in edges:
             full = pad.copy()
             full[:n] = pts
             obs[key].append(full)

@@ -1,9 +1,10 @@
 """Random rollouts and a table of every op, called the same way on any path.
 
 ``OPS[name](batch, device)`` runs the library op on tensors moved to
-``device`` and returns its output tensors (``run`` returns them as arrays); ``REFERENCES[name](batch)`` runs the NumPy reference. Both return
-a tuple of arrays, so tests can treat the seven ops (and both prefix-sum
-boundary modes) alike.
+``device`` and returns its output tensors (``run`` returns them as arrays);
+``REFERENCES[name](batch)`` runs the NumPy reference. Both return a tuple
+of arrays, so tests can treat the seven ops (and both prefix-sum boundary
+modes) alike.
 """
 
 from __future__ import annotations

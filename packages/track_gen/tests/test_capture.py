@@ -113,7 +113,7 @@ def test_registered_raises_outside_a_torch_capture():
 
 def test_retain_keeps_the_course_alive_as_long_as_the_graph():
     course = build()
-    graph = recorded(lambda: course.regenerate(mask=course.inputs["regen_mask"]))
+    graph = recorded(lambda: course.regenerate(mask=course.inputs["regen_mask"]))  # noqa: F821 - the deleted name
     alive = weakref.ref(course)
     retain(graph, course)
     retain(graph, course)

@@ -36,7 +36,8 @@ from racing_env.controller import Controller
 from racing_env.tracks import TRACK_CAPACITY
 from racing_env.vector import VecCarRacingEnv
 
-__all__ = ["PLUGIN_PACKAGE", "CHALLENGE_KEYS", "CONTROLLERS", "PURSUIT", "TEMPLATE", "Plugin", "PluginError", "challenge_values", "freeze", "load_plugin"]
+__all__ = ["PLUGIN_PACKAGE", "CHALLENGE_KEYS", "CONTROLLERS", "PURSUIT", "TEMPLATE", "Plugin", "PluginError",
+           "challenge_values", "freeze", "load_plugin"]
 
 #: The package every plugin's modules are imported under.
 PLUGIN_PACKAGE = "racing_env_plugins"

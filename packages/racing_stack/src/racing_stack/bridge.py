@@ -66,8 +66,9 @@ The Race Core's bound. racing_env refuses a pool whose shortest centerline
 segment is below ``racing_env.race.min_segment_length(config)`` (0.340 m for
 ``ProjectConfig()``). A row's segments are chords of arc ``L / 640`` (a chord
 across a bend of the course line is up to ~2% shorter), so a lap of at least
-~220 m passes; the default preset at ``COURSE_SCALE`` gives 0.51 to 0.69 m. A smaller preset or scale can fall below it; the env then
-raises at construction.
+~220 m passes; the default preset at ``COURSE_SCALE`` gives 0.51 to 0.69 m.
+A smaller preset or scale can fall below it; the env then raises at
+construction.
 
 Reproducibility. A row is a function of its env's course line, width, seed
 and epoch, and of ``scale``, up to float32 rounding: XLA may round the last

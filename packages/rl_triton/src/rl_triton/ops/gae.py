@@ -70,7 +70,8 @@ def compute_gae(
     boot = last_value if last_value is not None else bootstrap_values
     launch(
         gae_kernel,
-        (rewards, values, terminateds, or_placeholder(truncateds, terminateds), or_placeholder(boot, rewards), advantages),
+        (rewards, values, terminateds, or_placeholder(truncateds, terminateds), or_placeholder(boot, rewards),
+         advantages),
         num_envs, seq_len, rewards.device,
         gamma=gamma, lam=lambda_, HAS_TRUNC=truncateds is not None,
         BOOT=2 if last_value is not None else int(bootstrap_values is not None),
