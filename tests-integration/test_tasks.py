@@ -47,3 +47,16 @@ def test_make_help_lists_every_target():
     described = set(re.findall(r"^([a-z0-9-]+):.*## ", text, flags=re.M))
     assert targets == described, f"targets without a ## line: {sorted(targets - described)}"
     assert re.search(r"^\.DEFAULT_GOAL := help$", text, flags=re.M)
+
+
+def test_pytest_from_the_root_collects_every_package():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    collected = out.stdout.strip().splitlines()
+    for package in ("rl_triton", "track_gen", "racing_env", "racing_stack"):
+        assert any(line.startswith(f"packages/{package}/tests/") for line in collected), package
+    assert any(line.startswith("tests-integration/") for line in collected)

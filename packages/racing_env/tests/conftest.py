@@ -3,23 +3,14 @@ test session (Warp's first compile of the car costs ~40 s on a CPU)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import warp as wp
 
-from racing_env import LEVEL_0, Level, ProjectConfig, Track, TrackPool, VecCarRacingEnv, level0_track
+from worlds import SHORT_LEVEL, circle_track
+
+from racing_env import LEVEL_0, ProjectConfig, TrackPool, VecCarRacingEnv, level0_track
 
 wp.config.quiet = True
-
-#: A Level whose episodes time out after a few steps, for NEXT_STEP timelines.
-SHORT_LEVEL = Level(level_id=7, name="short", max_episode_steps=4)
-
-
-def circle_track(radius: float, points: int, half_width: float, track_id: int) -> Track:
-    """A counter-clockwise circle starting at (radius, 0)."""
-    theta = np.linspace(0.0, 2 * np.pi, points, endpoint=False)
-    centerline = np.stack([radius * np.cos(theta), radius * np.sin(theta)], axis=1)
-    return Track.from_centerline(centerline, half_width, track_id)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import warnings
 import gymnasium
 import numpy as np
 import pytest
-from conftest import SHORT_LEVEL
+from worlds import SHORT_LEVEL
 from gymnasium.utils.env_checker import check_env
 from racing_env import ENV_ID, LEVEL_0, CarRacingEnv, TerminationReason, level0_track
 from racing_env.seeds import host_seed_word

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import SHORT_LEVEL
+from worlds import SHORT_LEVEL
 from racing_env.pursuit import pursuit
 from racing_env import TerminationReason, VecCarRacingEnv, level0_track
 from racing_env.physics import MjxWarpPhysics, PhysicsState

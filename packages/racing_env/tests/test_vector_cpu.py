@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import SHORT_LEVEL, circle_track
+from worlds import SHORT_LEVEL, circle_track
 from racing_env.pursuit import pursuit
 from oracles import on_track, wheel_points
 from racing_env import (
