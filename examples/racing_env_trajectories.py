@@ -1,6 +1,6 @@
 """Draw a few worlds' trajectories on their tracks (the racing_env docs' picture).
 
-    python examples/racing_env_trajectories.py [--out docs/assets/racing_env_trajectories.png]
+    python examples/racing_env_trajectories.py [--out FILE | --publish] [--seconds 60]
 
 Four track_gen courses (seeds 42..45, generated on Warp's CPU device) become
 a TrackPool through the integration layer's bridge; the reference
@@ -45,10 +45,13 @@ def drive(env: VecCarRacingEnv, row: int, speed: float, seconds: float):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="docs/assets/racing_env_trajectories.png")
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=None, help="the picture (default examples/out/racing_env_trajectories.png)")
+    parser.add_argument("--publish", action="store_true", help="write the docs' picture, docs/assets/")
+    parser.add_argument("--seconds", type=float, default=60.0, help="the longest episode, s (> 0)")
     args = parser.parse_args()
+    if not args.seconds > 0:
+        parser.error("--seconds must be > 0")
     course = Course.track(presets.track(num_envs=len(SPEEDS), device="cpu"), seeds=42)
     pool = pool_from_course(course, level_id=1, split="picture")
     level = Level(level_id=1, name="picture", max_episode_steps=int(args.seconds * 50) + 10)
@@ -70,7 +73,8 @@ def main() -> None:
         ax.axis("off")
         print(f"row {row}: {speed} m/s, {reason}, progress {progress:.3f}, {len(path) - 1} steps")
     fig.tight_layout()
-    out = Path(args.out)
+    out = Path(args.out or ("docs/assets" if args.publish else "examples/out")) / "racing_env_trajectories.png" \
+        if args.out is None else Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")

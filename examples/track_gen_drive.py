@@ -1,13 +1,14 @@
 """Drive a batch of agents around their tracks with a scripted policy, with
 respawns and regenerations happening, and draw it.
 
-    python examples/track_gen_drive.py [--out docs/assets] [--steps 240]
+    python examples/track_gen_drive.py [--out DIR | --publish] [--steps 240] [--envs 4]
 
 Each agent follows its course line a few points per step, weaving left and
 right; one whose box leaves the track respawns on the same course, one that
 finishes a lap (or whose course is invalid) gets a new course. Writes
 ``track_gen_drive.gif`` (an animation) and ``track_gen_drive.png`` (a strip of
-frames), and prints the events it saw.
+frames) into ``examples/out/`` (``--publish``: the docs' ``docs/assets/``),
+and prints the events it saw and where it wrote.
 """
 
 from __future__ import annotations
@@ -23,11 +24,16 @@ from track_gen.pipeline import presets
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--out", default="docs/assets")
-    parser.add_argument("--steps", type=int, default=240)
-    parser.add_argument("--envs", type=int, default=4)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=None, help="folder for the pictures (default examples/out)")
+    parser.add_argument("--publish", action="store_true", help="write the docs' pictures, docs/assets/")
+    parser.add_argument("--steps", type=int, default=240, help="steps to drive (>= 1)")
+    parser.add_argument("--envs", type=int, default=4, help="agents, one course each (>= 1)")
+    parser.add_argument("--verbose", action="store_true", help="let Warp print its banner and module loads")
     args = parser.parse_args()
+    if args.steps < 1 or args.envs < 1:
+        parser.error("--steps and --envs must be >= 1")
+    wp.config.quiet = not args.verbose
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,15 +93,16 @@ def main() -> None:
             ax.set_title(f"env {e}: course {gen[e]}" + (" (out)" if oob[e] else ""), fontsize=7)
             ax.set_aspect("equal")
 
-    out = Path(args.out)
+    out = Path(args.out or ("docs/assets" if args.publish else "examples/out"))
     out.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, E, figsize=(2.2 * E, 2.4))
+    fig, axes = plt.subplots(1, E, figsize=(2.2 * E, 2.4), squeeze=False)
+    axes = axes[0]
     keep = list(range(0, len(frames), 4))
     anim = FuncAnimation(fig, lambda k: draw(axes, frames[keep[k]], keep[k]), frames=len(keep))
     anim.save(out / "track_gen_drive.gif", writer=PillowWriter(fps=12), dpi=60)
     plt.close(fig)
     strip = np.linspace(0, len(frames) - 1, 4).astype(int)
-    fig, grid = plt.subplots(len(strip), E, figsize=(2.2 * E, 2.3 * len(strip)))
+    fig, grid = plt.subplots(len(strip), E, figsize=(2.2 * E, 2.3 * len(strip)), squeeze=False)
     for row, k in zip(grid, strip):
         draw(row, frames[k], k)
         row[0].text(-0.1, 0.5, f"step {k}", transform=row[0].transAxes, rotation=90, va="center", fontsize=8)
@@ -103,6 +110,7 @@ def main() -> None:
     fig.tight_layout()
     fig.savefig(out / "track_gen_drive.png", dpi=80)
     plt.close(fig)
+    print(f"wrote {out / 'track_gen_drive.gif'} and {out / 'track_gen_drive.png'}")
 
 
 if __name__ == "__main__":

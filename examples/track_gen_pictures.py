@@ -1,9 +1,10 @@
 """Draw the pictures of the track_gen docs and measure the invalid fraction.
 
-    python examples/track_gen_pictures.py [--num-envs 4096] [--out docs/assets]
+    python examples/track_gen_pictures.py [--num-envs 4096] [--out DIR | --publish]
 
 Writes ``track_gen_tracks.png``, ``track_gen_tracks_invalid.png`` and
-``track_gen_gates.png`` (valid and invalid courses, fail bits labelled), and
+``track_gen_gates.png`` (valid and invalid courses, fail bits labelled) into
+``examples/out/`` (``--publish``: the docs' ``docs/assets/``), and
 prints the rate of each fail bit at the default settings and with each knob
 turned, and the crossing-bars rate of gate courses by bar width.
 """
@@ -29,11 +30,14 @@ def rates(course: Course) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--num-envs", type=int, default=4096)
-    parser.add_argument("--out", default="docs/assets")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num-envs", type=int, default=4096, help="courses per setting (>= 1)")
+    parser.add_argument("--out", default=None, help="folder for the pictures (default examples/out)")
+    parser.add_argument("--publish", action="store_true", help="write the docs' pictures, docs/assets/")
     args = parser.parse_args()
-    out = Path(args.out)
+    if args.num_envs < 1:
+        parser.error("--num-envs must be >= 1")
+    out = Path(args.out or ("docs/assets" if args.publish else "examples/out"))
     out.mkdir(parents=True, exist_ok=True)
     settings = {
         "defaults": {},
@@ -72,6 +76,8 @@ def main() -> None:
     save_png(defaults, out / "track_gen_tracks.png", envs=good + bad,
              title=f"presets.track(num_envs={args.num_envs}), seeds=0: {len(good)} valid envs, "
                    f"{len(bad)} invalid")
+    print(f"wrote {out / 'track_gen_tracks.png'}, {out / 'track_gen_tracks_invalid.png'}, "
+          f"{out / 'track_gen_gates.png'}")
 
 
 if __name__ == "__main__":

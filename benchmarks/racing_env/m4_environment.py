@@ -42,7 +42,9 @@ zero non-finite public values; every world times out and autoresets in the
 health run; both transfer guards pass. The report passes only when every
 gate passes. Without CUDA it runs a small ``mjx_warp`` smoke on Warp's CPU
 device (evaluating no throughput gate) and writes
-``benchmarks/results/m4_environment_cpu.json``.
+``benchmarks/out/m4_environment_cpu.json``; on a GPU it writes
+``benchmarks/out/m4_environment_report.json``, or with ``--publish`` the
+committed ``benchmarks/v0.1/m4_environment_report.json``.
 """
 
 from __future__ import annotations
@@ -221,7 +223,9 @@ def start_qpos_of(env: VecCarRacingEnv) -> jax.Array:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", help="report path (default benchmarks/v0.1/m4_environment_report.json on a GPU)")
+    parser.add_argument("--out", help="report path (default benchmarks/out/m4_environment_report.json)")
+    parser.add_argument("--publish", action="store_true",
+                        help="write the committed report, benchmarks/v0.1/m4_environment_report.json (GPU only)")
     parser.add_argument("--worlds", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--scale-worlds", type=int, nargs="*", default=[8192, 65536])
@@ -233,7 +237,8 @@ def main() -> None:
         wp.config.quiet = True
         args.worlds, args.steps, args.scale_worlds, args.scale_steps, args.rounds = 4, 20, [], 0, 2
     if args.out is None:
-        args.out = "benchmarks/v0.1/m4_environment_report.json" if gpu else "benchmarks/results/m4_environment_cpu.json"
+        folder = "benchmarks/v0.1/" if gpu and args.publish else "benchmarks/out/"
+        args.out = folder + ("m4_environment_report.json" if gpu else "m4_environment_cpu.json")
     device = "cuda:0" if gpu else "cpu"
     # The CPU smoke reaches its timeout after a few steps.
     level = LEVEL if gpu else Level(level_id=LEVEL.level_id, name="m4-cpu-smoke", max_episode_steps=8)

@@ -53,7 +53,9 @@ its picture (throughput per epoch, process VRAM over time) is written
 beside it as ``.png``.
 Without CUDA it runs a small ``mjx_warp`` smoke on Warp's CPU device on the
 first 64 Train tracks (evaluating no throughput or memory gate) and writes
-``benchmarks/results/m5_track_pool_cpu.json``.
+``benchmarks/out/m5_track_pool_cpu.json``; on a GPU it writes
+``benchmarks/out/m5_track_pool_report.json``, or with ``--publish`` the
+committed ``benchmarks/v0.1/m5_track_pool_report.json``.
 """
 
 from __future__ import annotations
@@ -387,7 +389,9 @@ def privacy(envs: dict[str, VecCarRacingEnv], pool: TrackPool, level: Level) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", help="report path (default benchmarks/v0.1/m5_track_pool_report.json on a GPU)")
+    parser.add_argument("--out", help="report path (default benchmarks/out/m5_track_pool_report.json)")
+    parser.add_argument("--publish", action="store_true",
+                        help="write the committed report, benchmarks/v0.1/m5_track_pool_report.json (GPU only)")
     parser.add_argument("--worlds", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--epochs", type=int, default=3, help="measured epochs after E0")
@@ -403,7 +407,8 @@ def main() -> None:
         pool_size = 64
         level = Level(level_id=LEVEL_1.level_id, name="m5-cpu-smoke", max_episode_steps=8)
     if args.out is None:
-        args.out = "benchmarks/v0.1/m5_track_pool_report.json" if gpu else "benchmarks/results/m5_track_pool_cpu.json"
+        folder = "benchmarks/v0.1/" if gpu and args.publish else "benchmarks/out/"
+        args.out = folder + ("m5_track_pool_report.json" if gpu else "m5_track_pool_cpu.json")
     report: dict[str, Any] = {"protocol": "M5", "environment": environment(), "source_sha256": source_hashes(__file__),
                               "config": {"project": ProjectConfig().__dict__, "level": level.__dict__,
                                          "backend": "mjx_warp", "worlds": args.worlds, "steps": args.steps,

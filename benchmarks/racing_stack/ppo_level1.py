@@ -25,7 +25,9 @@ reference's and its median lap time faster. A gate that is not met is
 reported with its margin. The report (JSON, its learning curve as PNG
 beside it) is written after every phase, so a run cut short keeps what it
 measured. Without CUDA it runs a tiny smoke (no gate evaluated) into
-``benchmarks/results/ppo_level1_cpu.json``.
+``benchmarks/out/ppo_level1_cpu.json``; on a GPU
+``benchmarks/out/ppo_level1.json``, or with ``--publish`` the committed
+``benchmarks/results/ppo_level1.json``.
 """
 
 from __future__ import annotations
@@ -96,7 +98,9 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None,
-                        help="report path (default benchmarks/results/ppo_level1.json)")
+                        help="report path (default benchmarks/out/ppo_level1.json)")
+    parser.add_argument("--publish", action="store_true",
+                        help="write the committed report, benchmarks/results/ppo_level1.json (GPU only)")
     parser.add_argument("--train-seconds", type=float, default=200.0)
     parser.add_argument("--eval-tracks", type=int, default=100)
     parser.add_argument("--worlds", type=int, default=8192)
@@ -108,7 +112,8 @@ def main() -> None:
     if not gpu:
         config = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=8, minibatches=2, tracks=4, updates=100_000)
         args.train_seconds, args.eval_tracks = 5.0, 2
-    out = args.out or Path("benchmarks/results/ppo_level1.json" if gpu else "benchmarks/results/ppo_level1_cpu.json")
+    folder = "benchmarks/results/" if gpu and args.publish else "benchmarks/out/"
+    out = args.out or Path(folder + ("ppo_level1.json" if gpu else "ppo_level1_cpu.json"))
     out.parent.mkdir(parents=True, exist_ok=True)
     run_dir = args.run_dir or out.with_suffix("")
     shutil.rmtree(run_dir, ignore_errors=True)

@@ -287,8 +287,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", help="comma-separated ExT list")
     parser.add_argument("--ops", default=",".join(OPS))
-    parser.add_argument("--out", help="report path (default benchmarks/results/rl_triton.json on a "
+    parser.add_argument("--out", help="report path (default benchmarks/out/rl_triton.json on a "
                                       "CUDA device, rl_triton_cpu.json otherwise)")
+    parser.add_argument("--publish", action="store_true",
+                        help="write the committed report (benchmarks/results/rl_triton.json on a CUDA device)")
     parser.add_argument("--peer-src", help="src folder of the public rl-triton package")
     parser.add_argument("--no-peers", action="store_true", help="skip the torch-loop and JAX peers")
     parser.add_argument("--library-only", action="store_true", help=argparse.SUPPRESS)
@@ -298,7 +300,8 @@ def main() -> None:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.out is None:
-        args.out = "benchmarks/results/" + ("rl_triton.json" if device == "cuda" else "rl_triton_cpu.json")
+        folder = "benchmarks/results/" if args.publish else "benchmarks/out/"
+        args.out = folder + ("rl_triton.json" if device == "cuda" else "rl_triton_cpu.json")
     shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
               if args.shapes else list(GPU_SHAPES if device == "cuda" else CPU_SHAPES))
     ops = args.ops.split(",")
@@ -357,6 +360,7 @@ def main() -> None:
     table = markdown(report)
     out.with_suffix(".md").write_text(table)
     print(table)
+    log(f"wrote {out} and {out.with_suffix('.md')}")
     try:
         import plot
     except ImportError:  # matplotlib is optional here

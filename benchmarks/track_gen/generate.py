@@ -1,6 +1,6 @@
 """Benchmark track generation: full batches and masked regenerations, per device.
 
-    python benchmarks/track_gen/generate.py [--sizes 64,1024,16384,65536] [--out FILE]
+    python benchmarks/track_gen/generate.py [--sizes 64,1024,16384,65536] [--out FILE | --publish]
 
 For each device (``cpu``, and ``cuda:0`` when present) and batch size E it
 times a full-batch generation (generated, checked and baked, default 64 x 64
@@ -89,7 +89,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="64,1024,16384,65536")
     parser.add_argument("--cpu-sizes", default="64,1024,16384",
                         help="sizes on the CPU device (65536 takes ~15 s a generation there)")
-    parser.add_argument("--out", default="benchmarks/results/track_gen.json")
+    parser.add_argument("--out", default=None, help="report path (default benchmarks/out/track_gen.json)")
+    parser.add_argument("--publish", action="store_true",
+                        help="write the committed report, benchmarks/results/track_gen.json")
     args = parser.parse_args()
     devices, pairs = runs(args.sizes, args.cpu_sizes)
     rows = [bench_device(device, size) for device, size in pairs]
@@ -117,9 +119,10 @@ def main() -> None:
         "spec": "presets.track defaults (8 control points, ds 0.05 m, N_max 512, 64 x 64 SDF), seeds=0",
         "results": rows, "peer_carracing": peer, "gates": gates,
     }
-    out = Path(args.out)
+    out = Path(args.out or ("benchmarks/results/" if args.publish else "benchmarks/out/") + "track_gen.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
     for g in gates:
         print(f"{g['gate']}: {g['value']:.2f} {'yes' if g['passed'] else 'NO'}")
     for r in rows:

@@ -1,6 +1,6 @@
 """Device time of each kernel of one full generation and one step.
 
-    python benchmarks/track_gen/kernels.py [--num-envs 65536] [--out FILE]
+    python benchmarks/track_gen/kernels.py [--num-envs 65536] [--out FILE | --publish]
 
 Where a generation's or a step's time goes, kernel by kernel, on the first
 CUDA device (Warp's kernel timing: CUDA events around each launch). Writes a
@@ -41,7 +41,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-envs", type=int, default=65536)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--out", default="benchmarks/results/track_gen_kernels.json")
+    parser.add_argument("--out", default=None, help="report path (default benchmarks/out/track_gen_kernels.json)")
+    parser.add_argument("--publish", action="store_true",
+                        help="write the committed report, benchmarks/results/track_gen_kernels.json")
     args = parser.parse_args()
     wp.init()
     device = "cuda:0"
@@ -55,9 +57,10 @@ def main() -> None:
     report = {"device": wp.get_device(device).name, "num_envs": e, "warp": wp.config.version,
               "generation_s": kernel_times(lambda: course.generator.enqueue(advance=True), args.reps),
               "step_s": kernel_times(course.step, args.reps)}
-    out = Path(args.out)
+    out = Path(args.out or ("benchmarks/results/" if args.publish else "benchmarks/out/") + "track_gen_kernels.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
     for part in ("generation_s", "step_s"):
         total = sum(report[part].values())
         print(f"{part[:-2]}: {1e3 * total:.3f} ms in kernels")

@@ -1,6 +1,6 @@
 """Benchmark the runtime step and the recorded RL step with auto-reset.
 
-    python benchmarks/track_gen/step.py [--sizes 1024,65536] [--out FILE]
+    python benchmarks/track_gen/step.py [--sizes 1024,65536] [--out FILE | --publish]
 
 For each device (``cpu``, and ``cuda:0`` when present) and batch size E:
 ``course.step()`` eagerly and under graph replay; the whole recorded RL step
@@ -116,7 +116,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="1024,65536")
     parser.add_argument("--cpu-sizes", default="1024",
                         help="sizes on the CPU device (its grid kernels make 65536 take seconds a replay)")
-    parser.add_argument("--out", default="benchmarks/results/track_gen_step.json")
+    parser.add_argument("--out", default=None, help="report path (default benchmarks/out/track_gen_step.json)")
+    parser.add_argument("--publish", action="store_true",
+                        help="write the committed report, benchmarks/results/track_gen_step.json")
     args = parser.parse_args()
     devices, pairs = runs(args.sizes, args.cpu_sizes)
     rows = [bench(d, size, 20 if d != "cpu" else 3) for d, size in pairs]
@@ -134,9 +136,10 @@ def main() -> None:
               "timing": ("eager: median wall time per call, synchronised; replay: device time of one "
                          "wp.capture_launch (CUDA events around 20 back-to-back replays; wall time on cpu)"),
               "results": rows, "gates": gates}
-    out = Path(args.out)
+    out = Path(args.out or ("benchmarks/results/" if args.publish else "benchmarks/out/") + "track_gen_step.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"wrote {out}")
     for r in rows:
         print(f"{r['device']:7s} E={r['num_envs']:6d} step eager {1e3 * r['step_eager_s']:8.2f} ms, replay "
               f"{1e3 * r['step_replay_s']:8.2f} ms; RL step replay {1e3 * r['rl_step_replay_s']:8.2f} ms; "
