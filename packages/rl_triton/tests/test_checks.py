@@ -139,3 +139,21 @@ def test_correctness_warnings_only_with_the_flag(monkeypatch):
     batch.actions[0, 0] = 7
     with pytest.warns(RuntimeWarning, match="actions has entries outside"):
         OPS["retrace"](batch, "cpu")
+
+
+def test_correctness_warnings_point_at_the_callers_line(monkeypatch):
+    monkeypatch.setenv("RL_TRITON_CORRECTNESS_WARNINGS", "1")
+    term = torch.zeros(E, T)
+    trunc = torch.zeros(E, T)
+    term[0, 2] = trunc[0, 2] = 1
+    nv = torch.ones(E, T)
+    calls = [
+        lambda: rl_triton.compute_gae(f(E, T), f(E, T), term, trunc, bootstrap_values=torch.zeros(E, T)),
+        lambda: rl_triton.compute_vtrace(f(E, T), f(E, T), f(E, T), f(E, T), term, trunc,
+                                         bootstrap_values=torch.zeros(E, T)),
+        lambda: rl_triton.compute_lambda_returns(f(E, T), nv, f(E, T), trunc),
+    ]
+    for call in calls:
+        with pytest.warns(RuntimeWarning) as record:
+            call()
+        assert {w.filename for w in record} == {__file__}, [w.filename for w in record]

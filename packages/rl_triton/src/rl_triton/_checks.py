@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import warnings
 from typing import Literal
 
@@ -164,5 +165,14 @@ def warn_data(
             _warn(f"actions has entries outside [0, {num_actions}); their probability is taken as 0")
 
 
+#: This package's folder: a warning is attributed to the first frame outside it.
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
 def _warn(message: str) -> None:
-    warnings.warn(message, RuntimeWarning, stacklevel=4)
+    """A ``RuntimeWarning`` attributed to the caller's line (the first frame
+    outside rl_triton), whatever the op's call depth."""
+    frame, level = sys._getframe(1), 2  # stacklevel 2 is the frame that called _warn
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE + os.sep):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
