@@ -6,6 +6,8 @@ Gymnasium (``gymnasium.make`` builds `CarRacingEnv`; ``gymnasium.make_vec``
 with ``vectorization_mode="vector_entry_point"`` builds `VecCarRacingEnv`).
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 import gymnasium
 
 from racing_env.config import LEVEL_0, LEVEL_1, Level, ProjectConfig
@@ -14,7 +16,10 @@ from racing_env.env import CarRacingEnv
 from racing_env.tracks import BENCHMARK_VERSION, LEVEL0_TRACK_ID, TRACK_CAPACITY, Track, TrackPool, level0_track
 from racing_env.vector import TerminationReason, VecCarRacingEnv
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version: pyproject.toml is the one place it is written
+    __version__ = version("racing-env")
+except PackageNotFoundError:  # a source tree on the path, not installed
+    __version__ = "0+unknown"
 
 ENV_ID = "ControllerLearning/CarRacing-v0"
 

@@ -1,8 +1,11 @@
 """The known-good set of the three packages, and the joins between them."""
 
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version: pyproject.toml is the one place it is written
+    __version__ = version("racing-stack")
+except PackageNotFoundError:  # a source tree on the path, not installed
+    __version__ = "0+unknown"
 
 #: Distribution name -> the exact version known to work with the others.
 PINS: dict[str, str] = {

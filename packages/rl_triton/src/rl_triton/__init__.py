@@ -1,6 +1,8 @@
 """Triton associative-scan kernels for RL recurrences: GAE, V-trace, Retrace,
 λ-returns, discounted returns, eligibility traces and episodic prefix sums."""
 
+from importlib.metadata import PackageNotFoundError, version
+
 from rl_triton._launch import LaunchConfig, last_path, launch_config
 from rl_triton.ops.gae import compute_gae
 from rl_triton.ops.prefix_sum import compute_episodic_prefix_sum
@@ -12,7 +14,10 @@ from rl_triton.ops.returns import (
 )
 from rl_triton.ops.vtrace import compute_vtrace
 
-__version__ = "0.1.0"
+try:  # the installed distribution's version: pyproject.toml is the one place it is written
+    __version__ = version("rl-triton")
+except PackageNotFoundError:  # a source tree on the path, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "LaunchConfig",
