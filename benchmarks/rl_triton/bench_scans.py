@@ -253,29 +253,50 @@ def gates(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def markdown(report: dict[str, Any]) -> str:
+    """The report as a Markdown table: only the columns this run measured,
+    and on the CPU a line saying what such a run can and cannot show."""
     env = report["environment"]
-    lines = [
-        f"Device: {env.get('gpu', env['device'])}; copy bandwidth "
-        f"{report.get('copy_bandwidth_gbps', float('nan')):.0f} GB/s; torch {env['torch']}, "
-        f"triton {env['triton']}, jax {env.get('jax')}. Times in microseconds (medians).",
-        "",
-        "| op | E x T | floor | ours, device | ours, per call | x floor | public rl-triton, device "
-        "| public rl-triton, per call | jax assoc. scan, per call | torch loop, per call |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+    cpu = env["device"] == "cpu"
+    bandwidth = report.get("copy_bandwidth_gbps")
+    head = f"Device: {env.get('gpu', env['device'])}"
+    if bandwidth is not None and math.isfinite(bandwidth):
+        head += f"; copy bandwidth {bandwidth:.0f} GB/s"
+    lines = [f"{head}; torch {env['torch']}, triton {env['triton']}, jax {env.get('jax')}. "
+             "Times in microseconds (medians)."]
+    if cpu:
+        lines.append("On the CPU this run checks every op against its NumPy reference and times the peers; "
+                     "`ours` is rl_triton's float64 reference path (no Triton kernel runs on a CPU), so these "
+                     "times say nothing about kernel speed: the GPU report does.")
+
+    def ratio(r: dict[str, Any]) -> float | None:
+        ours = r["rl_triton"]
+        return ours["device_us"] / r["floor_us"] if "device_us" in ours and r.get("floor_us") else None
+
+    def peer(r: dict[str, Any]) -> dict[str, Any]:
+        return r.get("public_rl_triton") or {}
+
+    columns = [
+        ("floor", lambda r: r.get("floor_us")),
+        ("ours, device", lambda r: r["rl_triton"].get("device_us")),
+        ("ours, per call", lambda r: r["rl_triton"].get("per_call_us")),
+        ("x floor", ratio),
+        ("public rl-triton, device", lambda r: peer(r).get("device_us", peer(r).get("error"))),
+        ("public rl-triton, per call", lambda r: peer(r).get("per_call_us")),
+        ("jax assoc. scan, per call", lambda r: r.get("jax_per_call_us")),
+        ("torch loop, per call", lambda r: r.get("torch_loop_per_call_us")),
     ]
+    rows = report["results"]
+    columns = [(name, get) for name, get in columns if any(get(r) is not None for r in rows)]
 
     def fmt(v: Any) -> str:
-        return "-" if v is None else (f"{v:,.1f}" if isinstance(v, float) else str(v))
+        return "-" if v is None else (f"{v:,.2f}" if isinstance(v, float) and v < 10 else
+                                      f"{v:,.1f}" if isinstance(v, float) else str(v))
 
-    for r in report["results"]:
-        ours, peer = r["rl_triton"], r.get("public_rl_triton") or {}
-        ratio = ours["device_us"] / r["floor_us"] if "device_us" in ours and r.get("floor_us") else None
-        lines.append(
-            f"| {r['op']} | {r['num_envs']} x {r['seq_len']} | {fmt(r.get('floor_us'))} | "
-            f"{fmt(ours.get('device_us'))} | {fmt(ours['per_call_us'])} | "
-            f"{'-' if ratio is None else f'{ratio:.2f}'} | {fmt(peer.get('device_us', peer.get('error')))} | "
-            f"{fmt(peer.get('per_call_us'))} | {fmt(r.get('jax_per_call_us'))} | "
-            f"{fmt(r.get('torch_loop_per_call_us'))} |")
+    lines += ["", "| op | E x T | " + " | ".join(name for name, _ in columns) + " |",
+              "|---|---|" + "---|" * len(columns)]
+    for r in rows:
+        lines.append(f"| {r['op']} | {r['num_envs']} x {r['seq_len']} | "
+                     + " | ".join(fmt(get(r)) for _, get in columns) + " |")
     if report["gates"]:
         lines += ["", "| gate | value | passed |", "|---|---|---|"]
         lines += [f"| {g['gate']} | {g['value']:.2f} | {'yes' if g['passed'] else 'NO'} |"
