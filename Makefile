@@ -9,8 +9,13 @@
 
 PYTHON ?= python3
 VENV ?= .venv
-# The CPU build of torch (this project's machines carry it on disk).
+# The CPU build of torch, from PyTorch's CPU index on any Linux machine (a
+# local wheel of it, where pip's configuration has one, is used as well).
+# Another build: TORCH_INDEX=https://download.pytorch.org/whl/cu130; PyPI's
+# default build: TORCH_INDEX= (empty).
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_PIP := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 PACKAGES := rl_triton track_gen racing_env racing_stack
 PY := $(abspath $(VENV))/bin/python
 STAMP := $(VENV)/.installed
@@ -29,7 +34,8 @@ help:
 
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q "$(TORCH)" $(DEV) \
+	$(PY) -m pip install -q $(TORCH_PIP) "$(TORCH)"
+	$(PY) -m pip install -q $(DEV) \
 		$(foreach p,$(PACKAGES),-e packages/$(p))
 	touch $@
 
@@ -100,8 +106,8 @@ matrix: ## each package installed alone, with its own tests
 	@set -e; for p in $(PACKAGES); do \
 		env=$(abspath .venv-matrix)/$$p; rm -rf $$env; $(PYTHON) -m venv $$env; \
 		deps="./packages/$$p[test]"; \
-		if [ $$p = rl_triton ]; then deps="$$deps $(TORCH)"; fi; \
-		if [ $$p = racing_stack ]; then deps="$$deps ./packages/rl_triton ./packages/track_gen ./packages/racing_env $(TORCH)"; fi; \
+		if [ $$p = rl_triton ]; then deps="$$deps $(TORCH_PIP) $(TORCH)"; fi; \
+		if [ $$p = racing_stack ]; then deps="$$deps ./packages/rl_triton ./packages/track_gen ./packages/racing_env $(TORCH_PIP) $(TORCH)"; fi; \
 		echo "== $$p alone: pip install $$deps"; \
 		$$env/bin/python -m pip install -q $$deps; \
 		if [ $$p = rl_triton ]; then \
