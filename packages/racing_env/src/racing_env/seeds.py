@@ -2,9 +2,11 @@
 
 Every random choice the environment makes for world ``world`` in its episode
 ``episode`` of a run rooted at ``root`` comes from one uint32 word, the first
-word that NumPy's ``SeedSequence`` draws from four entropy words::
+word that NumPy's ``SeedSequence`` draws from four entropy words:
 
-    word = np.random.SeedSequence([root, domain, world, episode]).generate_state(1, np.uint32)[0]
+```text
+word = np.random.SeedSequence([root, domain, world, episode]).generate_state(1, np.uint32)[0]
+```
 
 The words drawn, exactly:
 

@@ -23,10 +23,12 @@ concatenated in that order, padding included (16,004 bytes in all).
 A TrackPool file is two files side by side: ``<name>.npz`` holds the six
 arrays (keys ``centerline``, ``left_boundary``, ``right_boundary``,
 ``track_mask``, ``track_length``, ``track_id``, leading dimension ``P``) and
-``<name>.json`` is the manifest::
+``<name>.json`` is the manifest:
 
-    {"format": 1, "benchmark_version": "0.1", "level_id": 1, "split": "train",
-     "capacity": 640, "tracks": [{"track_id": 7, "geometry_hash": "ab12..."}, ...]}
+```text
+{"format": 1, "benchmark_version": "0.1", "level_id": 1, "split": "train",
+ "capacity": 640, "tracks": [{"track_id": 7, "geometry_hash": "ab12..."}, ...]}
+```
 
 with one ``tracks`` entry per row, in row order. Loading recomputes every
 row's hash from the loaded bytes and rejects the pool on any mismatch.

@@ -23,12 +23,14 @@ def compute_gae(
 ) -> torch.Tensor:
     """Generalized Advantage Estimation via a backward associative scan.
 
-    Recurrence::
+    Recurrence:
 
-        A[t] = δ[t] + γλ(1 - done[t]) A[t+1],   A[T] = 0
-        δ[t] = r[t] + γ(1 - terminated[t]) v_next[t] - V(s_t)
-        v_next[t] = bootstrap[t] if truncated[t] or t = T-1 else V(s_{t+1})
-        done[t] = terminated[t] | truncated[t]
+    ```text
+    A[t] = δ[t] + γλ(1 - done[t]) A[t+1],   A[T] = 0
+    δ[t] = r[t] + γ(1 - terminated[t]) v_next[t] - V(s_t)
+    v_next[t] = bootstrap[t] if truncated[t] or t = T-1 else V(s_{t+1})
+    done[t] = terminated[t] | truncated[t]
+    ```
 
     ``terminated[t]`` gates the one-step bootstrap; ``truncated[t]`` stops the
     trace and takes ``bootstrap_values[:, t] = V(s_{t+1}^true)`` as the next-state

@@ -18,14 +18,18 @@ def compute_episodic_prefix_sum(
     """Cumulative sum that restarts at episode (or segment) boundaries.
 
     ``boundary="ends_at"`` (default; the convention of every other op):
-    ``done[t] = 1`` means the segment ends at ``t`` and the restart lands at ``t+1``::
+    ``done[t] = 1`` means the segment ends at ``t`` and the restart lands at ``t+1``:
 
-        C[t] = x[t] + (1 - done[t-1]) C[t-1],   C[-1] = seed,  done[-1] := 0
+    ```text
+    C[t] = x[t] + (1 - done[t-1]) C[t-1],   C[-1] = seed,  done[-1] := 0
+    ```
 
     ``boundary="starts_at"`` (sequence packing: a flag marks a segment's first
-    element): the restart lands at ``t`` itself::
+    element): the restart lands at ``t`` itself:
 
-        C[t] = x[t] + (1 - done[t]) C[t-1],     C[-1] = seed
+    ```text
+    C[t] = x[t] + (1 - done[t]) C[t-1],     C[-1] = seed
+    ```
 
     Never pre-shift ``dones`` yourself. No length limit.
 

@@ -28,13 +28,15 @@ def compute_retrace(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Retrace(λ) targets and advantages via a backward associative scan.
 
-    Recurrence (Munos et al. 2016)::
+    Recurrence (Munos et al. 2016):
 
-        Δ[t] = δ[t] + γ c[t+1](1 - done[t]) Δ[t+1],   Δ[T] = 0,  c[T] = 0
-        δ[t] = r[t] + γ E_π[Q(s_{t+1}, ·)](1 - terminated[t]) - Q(s_t, a_t)
-        c[t] = λ min(c̄, π(a_t|s_t) / μ(a_t|s_t)),   ρ[t] = min(ρ̄, π(a_t|s_t) / μ(a_t|s_t))
-        Q_ret[t] = Q(s_t, a_t) + Δ[t]
-        A[t] = ρ[t] (r[t] + γ Q_ret[t+1](1 - terminated[t]) - Q(s_t, a_t)),  Q_ret[T] = 0
+    ```text
+    Δ[t] = δ[t] + γ c[t+1](1 - done[t]) Δ[t+1],   Δ[T] = 0,  c[T] = 0
+    δ[t] = r[t] + γ E_π[Q(s_{t+1}, ·)](1 - terminated[t]) - Q(s_t, a_t)
+    c[t] = λ min(c̄, π(a_t|s_t) / μ(a_t|s_t)),   ρ[t] = min(ρ̄, π(a_t|s_t) / μ(a_t|s_t))
+    Q_ret[t] = Q(s_t, a_t) + Δ[t]
+    A[t] = ρ[t] (r[t] + γ Q_ret[t+1](1 - terminated[t]) - Q(s_t, a_t)),  Q_ret[T] = 0
+    ```
 
     ``action_probs_target[:, t]`` serves both as π(a_t|s_t) (gathered at
     ``actions[:, t]``) and as the policy of the expectation

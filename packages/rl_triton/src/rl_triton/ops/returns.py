@@ -23,11 +23,13 @@ def compute_lambda_returns(
 ) -> torch.Tensor:
     """TD(λ) targets via a backward associative scan.
 
-    Recurrence::
+    Recurrence:
 
-        G[t] = r[t] + γ(1 - done[t]) [(1-λ) V(s_{t+1}) + λ G[t+1]] + γ truncated[t] bootstrap[t]
-        G[T] = bootstrap_values[:, -1]   (0 when absent)
-        done[t] = terminated[t] | truncated[t]
+    ```text
+    G[t] = r[t] + γ(1 - done[t]) [(1-λ) V(s_{t+1}) + λ G[t+1]] + γ truncated[t] bootstrap[t]
+    G[T] = bootstrap_values[:, -1]   (0 when absent)
+    done[t] = terminated[t] | truncated[t]
+    ```
 
     λ = 0 is one-step TD; λ = 1 is the discounted return. The caller zeroes
     ``next_values`` at truncated steps (``bootstrap_values`` carries the
@@ -65,10 +67,12 @@ def compute_discounted_returns(
 ) -> torch.Tensor:
     """Discounted returns (reward-to-go) via a backward associative scan.
 
-    Recurrence::
+    Recurrence:
 
-        G[t] = r[t] + γ(1 - done[t]) G[t+1] + γ truncated[t] bootstrap[t]
-        G[T] = bootstrap_values[:, -1]   (0 when absent)
+    ```text
+    G[t] = r[t] + γ(1 - done[t]) G[t+1] + γ truncated[t] bootstrap[t]
+    G[T] = bootstrap_values[:, -1]   (0 when absent)
+    ```
 
     Args:
         rewards: per-step rewards, ``[E, T]``.
@@ -132,9 +136,11 @@ def compute_eligibility_traces(
 ) -> torch.Tensor:
     """Accumulating eligibility traces via a forward associative scan.
 
-    Recurrence::
+    Recurrence:
 
-        z[t] = g[t] + γλ(1 - done[t-1]) z[t-1],   z[-1] = seed,  done[-1] := 0
+    ```text
+    z[t] = g[t] + γλ(1 - done[t-1]) z[t-1],   z[-1] = seed,  done[-1] := 0
+    ```
 
     ``done[t] = 1`` means the episode ends at ``t`` (the convention of every
     op here; do not pre-shift it): the carry into the first step of the next

@@ -32,13 +32,15 @@ def compute_vtrace(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """V-trace targets and advantages via a backward associative scan.
 
-    Recurrence (Espeholt et al. 2018)::
+    Recurrence (Espeholt et al. 2018):
 
-        Δ[t] = δ[t] + γ c[t](1 - done[t]) Δ[t+1],   Δ[T] = 0
-        δ[t] = ρ[t] (r[t] + γ v_next[t](1 - terminated[t]) - V(s_t))
-        ρ[t] = min(ρ̄, π_target/π_behavior),  c[t] = min(c̄, π_target/π_behavior)
-        vs[t] = Δ[t] + V(s_t)
-        A[t]  = ρ[t] (r[t] + γ next_vs[t](1 - terminated[t]) - V(s_t))
+    ```text
+    Δ[t] = δ[t] + γ c[t](1 - done[t]) Δ[t+1],   Δ[T] = 0
+    δ[t] = ρ[t] (r[t] + γ v_next[t](1 - terminated[t]) - V(s_t))
+    ρ[t] = min(ρ̄, π_target/π_behavior),  c[t] = min(c̄, π_target/π_behavior)
+    vs[t] = Δ[t] + V(s_t)
+    A[t]  = ρ[t] (r[t] + γ next_vs[t](1 - terminated[t]) - V(s_t))
+    ```
 
     ``v_next[t]`` (and ``next_vs[t]``) is the bootstrap where ``truncated[t]``
     or ``t = T-1``, else ``V(s_{t+1})`` (``vs[t+1]``).
