@@ -113,6 +113,7 @@ def test_gae_on_a_real_rollout_matches_the_reference(env, tmp_path):
 def test_resume_continues_the_same_curve(env, tmp_path):
     straight = Trainer(TINY, env, tmp_path / "straight")
     rows = straight.run()
+    assert [r["update"] for r in rows] == [1, 2, 3, 4]
     half = Trainer(dataclasses.replace(TINY, updates=2), env, tmp_path / "resumed")
     half.run()
     resumed = Trainer(TINY, env, tmp_path / "resumed")  # a fresh trainer, the env overwritten by the restore
@@ -123,6 +124,14 @@ def test_resume_continues_the_same_curve(env, tmp_path):
     for mine, theirs in zip(later, rows[2:]):
         for key in ("mean_reward", "policy_loss", "value_loss", "episodes"):
             assert mine[key] == theirs[key], key
+    with open(tmp_path / "resumed" / "log.csv") as f:
+        assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]
+    # A resume after a crash past its checkpoint keeps the log up to the checkpoint only.
+    with open(tmp_path / "resumed" / "log.csv", "a") as f:
+        f.write("5," + ",".join(["0"] * 13) + "\n")
+    resumed.load(tmp_path / "resumed" / "checkpoint.pt")  # update 4
+    again = Trainer(dataclasses.replace(TINY, updates=4), env, tmp_path / "resumed").run(resume=True)
+    assert again == []
     with open(tmp_path / "resumed" / "log.csv") as f:
         assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]
     other = dataclasses.replace(TINY, learning_rate=1.0)
@@ -165,6 +174,12 @@ def test_a_short_run_improves_its_return_and_exports_a_plugin_that_drives(tmp_pa
     with torch.no_grad():
         want = trainer.policy.env_action(trainer.policy.actor(x))[0].numpy()
     np.testing.assert_allclose(controller.compute_control(one), want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_time_budget_stops_after_the_update_that_spends_it(env, tmp_path):
+    rows = Trainer(dataclasses.replace(TINY, updates=50), env, tmp_path).run(seconds=0.0)
+    assert [r["update"] for r in rows] == [1]  # one update, then the checkpoint
+    assert (tmp_path / "checkpoint.pt").exists()
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -77,6 +77,8 @@ def test_commands_are_kept_in_order_and_drained_once():
     (lambda d: d.line([[0, 0], [1, 1]], width=True), TypeError, "width must be a number"),
     (lambda d: d.text((0, 0), 5), TypeError, "text must be a str"),
     (lambda d: d.text((0, 0), "x" * 201), ValueError, "at most 200"),
+    (lambda d: d.text((0, 0), "a\x00b"), ValueError, "NUL"),
+    (lambda d: d.text((0, 0), "\ud800"), ValueError, "UTF-8"),
     (lambda d: d.text([[0, 0], [1, 1]], "x"), ValueError, "position must have shape"),
     (lambda d: d.points(np.zeros((MAX_FRAME_POINTS + 1, 2))), ValueError, "at most 100000 points"),
 ])

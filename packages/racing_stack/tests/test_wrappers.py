@@ -71,6 +71,21 @@ def test_local_track_matches_the_reference(points, spacing):
     np.testing.assert_allclose(host, want, rtol=1e-4, atol=1e-5)
 
 
+def test_numpy_and_jax_round_half_way_points_alike():
+    """Point spacings a hair from making k x spacing / step a half-integer:
+    both paths compute in float32 and pick the same points."""
+    rng = np.random.default_rng(5)
+    wrapper = LocalTrack(points=9, spacing_m=5.0)
+    for _ in range(20):
+        obs = random_obs(rng, 8)
+        counts = obs["track_mask"].astype(int).sum(1)
+        hair = 1.0 + rng.uniform(-6e-8, 6e-8, counts.shape)
+        obs["track_length"] = (2.0 * counts * hair).astype(np.float32)  # 5 m / ~2 m = ~2.5 points
+        # The same points: a neighbouring one would move a coordinate by ~0.04.
+        np.testing.assert_allclose(wrapper.host(obs), np.asarray(wrapper({k: jnp.asarray(v) for k, v in obs.items()})),
+                                   rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("kwargs, match", [({"points": 0}, "points must be an int >= 1"),
                                            ({"points": 2.0}, "points must be an int >= 1"),
                                            ({"spacing_m": 0.0}, "spacing_m must be a positive number"),

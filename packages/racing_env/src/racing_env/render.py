@@ -117,6 +117,12 @@ class DrawList:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if len(text) > MAX_TEXT:
             raise ValueError(f"text may hold at most {MAX_TEXT} characters, got {len(text)}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError("text must be encodable as UTF-8 (no lone surrogates)") from error
+        if "\x00" in text:
+            raise ValueError("text must not hold a NUL character")
         where = _points([position] if np.ndim(position) == 1 else position, "position", 1)
         if where.shape[0] != 1:
             raise ValueError(f"position must have shape [2], got {list(np.shape(position))}")

@@ -352,10 +352,11 @@ class Trainer:
         began = time.perf_counter()
         rows = []
         writer = _tensorboard(self.out / "tensorboard")
-        with open(self.out / "log.csv", "a" if resume else "w", newline="") as f:
+        kept = _log_rows(self.out / "log.csv", self.update) if resume else []
+        with open(self.out / "log.csv", "w", newline="") as f:
             log = csv.DictWriter(f, LOG_FIELDS)
-            if not resume:
-                log.writeheader()
+            log.writeheader()
+            log.writerows(kept)  # a resumed run keeps the rows up to its checkpoint, no later ones
             while self.update < self.config.updates:
                 start = time.perf_counter()
                 self.collect()
@@ -363,10 +364,10 @@ class Trainer:
                 losses = self.optimise(advantage, returns)
                 stats = self.episodes()
                 self.update += 1
-                seconds = time.perf_counter() - start
+                took = time.perf_counter() - start
                 n = self.config.steps * self.config.worlds
-                row = {"update": self.update, "transitions": self.update * n, "seconds": seconds,
-                       "transitions_per_s": n / seconds, **stats, **losses}
+                row = {"update": self.update, "transitions": self.update * n, "seconds": took,
+                       "transitions_per_s": n / took, **stats, **losses}
                 log.writerow(row)
                 f.flush()
                 for key in LOG_FIELDS[3:]:
@@ -407,7 +408,7 @@ class Trainer:
             raise ValueError(f"the checkpoint {path} was trained with other settings: {differ}")
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"])
+        self.generator.set_state(state["generator"].cpu())  # a generator's state is a CPU byte tensor
         self.pending = state["pending"].to(self.device)
         self.env.restore(state["env"])
         self.obs = {k: jnp.asarray(v) for k, v in state["obs"].items()}
@@ -419,6 +420,14 @@ class Trainer:
         print(f"ppo [{bar}] {self.update}/{self.config.updates}  {row['transitions_per_s']:,.0f} transitions/s  "
               f"episodes {row['episodes']}  success {row['success_rate']:.2f}  "
               f"progress {row['mean_progress']:.3f}", file=sys.stderr, flush=True)
+
+
+def _log_rows(path: Path, update: int) -> list[dict[str, str]]:
+    """The rows of a run's log up to ``update`` (none without a log)."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return [row for row in csv.DictReader(f) if int(row["update"]) <= update]
 
 
 class _NoEvents:

@@ -86,8 +86,10 @@ def _local_track(xp, points, spacing_m, scale_m, position, yaw, velocity, yaw_ra
     valid = xp.arange(centerline.shape[1])[None, :] < count[:, None]
     gap = xp.sum((centerline - position[:, None, :]) ** 2, axis=-1)
     nearest = xp.argmin(xp.where(valid, gap, xp.inf), axis=1)  # [E]
-    step_m = length / count  # mean point spacing
-    offsets = xp.round(xp.arange(points)[None, :] * spacing_m / step_m[:, None]).astype(xp.int32)
+    # float32 throughout, so that NumPy and JAX round the same values the same way
+    step_m = xp.asarray(length, xp.float32) / count.astype(xp.float32)  # mean point spacing
+    ahead = xp.arange(points, dtype=xp.float32)[None, :] * xp.float32(spacing_m)
+    offsets = xp.round(ahead / step_m[:, None]).astype(xp.int32)
     index = (nearest[:, None] + offsets) % count[:, None]  # [E, K]
     c, s = xp.cos(yaw)[:, None], xp.sin(yaw)[:, None]
 
