@@ -15,7 +15,8 @@ VENV ?= .venv
 # default build: TORCH_INDEX= (empty).
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-TORCH_PIP := $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+# torch alone from that index (its dependencies then come from the usual ones).
+TORCH_PIP := --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 PACKAGES := rl_triton track_gen racing_env racing_stack
 PY := $(abspath $(VENV))/bin/python
 STAMP := $(VENV)/.installed
@@ -35,7 +36,7 @@ help:
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIP) "$(TORCH)"
-	$(PY) -m pip install -q $(DEV) \
+	$(PY) -m pip install -q "$(TORCH)" $(DEV) \
 		$(foreach p,$(PACKAGES),-e packages/$(p))
 	touch $@
 
@@ -106,9 +107,10 @@ matrix: ## each package installed alone, with its own tests
 	@set -e; for p in $(PACKAGES); do \
 		env=$(abspath .venv-matrix)/$$p; rm -rf $$env; $(PYTHON) -m venv $$env; \
 		deps="./packages/$$p[test]"; \
-		if [ $$p = rl_triton ]; then deps="$$deps $(TORCH_PIP) $(TORCH)"; fi; \
-		if [ $$p = racing_stack ]; then deps="$$deps ./packages/rl_triton ./packages/track_gen ./packages/racing_env $(TORCH_PIP) $(TORCH)"; fi; \
+		if [ $$p = rl_triton ]; then deps="$$deps $(TORCH)"; fi; \
+		if [ $$p = racing_stack ]; then deps="$$deps ./packages/rl_triton ./packages/track_gen ./packages/racing_env $(TORCH)"; fi; \
 		echo "== $$p alone: pip install $$deps"; \
+		case "$$deps" in *torch*) $$env/bin/python -m pip install -q $(TORCH_PIP) "$(TORCH)";; esac; \
 		$$env/bin/python -m pip install -q $$deps; \
 		if [ $$p = rl_triton ]; then \
 			(cd packages/$$p && $$env/bin/python -m pytest -q -m 'not kernels and not gpu' \
