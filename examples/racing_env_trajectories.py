@@ -73,8 +73,8 @@ def main() -> None:
         ax.axis("off")
         print(f"row {row}: {speed} m/s, {reason}, progress {progress:.3f}, {len(path) - 1} steps")
     fig.tight_layout()
-    out = Path(args.out or ("docs/assets" if args.publish else "examples/out")) / "racing_env_trajectories.png" \
-        if args.out is None else Path(args.out)
+    folder = Path("docs/assets" if args.publish else "examples/out")
+    out = Path(args.out) if args.out else folder / "racing_env_trajectories.png"
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")

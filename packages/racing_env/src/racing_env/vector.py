@@ -430,10 +430,15 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         """
         if self._state is None:
             raise RuntimeError("call reset() before snapshot()")
+        return {key: np.array(value) for key, value in self._snapshot_fields().items()}
+
+    def _snapshot_fields(self) -> dict[str, Any]:
+        """The arrays a snapshot holds, by name, uncopied: the Challenge
+        state's leaves in tree order, then the physics state."""
         leaves = jax.tree_util.tree_flatten_with_path(self._state)[0]
-        out = {f"state{jax.tree_util.keystr(path)}": np.array(leaf) for path, leaf in leaves}
+        out = {f"state{jax.tree_util.keystr(path)}": leaf for path, leaf in leaves}
         if self.backend == "mjx_warp":
-            out.update({f"physics.{k}": np.array(v) for k, v in self._data._asdict().items()})
+            out.update({f"physics.{k}": v for k, v in self._data._asdict().items()})
         else:
             out["physics.mujoco_state"] = self._physics.integration_state()
         return out
@@ -453,23 +458,23 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             raise RuntimeError("call reset() before restore()")
         if not isinstance(snapshot, dict):
             raise TypeError(f"snapshot must be a dict, got {type(snapshot).__name__}")
-        mine = self.snapshot()
+        mine = self._snapshot_fields()  # the layout, read from the live arrays without copying them
         if set(snapshot) != set(mine):
             raise ValueError(f"snapshot fields differ: missing {sorted(set(mine) - set(snapshot))}, "
                              f"unexpected {sorted(set(snapshot) - set(mine))}")
         for key, want in mine.items():
             got = np.asarray(snapshot[key])
-            if got.shape != want.shape or got.dtype != want.dtype:
+            if got.shape != tuple(want.shape) or got.dtype != want.dtype:
                 raise ValueError(f"snapshot[{key!r}] is {got.dtype}{list(got.shape)}, expected "
                                  f"{want.dtype}{list(want.shape)}")
         rows = np.asarray(snapshot["state.race.row"])
         if rows.size and not (0 <= rows.min() and rows.max() < len(self.track_pool)):
             raise ValueError(f"snapshot's track rows are outside this env's {len(self.track_pool)} pool rows")
         treedef = jax.tree_util.tree_structure(self._state)
-        paths = [f"state{jax.tree_util.keystr(p)}" for p, _ in jax.tree_util.tree_flatten_with_path(self._state)[0]]
         sharding = jax.tree.leaves(self._state)[0].sharding
+        state_keys = [key for key in mine if key.startswith("state")]  # in tree order
         self._state = jax.tree_util.tree_unflatten(
-            treedef, [jax.device_put(np.asarray(snapshot[k]), sharding) for k in paths])
+            treedef, [jax.device_put(np.asarray(snapshot[k]), sharding) for k in state_keys])
         if self.backend == "mjx_warp":
             fields = {k: jax.device_put(np.asarray(snapshot[f"physics.{k}"]), self._data.qpos.sharding)
                       for k in self._data._fields}

@@ -151,11 +151,13 @@ def materialize(split: str, cache: Path | None = None, write_manifest: bool = Fa
     return pool
 
 
-def materialize_prefix(split: str, size: int | None = None, cache: Path | None = None):
+def materialize_prefix(split: str, size: int | None = None, cache: Path | None = None,
+                       progress: Callable[[str], None] | None = None):
     """The split's first ``size`` tracks, verified against the first
     ``size`` entries of its committed manifest: the whole split from the
     cache (`materialize`) when ``size`` is None or the split's size, else
     built here (small prefixes are quicker to build than to load).
+    ``progress`` is `materialize`'s.
 
     Raises:
         ValueError: a bad split or size, or rows that differ from the manifest.
@@ -163,7 +165,7 @@ def materialize_prefix(split: str, size: int | None = None, cache: Path | None =
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
     if size is None or size == SPLITS[split].size:
-        return materialize(split, cache)
+        return materialize(split, cache, progress=progress)
     pool = build_pool(split, size=size)
     committed = _entries(MANIFESTS / f"{pool_name(split)}.json")["tracks"][:size]
     got = [{"track_id": int(i), "geometry_hash": h} for i, h in zip(pool.track_id.tolist(), pool.geometry_hashes)]
