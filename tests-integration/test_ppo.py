@@ -187,6 +187,14 @@ def test_a_time_budget_stops_after_the_update_that_spends_it(env, tmp_path):
     ({"minibatches": 3}, "minibatches \\(3\\) must divide"),
     ({"gamma": 1.5}, "gamma must be in"),
     ({"tracks": 0}, "tracks must be None or an int >= 1"),
+    ({"learning_rate": float("nan")}, "learning_rate must be in \\(0.0, inf\\] and finite"),
+    ({"clip": 0.0}, "clip must be in \\(0.0"),
+    ({"gamma": "0.9"}, "gamma must be a real number"),
+    ({"entropy_coef": float("inf")}, "entropy_coef must be in \\[0.0, inf\\] and finite"),
+    ({"hidden": ()}, "hidden must be a non-empty tuple"),
+    ({"hidden": (64, 0)}, "hidden must be a non-empty tuple"),
+    ({"seed": -1}, "seed must be an int in"),
+    ({"features": None}, "features must be a LocalTrack"),
 ])
 def test_bad_settings_are_refused_by_name(kwargs, match):
     with pytest.raises(ValueError, match=match):

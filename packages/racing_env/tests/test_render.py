@@ -270,6 +270,7 @@ def test_an_mp4_streams_its_frames(tmp_path, env):
     ({"record": "lap.png"}, ValueError, "record must be a .gif or .mp4"),
     ({"record": "/nowhere/at/all/lap.gif"}, ValueError, "record's folder"),
     ({"record": "lap.gif", "record_fps": 0}, ValueError, "record_fps must be in"),
+    ({"record": "lap.gif", "record_fps": float("nan")}, ValueError, "record_fps must be in"),
     ({"record": "lap.gif", "record_fps": 61}, ValueError, "record_fps must be in"),
     ({"record": "lap.gif", "control_dt_s": 0.0}, ValueError, "control_dt_s must be"),
     ({"record": "lap.gif", "control_dt_s": True}, ValueError, "control_dt_s must be"),
@@ -280,6 +281,12 @@ def test_bad_view_arguments_are_refused_by_name(tmp_path, monkeypatch, kwargs, e
     with pytest.raises(error, match=match):
         EpisodeView(kwargs.pop("control_dt_s"), **kwargs)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_recording_onto_a_folder_is_refused(tmp_path):
+    (tmp_path / "lap.gif").mkdir()
+    with pytest.raises(ValueError, match="is a folder, not a file"):
+        EpisodeView(0.02, record=tmp_path / "lap.gif")
 
 
 def test_a_window_without_a_display_is_a_clear_error(monkeypatch):

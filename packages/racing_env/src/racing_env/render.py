@@ -336,8 +336,9 @@ class EpisodeView:
     Raises:
         RuntimeError: ``window`` without a display to open it on.
         ValueError: nothing to do (no window, no recording), a recording
-            that is not ``.gif``/``.mp4`` or whose folder does not exist, or
-            a non-positive step or frame rate; each names the argument.
+            that is not ``.gif``/``.mp4``, is a folder or whose folder does
+            not exist, or a non-positive step or frame rate; each names the
+            argument.
     """
 
     def __init__(self, control_dt_s: float, *, window: bool = False, record: str | Path | None = None,
@@ -355,6 +356,8 @@ class EpisodeView:
                 raise ValueError(f"record must be a .gif or .mp4 file, got {str(path)!r}")
             if not path.parent.is_dir():
                 raise ValueError(f"record's folder {str(path.parent)!r} does not exist")
+            if path.is_dir():
+                raise ValueError(f"record {str(path)!r} is a folder, not a file")
         self.control_dt_s = float(control_dt_s)
         self.painter = FramePainter(size, wheelbase_m, body_m)
         self.stride = max(1, round(1.0 / (record_fps * self.control_dt_s)))
@@ -384,13 +387,17 @@ class EpisodeView:
         """Whether the step being offered becomes a frame (the window's,
         or every ``stride``-th for the recording). Each call is one step."""
         self._offered += 1
-        return self.window_open or (self._writer is not None and (self._offered - 1) % self.stride == 0)
+        return self.window_open or self._records_this_step()
+
+    def _records_this_step(self) -> bool:
+        """The step last offered is one the recording keeps."""
+        return self._writer is not None and (self._offered - 1) % self.stride == 0
 
     def show(self, obs: Mapping[str, Any], commands: Sequence[DrawCommand] = (), caption: str = "") -> None:
         """Paint the frame of ``obs`` and ``commands``; show and record it."""
         frame = self.painter.paint(obs, commands, caption)
         self.last_frame = frame
-        if self._writer is not None and (self._offered - 1) % self.stride == 0:
+        if self._records_this_step():
             self._writer.add(frame)
             self.frames_recorded += 1
         if self.window_open:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -115,9 +116,25 @@ class PPOConfig:
         if (self.worlds * self.steps) % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide worlds x steps "
                              f"({self.worlds * self.steps})")
-        for name in ("gamma", "gae_lambda"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+        for name, low, high, closed in (("gamma", 0.0, 1.0, True), ("gae_lambda", 0.0, 1.0, True),
+                                        ("clip", 0.0, math.inf, False), ("learning_rate", 0.0, math.inf, False),
+                                        ("max_grad_norm", 0.0, math.inf, False),
+                                        ("value_coef", 0.0, math.inf, True), ("entropy_coef", 0.0, math.inf, True),
+                                        ("init_log_std", -math.inf, math.inf, True)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name} must be a real number, got {value!r}")
+            inside = (low <= value if closed else low < value) and value <= high and math.isfinite(value)
+            if not inside:
+                raise ValueError(f"{name} must be in {'[' if closed else '('}{low}, {high}] and finite, "
+                                 f"got {value!r}")
+        if (not isinstance(self.hidden, tuple) or not self.hidden
+                or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in self.hidden)):
+            raise ValueError(f"hidden must be a non-empty tuple of ints >= 1, got {self.hidden!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be an int in [0, 2**32), got {self.seed!r}")
+        if not isinstance(self.features, LocalTrack) or not isinstance(self.reward, ShapedReward):
+            raise ValueError("features must be a LocalTrack and reward a ShapedReward")
         if self.tracks is not None and (isinstance(self.tracks, bool) or not isinstance(self.tracks, int)
                                         or self.tracks < 1):
             raise ValueError(f"tracks must be None or an int >= 1, got {self.tracks!r}")
