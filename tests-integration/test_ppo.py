@@ -16,16 +16,22 @@ import pytest
 import torch
 
 from racing_stack.interop import to_jax, to_torch, tree_to_torch
-from racing_stack.ppo import PRESETS, PPOConfig, Trainer, finish, make_env
+from racing_stack.ppo import LOG_FIELDS, PRESETS, PPOConfig, Trainer, finish, make_env, make_validation_env
 
-#: A tiny run: 4 worlds on the first 4 Train tracks, 24-step episodes.
+#: A tiny run: 4 worlds on the first 4 Train tracks, 24-step episodes,
+#: validated every 2 updates on 2 Validation tracks.
 TINY = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=8, updates=4, minibatches=2, tracks=4,
-                           max_episode_steps=24, checkpoint_every=2)
+                           max_episode_steps=24, checkpoint_every=2, validate_every=2, validation_tracks=2)
 
 
 @pytest.fixture(scope="module")
 def env():
     return make_env(TINY)
+
+
+@pytest.fixture(scope="module")
+def validation():
+    return make_validation_env(TINY)
 
 
 def test_jax_and_torch_share_the_buffers():
@@ -110,25 +116,27 @@ def test_gae_on_a_real_rollout_matches_the_reference(env, tmp_path):
     np.testing.assert_allclose(advantage.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
-def test_resume_continues_the_same_curve(env, tmp_path):
-    straight = Trainer(TINY, env, tmp_path / "straight")
+def test_resume_continues_the_same_curve(env, validation, tmp_path):
+    straight = Trainer(TINY, env, tmp_path / "straight", validation=validation)
     rows = straight.run()
     assert [r["update"] for r in rows] == [1, 2, 3, 4]
-    half = Trainer(dataclasses.replace(TINY, updates=2), env, tmp_path / "resumed")
-    half.run()
-    resumed = Trainer(TINY, env, tmp_path / "resumed")  # a fresh trainer, the env overwritten by the restore
+    # Cut by a time budget after update 1 (it checkpoints), then resumed by a fresh trainer.
+    Trainer(TINY, env, tmp_path / "resumed", validation=validation).run(seconds=0.0)
+    resumed = Trainer(TINY, env, tmp_path / "resumed", validation=validation)  # the env overwritten by the restore
     later = resumed.run(resume=True)
-    assert [r["update"] for r in later] == [3, 4]
+    assert [r["update"] for r in later] == [2, 3, 4]
     for key, value in straight.policy.state_dict().items():
         torch.testing.assert_close(resumed.policy.state_dict()[key], value, rtol=0, atol=0)
-    for mine, theirs in zip(later, rows[2:]):
-        for key in ("mean_reward", "policy_loss", "value_loss", "episodes"):
-            assert mine[key] == theirs[key], key
+    for mine, theirs in zip(later, rows[1:]):
+        for key in LOG_FIELDS[4:]:
+            assert mine[key] == theirs[key] or (np.isnan(mine[key]) and np.isnan(theirs[key])), key
+    # Update 1 was validated because the budget ended there; the others validate at 2 and 4 in both runs.
+    assert resumed.best["update"] in (1, 2, 4) and straight.best["update"] in (2, 4)
     with open(tmp_path / "resumed" / "log.csv") as f:
         assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]
     # A resume after a crash past its checkpoint keeps the log up to the checkpoint only.
     with open(tmp_path / "resumed" / "log.csv", "a") as f:
-        f.write("5," + ",".join(["0"] * 13) + "\n")
+        f.write("5," + ",".join(["0"] * (len(LOG_FIELDS) - 1)) + "\n")
     resumed.load(tmp_path / "resumed" / "checkpoint.pt")  # update 4
     again = Trainer(dataclasses.replace(TINY, updates=4), env, tmp_path / "resumed").run(resume=True)
     assert again == []
@@ -176,10 +184,98 @@ def test_a_short_run_improves_its_return_and_exports_a_plugin_that_drives(tmp_pa
     np.testing.assert_allclose(controller.compute_control(one), want, rtol=1e-5, atol=1e-6)
 
 
+def test_the_learning_rate_falls_linearly_to_a_last_step_of_rate_over_updates(env, tmp_path):
+    rows = Trainer(TINY, env, tmp_path / "annealed").run()
+    want = [TINY.learning_rate * (1 - k / TINY.updates) for k in range(TINY.updates)]
+    np.testing.assert_allclose([r["learning_rate"] for r in rows], want, rtol=1e-12)
+    flat = Trainer(dataclasses.replace(TINY, anneal_learning_rate=False), env, tmp_path / "flat")
+    assert [r["learning_rate"] for r in flat.run()] == [TINY.learning_rate] * TINY.updates
+    assert flat.optimizer.param_groups[0]["lr"] == TINY.learning_rate
+
+
+def test_validation_drives_each_track_once_as_the_runner_does(env, validation, tmp_path):
+    from racing_env.plugins import load_plugin
+    from racing_env.runner import run
+
+    from racing_stack.export import export_plugin
+
+    trainer = Trainer(TINY, env, tmp_path, validation=validation)
+    trainer.run()
+    result = trainer.validate()
+    assert result == trainer.validate()  # the same episodes every time
+    # The reference: the Runner driving the exported policy on the same rows with the same seed.
+    plugin = export_plugin(trainer.policy, TINY, tmp_path / "plugin")
+    episodes = run(load_plugin(plugin), validation, seed=TINY.seed,
+                   track_indices=list(range(TINY.validation_tracks))).episodes
+    episodes = sorted(episodes, key=lambda e: e.world)
+    assert [e.world for e in episodes] == list(range(TINY.validation_tracks))  # each track once
+    reasons = np.array([e.termination_reason for e in episodes])
+    assert result["validation_success_rate"] == np.mean(reasons == "success")
+    assert result["validation_mean_progress"] > 0.0  # the trained policy moves the car forward
+    np.testing.assert_allclose(result["validation_mean_progress"], np.mean([e.progress for e in episodes]),
+                               atol=1e-4)
+    with pytest.raises(ValueError, match="validation env has 2 worlds, config.validation_tracks is 3"):
+        Trainer(dataclasses.replace(TINY, validation_tracks=3), env, tmp_path, validation=validation)
+
+
+def test_the_best_validated_policy_is_kept_and_exported(env, tmp_path):
+    trainer = Trainer(TINY, env, tmp_path)
+    trainer.run()  # no validation env: nothing validated, the current policy is the best
+    assert trainer.best is None and trainer.best_policy() is trainer.policy
+
+    def offer(rate, lap, progress):
+        trainer._keep_if_best({"validation_success_rate": rate, "validation_median_lap_time_s": lap,
+                               "validation_mean_progress": progress})
+        return trainer.best["update"]
+
+    trainer.update = 1
+    assert offer(0.0, np.nan, 0.3) == 1
+    trainer.update = 2
+    assert offer(0.0, np.nan, 0.2) == 1  # less progress, no lap: not better
+    trainer.update = 3
+    assert offer(0.0, np.nan, 0.4) == 3  # more progress
+    trainer.update = 4
+    assert offer(0.5, 40.0, 0.1) == 4  # a lap beats any progress
+    trainer.update = 5
+    assert offer(0.5, 41.0, 0.9) == 4  # the same success rate, a slower lap
+    kept = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    trainer.update = 6
+    assert offer(0.5, 39.0, 0.1) == 6  # a faster lap
+    with torch.no_grad():
+        for p in trainer.policy.parameters():
+            p.add_(1.0)  # training goes on: the kept copy must not follow
+    trainer.update = 7
+    assert offer(0.25, 30.0, 0.9) == 6  # a lower success rate loses whatever its lap
+    best = trainer.best_policy()
+    for key, value in kept.items():
+        torch.testing.assert_close(best.state_dict()[key], value, rtol=0, atol=0)
+    made = finish(trainer, video_steps=5)
+    weights = torch.load(made["plugin"] / "weights.pt", weights_only=True)
+    for key, value in kept.items():
+        torch.testing.assert_close(weights[key], value, rtol=0, atol=0)
+
+
 def test_a_time_budget_stops_after_the_update_that_spends_it(env, tmp_path):
     rows = Trainer(dataclasses.replace(TINY, updates=50), env, tmp_path).run(seconds=0.0)
     assert [r["update"] for r in rows] == [1]  # one update, then the checkpoint
     assert (tmp_path / "checkpoint.pt").exists()
+
+
+def test_settings_are_overridden_by_name_and_checked():
+    config = TINY.override(["learning_rate=1e-4", "reward.off_track_penalty=5", "hidden=(32, 16)",
+                            "tracks=None", "anneal_learning_rate=False"])
+    assert (config.learning_rate, config.reward.off_track_penalty, config.hidden, config.tracks,
+            config.anneal_learning_rate) == (1e-4, 5, (32, 16), None, False)
+    assert dataclasses.replace(config, learning_rate=TINY.learning_rate, reward=TINY.reward, hidden=TINY.hidden,
+                               tracks=TINY.tracks, anneal_learning_rate=True) == TINY  # nothing else moved
+    for settings, match in ((["learning_rate"], "must be name=value"), (["lr=1"], "unknown setting 'lr'"),
+                            (["reward.bonus=1"], "unknown setting 'reward.bonus'"),
+                            (["reward=1"], "unknown setting 'reward'"),
+                            (["learning_rate=fast"], "'fast' is not a Python literal"),
+                            (["learning_rate=-1.0"], "learning_rate must be in"),
+                            (["hidden=3"], "bad settings"), (["features.points=0"], "points must be an int")):
+        with pytest.raises(ValueError, match=match):
+            TINY.override(settings)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -195,6 +291,9 @@ def test_a_time_budget_stops_after_the_update_that_spends_it(env, tmp_path):
     ({"hidden": (64, 0)}, "hidden must be a non-empty tuple"),
     ({"seed": -1}, "seed must be an int in"),
     ({"features": None}, "features must be a LocalTrack"),
+    ({"validate_every": -1}, "validate_every must be an int >= 0"),
+    ({"validation_tracks": 0}, "validation_tracks must be an int >= 1"),
+    ({"anneal_learning_rate": 1}, "anneal_learning_rate must be a bool"),
 ])
 def test_bad_settings_are_refused_by_name(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -3,12 +3,16 @@ Torch, advantages from rl_triton, nothing through the host.
 
     python -m racing_stack.ppo [--preset cpu|gpu] [--out DIR] [--updates N] [--resume]
 
-One update: a rollout of ``steps`` calls of every world (features from
+One update: the learning rate set on its linear schedule to zero, a
+rollout of ``steps`` calls of every world (features from
 `racing_stack.wrappers.LocalTrack`, the reward from
 `racing_stack.wrappers.ShapedReward`, the env's outputs seen by Torch as
 DLPack views and the actions returned the same way), then GAE by
 `rl_triton.compute_gae` and ``epochs`` x ``minibatches`` clipped policy and
-value steps.
+value steps. Every ``validate_every`` updates (and at the last) the
+policy's mean action drives the first ``validation_tracks`` tracks of Level
+1's Validation split once each, on the device; the best policy so far (the
+highest success rate, then the faster median lap) is the one exported.
 
 NEXT_STEP autoreset: the call after a terminal one only resets its world
 (the env ignores its action, returns the new episode's first observation,
@@ -22,8 +26,9 @@ files (``DIR/tensorboard``), and prints a progress line. ``DIR/checkpoint.pt``
 (written every ``checkpoint_every`` updates and at the end) holds the
 policy, the optimizer, the random generator and the env's snapshot:
 ``--resume`` continues the same curve, bitwise on the CPU. At the end the
-policy is exported as a controller plugin (``DIR/plugin``), its learning
-curve drawn (``DIR/learning_curve.png``) and one episode of it recorded
+best validated policy (the last one without validation) is exported as a
+controller plugin (``DIR/plugin``), the learning curve drawn
+(``DIR/learning_curve.png``) and one episode of the plugin recorded
 (``DIR/policy.gif``). Importing this module stops JAX from preallocating
 the GPU (`racing_stack.interop.share_gpu`), so that Torch has room.
 """
@@ -31,6 +36,7 @@ the GPU (`racing_stack.interop.share_gpu`), so that Torch has room.
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import dataclasses
 import math
@@ -53,12 +59,16 @@ from racing_stack.wrappers import LocalTrack, ShapedReward
 # JAX and Torch train on one GPU: JAX must not take most of it up front.
 share_gpu()
 
-__all__ = ["PRESETS", "ActorCritic", "PPOConfig", "Trainer", "main"]
+__all__ = ["PRESETS", "ActorCritic", "PPOConfig", "Trainer", "main", "make_env", "make_validation_env"]
 
 #: The log's columns, in order.
 LOG_FIELDS = ("update", "transitions", "seconds", "transitions_per_s", "episodes", "success_rate",
               "off_track_rate", "mean_progress", "median_lap_time_s", "mean_reward", "policy_loss",
-              "value_loss", "entropy", "approx_kl")
+              "value_loss", "entropy", "approx_kl", "learning_rate", "validation_success_rate",
+              "validation_median_lap_time_s", "validation_mean_progress")
+#: The validation columns of an update without validation.
+_NOT_VALIDATED = {"validation_success_rate": math.nan, "validation_median_lap_time_s": math.nan,
+                  "validation_mean_progress": math.nan}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +83,9 @@ class PPOConfig:
         minibatches: minibatches per pass.
         gamma, gae_lambda: the discount and the GAE trace parameter.
         clip: PPO's ratio clip.
-        learning_rate: Adam's step size.
+        learning_rate: Adam's step size (at the first update).
+        anneal_learning_rate: lower the step size linearly, update by
+            update, to ``learning_rate / updates`` at the last one.
         value_coef, entropy_coef: loss weights.
         max_grad_norm: gradient clipping.
         hidden: hidden layer widths of both networks.
@@ -82,6 +94,8 @@ class PPOConfig:
         max_episode_steps: the training Level's timeout (control steps).
         tracks: Train pool rows trained on (its first N; None: all 10,000).
         checkpoint_every: updates between checkpoints.
+        validate_every: updates between validations (0: none).
+        validation_tracks: Validation split rows driven by a validation (its first N).
         features: the observation wrapper.
         reward: the reward wrapper.
     """
@@ -95,6 +109,7 @@ class PPOConfig:
     gae_lambda: float = 0.95
     clip: float = 0.2
     learning_rate: float = 3e-4
+    anneal_learning_rate: bool = True
     value_coef: float = 0.5
     entropy_coef: float = 0.0
     max_grad_norm: float = 0.5
@@ -104,15 +119,19 @@ class PPOConfig:
     max_episode_steps: int = 3970
     tracks: int | None = None
     checkpoint_every: int = 20
+    validate_every: int = 50
+    validation_tracks: int = 100
     features: LocalTrack = LocalTrack()
     reward: ShapedReward = ShapedReward()
 
     def __post_init__(self) -> None:
         for name in ("worlds", "steps", "updates", "epochs", "minibatches", "max_episode_steps",
-                     "checkpoint_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+                     "checkpoint_every", "validation_tracks", "validate_every"):
+            value, low = getattr(self, name), 0 if name == "validate_every" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if not isinstance(self.anneal_learning_rate, bool):
+            raise ValueError(f"anneal_learning_rate must be a bool, got {self.anneal_learning_rate!r}")
         if (self.worlds * self.steps) % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide worlds x steps "
                              f"({self.worlds * self.steps})")
@@ -143,6 +162,37 @@ class PPOConfig:
         """A JSON-ready dict (the wrappers as dicts)."""
         return dataclasses.asdict(self)
 
+    def override(self, settings: list[str]) -> PPOConfig:
+        """A copy with ``name=value`` settings replaced (``features.NAME`` and
+        ``reward.NAME`` reach into the wrappers); a value is a Python literal
+        (``3e-4``, ``True``, ``(128, 128)``, ``None``).
+
+        Raises:
+            ValueError: a setting that is not ``name=value``, an unknown
+                name, a value that is not a literal, or one the config refuses.
+        """
+        data = self.to_json()
+        for setting in settings:
+            name, sep, text = setting.partition("=")
+            path = name.strip().split(".")
+            if not sep or not all(path):
+                raise ValueError(f"a setting must be name=value, got {setting!r}")
+            node = data
+            for key in path[:-1]:
+                if not isinstance(node.get(key), dict):
+                    raise ValueError(f"unknown setting {name!r}")
+                node = node[key]
+            if path[-1] not in node or isinstance(node[path[-1]], dict):
+                raise ValueError(f"unknown setting {name!r}; the settings are {sorted(_names(self.to_json()))}")
+            try:
+                node[path[-1]] = ast.literal_eval(text.strip())
+            except (ValueError, SyntaxError):
+                raise ValueError(f"setting {name!r}: {text!r} is not a Python literal") from None
+        try:
+            return PPOConfig.from_json(data)
+        except TypeError as error:  # e.g. hidden=3: not a sequence
+            raise ValueError(f"bad settings {settings}: {error}") from None
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PPOConfig:
         """The inverse of `to_json`."""
@@ -154,12 +204,22 @@ class PPOConfig:
 
 
 #: The CPU preset finishes in minutes (16 worlds, the first 16 Train tracks,
-#: 200-step episodes); the GPU preset is the full run on an H200.
+#: 200-step episodes, 4 Validation tracks); the GPU preset is the full run
+#: on an H200 (8,192 worlds, 600 updates: 157 M transitions).
 PRESETS = {
     "cpu": PPOConfig(worlds=16, steps=32, updates=30, epochs=4, minibatches=2, hidden=(64, 64),
-                     max_episode_steps=200, tracks=16, checkpoint_every=10, learning_rate=1e-3),
-    "gpu": PPOConfig(),
+                     max_episode_steps=200, tracks=16, checkpoint_every=10, learning_rate=1e-3,
+                     validate_every=10, validation_tracks=4),
+    "gpu": PPOConfig(updates=600, validate_every=40),
 }
+
+
+def _names(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    """The dotted setting names of a config's JSON."""
+    out = []
+    for key, value in tree.items():
+        out += _names(value, f"{prefix}{key}.") if isinstance(value, dict) else [prefix + key]
+    return out
 
 
 class ActorCritic(nn.Module):
@@ -227,11 +287,21 @@ class Trainer:
             (``mjx_warp``; JAX and Torch see the same device).
         out: the run's folder (created).
         progress: called with each update's log row (default: a progress line on stderr).
+        validation: the validation env (`make_validation_env`:
+            ``config.validation_tracks`` worlds on the Validation split);
+            None: no validation, whatever ``config.validate_every`` says.
     """
 
-    def __init__(self, config: PPOConfig, env, out: Path, progress: Callable[[dict], None] | None = None) -> None:
+    def __init__(self, config: PPOConfig, env, out: Path, progress: Callable[[dict], None] | None = None,
+                 validation=None) -> None:
         if env.num_envs != config.worlds:
             raise ValueError(f"env has {env.num_envs} worlds, config.worlds is {config.worlds}")
+        if validation is not None and validation.num_envs != config.validation_tracks:
+            raise ValueError(f"validation env has {validation.num_envs} worlds, config.validation_tracks is "
+                             f"{config.validation_tracks}")
+        self.validation = validation
+        #: The best validated policy: {"update", its `validate` result, "policy": a state dict}; None before one.
+        self.best: dict[str, Any] | None = None
         self.config = config
         self.env = env
         self.out = Path(out)
@@ -261,6 +331,13 @@ class Trainer:
         self.pending = torch.zeros(e, dtype=torch.bool, device=self.device)  # the next call only resets
 
     # -- one update ------------------------------------------------------------
+
+    def learning_rate(self) -> float:
+        """The step size of the next update (``self.update`` done)."""
+        cfg = self.config
+        if not cfg.anneal_learning_rate:
+            return cfg.learning_rate
+        return cfg.learning_rate * (1.0 - self.update / cfg.updates)
 
     def collect(self) -> None:
         """One rollout into the buffers, on the device."""
@@ -358,6 +435,63 @@ class Trainer:
             "mean_reward": float((buf["reward"] * buf["valid"]).sum() / buf["valid"].sum().clamp(min=1)),
         }
 
+    def validate(self) -> dict[str, float]:
+        """The policy's mean action on each validation track once (the
+        validation env's world w on its pool row w, reset with
+        ``config.seed``: the same episodes every time), on the device.
+
+        Returns:
+            ``validation_success_rate``, ``validation_median_lap_time_s``
+            (NaN without a completed lap) and ``validation_mean_progress``
+            (laps) of the first episode of every world.
+        """
+        env, cfg, policy = self.validation, self.config, self.policy
+        n = env.num_envs
+        obs, _ = env.reset(seed=cfg.seed, options={"track_indices": list(range(n))})
+        ended = torch.zeros(n, dtype=torch.bool, device=self.device)
+        reason = torch.zeros(n, dtype=torch.int32, device=self.device)
+        lap = torch.zeros(n, device=self.device)
+        progress = torch.zeros(n, device=self.device)
+        with torch.no_grad():
+            # Every episode ends by the Level's timeout; the check for all ended waits for the device.
+            for step in range(cfg.max_episode_steps):
+                x = to_torch(cfg.features(obs))
+                obs, _, terminated, truncated, info = env.step(to_jax(policy.env_action(policy.actor(x))))
+                now = (to_torch(terminated) | to_torch(truncated)) & ~ended
+                reason = torch.where(now, to_torch(info["termination_reason"]), reason)
+                lap = torch.where(now, to_torch(info["lap_time_s"]), lap)
+                progress = torch.where(now, to_torch(obs["track_progress"]), progress)
+                ended |= now
+                if step % 32 == 31 and bool(ended.all()):
+                    break
+        success = (reason == 1).cpu().numpy()
+        laps = lap.cpu().numpy()[success]
+        return {"validation_success_rate": float(success.mean()),
+                "validation_median_lap_time_s": float(np.median(laps)) if laps.size else math.nan,
+                "validation_mean_progress": float(progress.mean())}
+
+    def best_policy(self) -> ActorCritic:
+        """The best validated policy (a copy), or the current one when no
+        validation ran."""
+        if self.best is None:
+            return self.policy
+        space = self.env.single_action_space
+        policy = ActorCritic(self.config.features.size, self.config.hidden, self.config.init_log_std,
+                             space.low, space.high).to(self.device)
+        policy.load_state_dict(self.best["policy"])
+        return policy
+
+    def _keep_if_best(self, result: dict[str, float]) -> None:
+        """Keep the policy if ``result`` beats the best: a higher success
+        rate, then a faster median lap (no lap: more progress)."""
+        def score(r: dict[str, Any]) -> tuple[float, float]:
+            rate = r["validation_success_rate"]
+            return rate, -r["validation_median_lap_time_s"] if rate > 0 else r["validation_mean_progress"]
+
+        if self.best is None or score(result) > score(self.best):
+            state = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+            self.best = {"update": self.update, **result, "policy": state}
+
     # -- the run ---------------------------------------------------------------
 
     def run(self, resume: bool = False, seconds: float | None = None) -> list[dict[str, Any]]:
@@ -376,15 +510,25 @@ class Trainer:
             log.writerows(kept)  # a resumed run keeps the rows up to its checkpoint, no later ones
             while self.update < self.config.updates:
                 start = time.perf_counter()
+                rate = self.learning_rate()
+                for group in self.optimizer.param_groups:
+                    group["lr"] = rate
                 self.collect()
                 advantage, returns = self.advantages()
                 losses = self.optimise(advantage, returns)
                 stats = self.episodes()
                 self.update += 1
                 took = time.perf_counter() - start
+                out_of_time = seconds is not None and time.perf_counter() - began >= seconds
+                last = self.update == self.config.updates or out_of_time
+                validated = dict(_NOT_VALIDATED)
+                every = self.config.validate_every
+                if self.validation is not None and every and (self.update % every == 0 or last):
+                    validated = self.validate()
+                    self._keep_if_best(validated)
                 n = self.config.steps * self.config.worlds
                 row = {"update": self.update, "transitions": self.update * n, "seconds": took,
-                       "transitions_per_s": n / took, **stats, **losses}
+                       "transitions_per_s": n / took, **stats, **losses, "learning_rate": rate, **validated}
                 log.writerow(row)
                 f.flush()
                 for key in LOG_FIELDS[3:]:
@@ -392,9 +536,7 @@ class Trainer:
                         writer.add_scalar(key, row[key], row["transitions"])
                 rows.append(row)
                 self.progress(row)
-                out_of_time = seconds is not None and time.perf_counter() - began >= seconds
-                if (self.update % self.config.checkpoint_every == 0 or self.update == self.config.updates
-                        or out_of_time):
+                if self.update % self.config.checkpoint_every == 0 or last:
                     self.save(self.out / "checkpoint.pt")
                 if out_of_time:
                     break
@@ -402,9 +544,11 @@ class Trainer:
         return rows
 
     def save(self, path: Path) -> None:
-        """The checkpoint: config, update, policy, optimizer, generator, env snapshot."""
+        """The checkpoint: config, update, policy, optimizer, generator, env
+        snapshot, the best validated policy."""
         torch.save({
             "config": self.config.to_json(), "update": self.update, "policy": self.policy.state_dict(),
+            "best": self.best,
             "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
             "pending": self.pending.cpu(), "env": self.env.snapshot(),
             "obs": {k: np.asarray(v) for k, v in self.obs.items()},
@@ -430,13 +574,17 @@ class Trainer:
         self.env.restore(state["env"])
         self.obs = {k: jnp.asarray(v) for k, v in state["obs"].items()}
         self.update = int(state["update"])
+        self.best = state["best"]
 
     def _print(self, row: dict[str, Any]) -> None:
         done = self.update / self.config.updates
         bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
+        validated = ""
+        if math.isfinite(row["validation_success_rate"]):
+            validated = f"  validation success {row['validation_success_rate']:.2f}"
         print(f"ppo [{bar}] {self.update}/{self.config.updates}  {row['transitions_per_s']:,.0f} transitions/s  "
               f"episodes {row['episodes']}  success {row['success_rate']:.2f}  "
-              f"progress {row['mean_progress']:.3f}", file=sys.stderr, flush=True)
+              f"progress {row['mean_progress']:.3f}{validated}", file=sys.stderr, flush=True)
 
 
 def _log_rows(path: Path, update: int) -> list[dict[str, str]]:
@@ -473,17 +621,29 @@ def make_env(config: PPOConfig):
     """The training env: ``config.worlds`` ``mjx_warp`` worlds on Level 1's
     Train pool (its first ``config.tracks`` rows, verified against the
     committed manifest), with ``config.max_episode_steps`` episodes."""
+    return _level_env(config, "train", config.tracks, config.worlds)
+
+
+def make_validation_env(config: PPOConfig):
+    """The validation env: ``config.validation_tracks`` ``mjx_warp`` worlds
+    on the first as many rows of Level 1's Validation split (verified
+    against the committed manifest), with ``config.max_episode_steps``
+    episodes."""
+    return _level_env(config, "validation", config.validation_tracks, config.validation_tracks)
+
+
+def _level_env(config: PPOConfig, split: str, tracks: int | None, worlds: int):
     from racing_env import LEVEL_1, Level, ProjectConfig, VecCarRacingEnv
 
     from racing_stack.pools import materialize_prefix
 
-    level = Level(level_id=LEVEL_1.level_id, name="ppo-train", max_episode_steps=config.max_episode_steps)
-    pool = materialize_prefix("train", config.tracks)
-    return VecCarRacingEnv(config.worlds, config=ProjectConfig(), level=level, backend="mjx_warp", track_pool=pool)
+    level = Level(level_id=LEVEL_1.level_id, name=f"ppo-{split}", max_episode_steps=config.max_episode_steps)
+    pool = materialize_prefix(split, tracks)
+    return VecCarRacingEnv(worlds, config=ProjectConfig(), level=level, backend="mjx_warp", track_pool=pool)
 
 
 def finish(trainer: Trainer, video_steps: int = 1500) -> dict[str, Path]:
-    """After a run: the plugin (``out/plugin``), the learning curve
+    """After a run: the best validated policy's plugin (``out/plugin``), the learning curve
     (``out/learning_curve.png``) and one recorded episode of the plugin on
     Train row 0 (``out/policy.gif``, at most ``video_steps`` steps)."""
     from racing_env import LEVEL_1, Level, ProjectConfig, VecCarRacingEnv
@@ -494,7 +654,7 @@ def finish(trainer: Trainer, video_steps: int = 1500) -> dict[str, Path]:
     from racing_stack.export import export_plugin
 
     out = trainer.out
-    plugin = export_plugin(trainer.policy, trainer.config, out / "plugin")
+    plugin = export_plugin(trainer.best_policy(), trainer.config, out / "plugin")
     draw_curve(out / "log.csv", out / "learning_curve.png")
     config = ProjectConfig()
     level = Level(level_id=LEVEL_1.level_id, name="ppo-video", max_episode_steps=video_steps)
@@ -506,8 +666,9 @@ def finish(trainer: Trainer, video_steps: int = 1500) -> dict[str, Path]:
 
 
 def draw_curve(log: Path, path: Path) -> None:
-    """The learning curve of a run's ``log.csv``: success rate and mean
-    progress of the ended episodes, and the median lap time, against transitions."""
+    """The learning curve of a run's ``log.csv`` against transitions: the
+    success rate and mean progress of the Train rollouts' ended episodes
+    and their median lap time, with the validations' where they ran."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -518,11 +679,19 @@ def draw_curve(log: Path, path: Path) -> None:
     x = np.array([float(r["transitions"]) for r in rows])
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for key, label in (("success_rate", "success rate"), ("mean_progress", "mean progress (laps)")):
-        left.plot(x, [float(r[key]) for r in rows], label=label)
+        left.plot(x, [float(r[key]) for r in rows], label=f"Train rollouts: {label}")
+    right.plot(x, [float(r["median_lap_time_s"]) for r in rows], label="Train rollouts")
+    validated = np.array([math.isfinite(float(r.get("validation_success_rate") or "nan")) for r in rows])
+    if validated.any():
+        picked = [r for r, v in zip(rows, validated) if v]
+        left.plot(x[validated], [float(r["validation_success_rate"]) for r in picked], "o-", color="tab:green",
+                  label="Validation: success rate")
+        right.plot(x[validated], [float(r["validation_median_lap_time_s"]) for r in picked], "o-",
+                   color="tab:green", label="Validation")
     left.set(xlabel="transitions", ylim=(0, 1.05), title="ended episodes")
     left.legend()
-    right.plot(x, [float(r["median_lap_time_s"]) for r in rows])
     right.set(xlabel="transitions", ylabel="s", title="median lap time of the completed laps")
+    right.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -535,12 +704,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/ppo"), help="the run's folder (default runs/ppo)")
     parser.add_argument("--updates", type=int, default=None, help="override the preset's number of updates")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a preset's setting, e.g. --set learning_rate=1e-4 "
+                             "--set reward.off_track_penalty=5.0 (repeatable)")
     args = parser.parse_args(argv)
     config = PRESETS[args.preset]
     if args.updates is not None:
         config = dataclasses.replace(config, updates=args.updates)
-    trainer = Trainer(config, make_env(config), args.out)
+    try:
+        config = config.override(args.set)
+    except ValueError as error:
+        parser.error(str(error))
+    validation = make_validation_env(config) if config.validate_every else None
+    trainer = Trainer(config, make_env(config), args.out, validation=validation)
     trainer.run(resume=args.resume)
+    if trainer.best is not None:
+        print(f"train-ppo: exporting update {trainer.best['update']}'s policy (validation success "
+              f"{trainer.best['validation_success_rate']:.2f})", file=sys.stderr)
     for name, path in finish(trainer).items():
         print(f"train-ppo: {name} {path}", file=sys.stderr)
     return 0
