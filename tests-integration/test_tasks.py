@@ -60,3 +60,17 @@ def test_pytest_from_the_root_collects_every_package():
     for package in ("rl_triton", "track_gen", "racing_env", "racing_stack"):
         assert any(line.startswith(f"packages/{package}/tests/") for line in collected), package
     assert any(line.startswith("tests-integration/") for line in collected)
+
+
+def test_the_manifest_uses_current_pixi_syntax():
+    manifest = tomllib.loads((ROOT / "pixi.toml").read_text())
+    assert "project" not in manifest and "system-requirements" not in manifest  # both deprecated
+    platforms = {p["name"]: p for p in manifest["workspace"]["platforms"]}
+    assert platforms["linux-64-cuda"]["cuda"] == "13.0" and "cuda" not in platforms["linux-64-cpu"]
+    cpu, gpu = manifest["feature"]["cpu"], manifest["feature"]["gpu"]
+    assert cpu["platforms"] == ["linux-64-cpu"] and gpu["platforms"] == ["linux-64-cuda"]
+    for feature in (cpu, gpu):
+        assert "system-requirements" not in feature and "pypi-options" not in feature  # no index for every package
+    assert cpu["pypi-dependencies"]["torch"]["index"] == "https://download.pytorch.org/whl/cpu"
+    assert gpu["pypi-dependencies"]["torch"]["index"] == "https://download.pytorch.org/whl/cu130"
+    assert gpu["pypi-dependencies"]["jax"]["extras"] == ["cuda13"]
