@@ -1,7 +1,8 @@
 """PPO's data path on a CUDA device: the env's outputs reach Torch as views
 of the same GPU buffers, and a whole rollout runs with JAX's transfer guard
 on (both directions) and Torch's synchronisation check set to error: no
-host transfer and no host wait during collection."""
+host transfer and no host wait during collection. A validation on the
+device drives the same episodes as the Runner with the exported plugin."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ import pytest
 import torch
 
 from racing_stack.interop import to_torch
-from racing_stack.ppo import PRESETS, Trainer, make_env
+from racing_stack.ppo import PRESETS, Trainer, make_env, make_validation_env
 
 pytestmark = pytest.mark.gpu
 
 CONFIG = dataclasses.replace(PRESETS["gpu"], worlds=256, steps=16, updates=1, minibatches=4, tracks=64,
-                             max_episode_steps=20)
+                             max_episode_steps=20, validation_tracks=8)
 
 
 @pytest.fixture(scope="module")
@@ -49,3 +50,25 @@ def test_a_rollout_moves_nothing_through_the_host(trainer):
 def test_an_update_trains_on_the_gpu(trainer):
     rows = trainer.run()
     assert rows and rows[-1]["update"] == 1 and trainer.policy.log_std.is_cuda
+
+
+def test_a_validation_on_the_gpu_drives_what_the_runner_drives(trainer, tmp_path):
+    import numpy as np
+    from racing_env.plugins import load_plugin
+    from racing_env.runner import run
+
+    from racing_stack.export import export_plugin
+
+    validation = make_validation_env(CONFIG)
+    trainer.validation = validation
+    try:
+        result = trainer.validate()
+    finally:
+        trainer.validation = None
+    plugin = export_plugin(trainer.policy, CONFIG, tmp_path / "plugin")
+    episodes = sorted(run(load_plugin(plugin), validation, seed=CONFIG.seed,
+                          track_indices=list(range(CONFIG.validation_tracks))).episodes, key=lambda e: e.world)
+    assert [e.world for e in episodes] == list(range(CONFIG.validation_tracks))
+    assert result["validation_success_rate"] == np.mean([e.termination_reason == "success" for e in episodes])
+    np.testing.assert_allclose(result["validation_mean_progress"], np.mean([e.progress for e in episodes]),
+                               atol=1e-3)
