@@ -121,17 +121,20 @@ def test_resume_continues_the_same_curve(env, validation, tmp_path):
     rows = straight.run()
     assert [r["update"] for r in rows] == [1, 2, 3, 4]
     # Cut by a time budget after update 1 (it checkpoints), then resumed by a fresh trainer.
-    Trainer(TINY, env, tmp_path / "resumed", validation=validation).run(seconds=0.0)
+    cut = Trainer(TINY, env, tmp_path / "resumed", validation=validation).run(seconds=0.0)
     resumed = Trainer(TINY, env, tmp_path / "resumed", validation=validation)  # the env overwritten by the restore
     later = resumed.run(resume=True)
     assert [r["update"] for r in later] == [2, 3, 4]
     for key, value in straight.policy.state_dict().items():
         torch.testing.assert_close(resumed.policy.state_dict()[key], value, rtol=0, atol=0)
-    for mine, theirs in zip(later, rows[1:]):
+    for mine, theirs in zip(cut + later, rows):
         for key in LOG_FIELDS[4:]:
             assert mine[key] == theirs[key] or (np.isnan(mine[key]) and np.isnan(theirs[key])), key
-    # Update 1 was validated because the budget ended there; the others validate at 2 and 4 in both runs.
-    assert resumed.best["update"] in (1, 2, 4) and straight.best["update"] in (2, 4)
+    assert [np.isfinite(r["validation_success_rate"]) for r in rows] == [False, True, False, True]
+    # The same validations, so the same best policy.
+    assert resumed.best["update"] == straight.best["update"]
+    for key, value in straight.best["policy"].items():
+        torch.testing.assert_close(resumed.best["policy"][key], value, rtol=0, atol=0)
     with open(tmp_path / "resumed" / "log.csv") as f:
         assert [int(r["update"]) for r in csv.DictReader(f)] == [1, 2, 3, 4]
     # A resume after a crash past its checkpoint keeps the log up to the checkpoint only.
@@ -185,9 +188,12 @@ def test_a_short_run_improves_its_return_and_exports_a_plugin_that_drives(tmp_pa
 
 
 def test_the_learning_rate_falls_linearly_to_a_last_step_of_rate_over_updates(env, tmp_path):
-    rows = Trainer(TINY, env, tmp_path / "annealed").run()
+    rows = Trainer(TINY, env, tmp_path / "logged").run()
     want = [TINY.learning_rate * (1 - k / TINY.updates) for k in range(TINY.updates)]
     np.testing.assert_allclose([r["learning_rate"] for r in rows], want, rtol=1e-12)
+    annealed = Trainer(TINY, env, tmp_path / "annealed")
+    annealed.run()
+    assert annealed.optimizer.param_groups[0]["lr"] == pytest.approx(TINY.learning_rate / TINY.updates, rel=1e-12)
     flat = Trainer(dataclasses.replace(TINY, anneal_learning_rate=False), env, tmp_path / "flat")
     assert [r["learning_rate"] for r in flat.run()] == [TINY.learning_rate] * TINY.updates
     assert flat.optimizer.param_groups[0]["lr"] == TINY.learning_rate
@@ -202,7 +208,7 @@ def test_validation_drives_each_track_once_as_the_runner_does(env, validation, t
     trainer = Trainer(TINY, env, tmp_path, validation=validation)
     trainer.run()
     result = trainer.validate()
-    assert result == trainer.validate()  # the same episodes every time
+    np.testing.assert_equal(trainer.validate(), result)  # the same episodes every time
     # The reference: the Runner driving the exported policy on the same rows with the same seed.
     plugin = export_plugin(trainer.policy, TINY, tmp_path / "plugin")
     episodes = run(load_plugin(plugin), validation, seed=TINY.seed,
@@ -216,6 +222,42 @@ def test_validation_drives_each_track_once_as_the_runner_does(env, validation, t
                                atol=1e-4)
     with pytest.raises(ValueError, match="validation env has 2 worlds, config.validation_tracks is 3"):
         Trainer(dataclasses.replace(TINY, validation_tracks=3), env, tmp_path, validation=validation)
+
+
+class ScriptedEnds:
+    """A validation env whose steps end episodes on a script: world 0 laps
+    at its 3rd call (12.5 s), world 1 leaves the track at its 1st; each then
+    resets (NEXT_STEP) and ends again later, which must not count."""
+
+    def __init__(self, real):
+        self.real, self.num_envs, self.calls = real, real.num_envs, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.obs, info = self.real.reset(seed=seed, options=options)
+        return self.obs, info
+
+    def step(self, actions):
+        self.calls += 1
+        ends = {3: (0, 1, 12.5, 1.0), 1: (1, 2, 0.0, 0.2), 6: (0, 2, 0.0, 0.1), 5: (1, 1, 9.0, 1.0)}
+        reason, lap, progress = np.zeros(2, np.int32), np.zeros(2, np.float32), np.full(2, 0.05, np.float32)
+        terminated = np.zeros(2, bool)
+        if self.calls in ends:
+            w, why, seconds, done = ends[self.calls]
+            reason[w], lap[w], progress[w], terminated[w] = why, seconds, done, True
+        obs = {**self.obs, "track_progress": jnp.asarray(progress)}
+        info = {"termination_reason": jnp.asarray(reason), "lap_time_s": jnp.asarray(lap)}
+        return obs, jnp.zeros(2), jnp.asarray(terminated), jnp.zeros(2, bool), info
+
+
+def test_validation_reads_each_world_first_ending_only(env, validation, tmp_path):
+    trainer = Trainer(TINY, env, tmp_path)
+    with pytest.raises(ValueError, match="no validation env"):
+        trainer.validate()
+    trainer.validation = ScriptedEnds(validation)
+    result = trainer.validate()
+    assert result == {"validation_success_rate": 0.5, "validation_median_lap_time_s": 12.5,
+                      "validation_mean_progress": pytest.approx(0.6)}
+    assert trainer.validation.calls == TINY.max_episode_steps  # no early stop before a check at 32 calls
 
 
 def test_the_best_validated_policy_is_kept_and_exported(env, tmp_path):

@@ -3,13 +3,14 @@ Torch, advantages from rl_triton, nothing through the host.
 
     python -m racing_stack.ppo [--preset cpu|gpu] [--out DIR] [--updates N] [--resume]
 
-One update: the learning rate set on its linear schedule to zero, a
+One update: the step size set on its linear schedule (from
+``learning_rate`` down to ``learning_rate / updates`` at the last update), a
 rollout of ``steps`` calls of every world (features from
 `racing_stack.wrappers.LocalTrack`, the reward from
 `racing_stack.wrappers.ShapedReward`, the env's outputs seen by Torch as
 DLPack views and the actions returned the same way), then GAE by
 `rl_triton.compute_gae` and ``epochs`` x ``minibatches`` clipped policy and
-value steps. Every ``validate_every`` updates (and at the last) the
+value steps. Every ``validate_every`` updates (and at the last update) the
 policy's mean action drives the first ``validation_tracks`` tracks of Level
 1's Validation split once each, on the device; the best policy so far (the
 highest success rate, then the faster median lap) is the one exported.
@@ -186,7 +187,7 @@ class PPOConfig:
                 raise ValueError(f"unknown setting {name!r}; the settings are {sorted(_names(self.to_json()))}")
             try:
                 node[path[-1]] = ast.literal_eval(text.strip())
-            except (ValueError, SyntaxError):
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 raise ValueError(f"setting {name!r}: {text!r} is not a Python literal") from None
         try:
             return PPOConfig.from_json(data)
@@ -446,6 +447,8 @@ class Trainer:
             (laps) of the first episode of every world.
         """
         env, cfg, policy = self.validation, self.config, self.policy
+        if env is None:
+            raise ValueError("no validation env: give the Trainer one (validation=make_validation_env(config))")
         n = env.num_envs
         obs, _ = env.reset(seed=cfg.seed, options={"track_indices": list(range(n))})
         ended = torch.zeros(n, dtype=torch.bool, device=self.device)
@@ -481,6 +484,13 @@ class Trainer:
         policy.load_state_dict(self.best["policy"])
         return policy
 
+    def validate_and_keep(self) -> dict[str, float]:
+        """`validate`, keeping the policy if it is the best so far; returns
+        the validation's result."""
+        result = self.validate()
+        self._keep_if_best(result)
+        return result
+
     def _keep_if_best(self, result: dict[str, float]) -> None:
         """Keep the policy if ``result`` beats the best: a higher success
         rate, then a faster median lap (no lap: more progress)."""
@@ -495,9 +505,12 @@ class Trainer:
     # -- the run ---------------------------------------------------------------
 
     def run(self, resume: bool = False, seconds: float | None = None) -> list[dict[str, Any]]:
-        """Train until ``config.updates``, or until the update during which
-        ``seconds`` of this call ran out (then checkpoint); returns this
-        call's log rows."""
+        """Train until ``config.updates``, or until the update (with its
+        validation, if one was due) during which ``seconds`` of this call
+        ran out (then checkpoint); returns this call's log rows. A run cut
+        by ``seconds`` validates only where an uninterrupted one would, so
+        that its resume continues the same curve and the same best policy
+        (`validate_and_keep` validates the cut policy, if wanted)."""
         if resume:
             self.load(self.out / "checkpoint.pt")
         began = time.perf_counter()
@@ -519,13 +532,12 @@ class Trainer:
                 stats = self.episodes()
                 self.update += 1
                 took = time.perf_counter() - start
-                out_of_time = seconds is not None and time.perf_counter() - began >= seconds
-                last = self.update == self.config.updates or out_of_time
+                last = self.update == self.config.updates
                 validated = dict(_NOT_VALIDATED)
                 every = self.config.validate_every
                 if self.validation is not None and every and (self.update % every == 0 or last):
-                    validated = self.validate()
-                    self._keep_if_best(validated)
+                    validated = self.validate_and_keep()
+                out_of_time = seconds is not None and time.perf_counter() - began >= seconds
                 n = self.config.steps * self.config.worlds
                 row = {"update": self.update, "transitions": self.update * n, "seconds": took,
                        "transitions_per_s": n / took, **stats, **losses, "learning_rate": rate, **validated}
@@ -536,7 +548,7 @@ class Trainer:
                         writer.add_scalar(key, row[key], row["transitions"])
                 rows.append(row)
                 self.progress(row)
-                if self.update % self.config.checkpoint_every == 0 or last:
+                if self.update % self.config.checkpoint_every == 0 or last or out_of_time:
                     self.save(self.out / "checkpoint.pt")
                 if out_of_time:
                     break
@@ -556,12 +568,18 @@ class Trainer:
 
     def load(self, path: Path) -> None:
         """Continue from a checkpoint of a run with the same settings (only
-        ``updates`` may grow).
+        ``updates`` may grow; an annealed step size then follows the new
+        count: the next update's is ``learning_rate x (1 - done / updates)``).
 
         Raises:
-            ValueError: the checkpoint's settings differ (naming them).
+            ValueError: the checkpoint's settings differ, or it lacks some
+                (written before they existed), naming them.
         """
         state = torch.load(path, map_location=self.device, weights_only=False)
+        missing = sorted({f.name for f in dataclasses.fields(PPOConfig)} - set(state["config"]))
+        if missing or "best" not in state:
+            raise ValueError(f"the checkpoint {path} was written by an older racing_stack: it lacks the settings "
+                             f"{missing} or the best validated policy; start a new run")
         theirs = PPOConfig.from_json(state["config"])
         differ = [f.name for f in dataclasses.fields(PPOConfig)
                   if f.name != "updates" and getattr(theirs, f.name) != getattr(self.config, f.name)]
