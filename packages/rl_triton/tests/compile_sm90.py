@@ -1,6 +1,12 @@
-"""Compile every kernel variant for an sm_90 (Hopper) target, without a GPU.
+"""Compile the kernel variants for an sm_90 (Hopper) target, without a GPU.
 
     python compile_sm90.py [OP ...]
+    RL_TRITON_COMPILE_ALL=1 python compile_sm90.py [OP ...]
+
+By default every code path of every kernel (each combination of its flags,
+chunked or not, masked or not) and every tile (each under every chunked and
+masked mode); with ``RL_TRITON_COMPILE_ALL=1`` every combination of the two
+(about ten times as many compiles).
 
 Triton compiles to a cubin with the ptxas it ships, so compiler crashes show
 up on a CPU machine. Exits non-zero (or aborts, as the compiler does) on the
@@ -10,6 +16,7 @@ first failure; prints one line per variant.
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 
 import triton
@@ -56,24 +63,36 @@ def compile_variant(kernel, constexprs: dict, num_warps: int) -> None:
     triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
 
 
+def variants(op: str, exhaustive: bool) -> list[tuple[tuple, tuple, bool, bool | None]]:
+    """(flag values, tile, chunked, even) to compile for ``op``: with
+    ``exhaustive`` every combination; else every code path (the flags x
+    chunked x even, each on the next tile in turn) and every tile under
+    every chunked x even on the first flags."""
+    kernel, flags = OPS[op]
+    paths = list(itertools.product(*flags.values()))
+    evens = (False, True) if "EVEN" in kernel.arg_names else (None,)  # tiles masked or not, chunks too
+    modes = list(itertools.product((False, True), evens))
+    if exhaustive:
+        return [(v, tile, c, e) for v in paths for tile in TILES for c, e in modes]
+    out = [(v, TILES[k % len(TILES)], c, e) for k, (v, (c, e)) in enumerate(itertools.product(paths, modes))]
+    return out + [(paths[0], tile, c, e) for tile in TILES for c, e in modes]
+
+
 def main(ops: list[str]) -> None:
+    exhaustive = os.environ.get("RL_TRITON_COMPILE_ALL") == "1"
     for op in ops:
         kernel, flags = OPS[op]
-        names = list(flags)
-        for values in itertools.product(*flags.values()):
-            for (block_e, block_t, warps), chunked in itertools.product(TILES, (False, True)):
-                if op == "retrace":
-                    block_t = max(4, block_t // 8)
-                c = dict(zip(names, values), CHUNKED=chunked, NC_PAD=128 if chunked else 1,
-                         BLOCK_E=block_e, BLOCK_T=block_t)
-                if not chunked:
-                    c["NUM_CHUNKS"] = 1  # an int argument equal to 1 is specialised as a constant
-                # Tiles are masked or not (EVEN), chunks too.
-                for even in (False, True) if "EVEN" in kernel.arg_names else (None,):
-                    if even is not None:
-                        c["EVEN"] = even
-                    compile_variant(kernel, c, warps)
-                    print(op, c, warps, "ok", flush=True)
+        for values, (block_e, block_t, warps), chunked, even in variants(op, exhaustive):
+            if op == "retrace":
+                block_t = max(4, block_t // 8)
+            c = dict(zip(flags, values), CHUNKED=chunked, NC_PAD=128 if chunked else 1,
+                     BLOCK_E=block_e, BLOCK_T=block_t)
+            if not chunked:
+                c["NUM_CHUNKS"] = 1  # an int argument equal to 1 is specialised as a constant
+            if even is not None:
+                c["EVEN"] = even
+            compile_variant(kernel, c, warps)
+            print(op, c, warps, "ok", flush=True)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     count = sum(_compiles(item) for item in session.items)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if count and reporter is not None:
-        reporter.write_line(f"rl_triton: the last {count} tests compile every kernel variant for sm_90 with "
-                            "Triton's ptxas: about 10 minutes on 2 cores with a cold Triton cache "
+        reporter.write_line(f"rl_triton: the last {count} tests compile every code path and tile of the kernels "
+                            "for sm_90 with Triton's ptxas: minutes on 2 cores with a cold Triton cache "
                             "(~/.triton/cache), seconds with a warm one")

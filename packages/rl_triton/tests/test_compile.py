@@ -1,4 +1,6 @@
-"""Every kernel variant compiles for an sm_90 (Hopper) target, here, without a GPU.
+"""Every code path of every kernel, and every tile, compiles for an sm_90
+(Hopper) target, here, without a GPU (``RL_TRITON_COMPILE_ALL=1``: every
+combination of the two).
 
 Compiler crashes abort the process, so each op compiles in a subprocess.
 """
