@@ -183,7 +183,7 @@ def test_a_short_run_improves_its_return_and_exports_a_plugin_that_drives(tmp_pa
                        "features": dataclasses.asdict(config.features)}})
     x = to_torch(config.features(jax.tree.map(lambda v: v[:1], obs)))
     with torch.no_grad():
-        want = trainer.policy.env_action(trainer.policy.actor(x))[0].numpy()
+        want = trainer.policy.mean_action(x)[0].numpy()
     np.testing.assert_allclose(controller.compute_control(one), want, rtol=1e-5, atol=1e-6)
 
 

@@ -70,3 +70,10 @@ def test_the_cache_is_verified_not_rebuilt_and_a_mismatch_is_named(tmp_path, mon
 def test_bad_arguments_are_named(split, size):
     with pytest.raises(ValueError, match="split|size"):
         pools.build_pool(split, size=size)
+
+
+@pytest.mark.parametrize("size", [0, -1, 1001, True, 2.0])
+def test_a_prefix_beyond_its_split_is_refused_before_building(size, monkeypatch):
+    monkeypatch.setattr(pools, "build_pool", lambda *a, **k: pytest.fail("built before the size was checked"))
+    with pytest.raises(ValueError, match=r"size must be None or an int in \[1, 1000\] for split 'validation'"):
+        pools.materialize_prefix("validation", size)

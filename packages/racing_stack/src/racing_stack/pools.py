@@ -164,7 +164,10 @@ def materialize_prefix(split: str, size: int | None = None, cache: Path | None =
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
-    if size is None or size == SPLITS[split].size:
+    total = SPLITS[split].size
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= total):
+        raise ValueError(f"size must be None or an int in [1, {total}] for split {split!r}, got {size!r}")
+    if size is None or size == total:
         return materialize(split, cache, progress=progress)
     pool = build_pool(split, size=size)
     committed = _entries(MANIFESTS / f"{pool_name(split)}.json")["tracks"][:size]

@@ -54,6 +54,7 @@ import torch
 from torch import nn
 
 import rl_triton
+from racing_env import TerminationReason
 from racing_stack.interop import share_gpu, to_jax, to_torch
 from racing_stack.wrappers import LocalTrack, ShapedReward
 
@@ -277,6 +278,10 @@ class ActorCritic(nn.Module):
         """The env's action (float32 [E, 2], physical units) of normalised ``u``."""
         return (self.action_middle + self.action_half * u.clamp(-1.0, 1.0)).float()
 
+    def mean_action(self, x: torch.Tensor) -> torch.Tensor:
+        """The env's action of the policy's mean (no sampling): float32 [E, 2]."""
+        return self.env_action(self.actor(x))
+
 
 class Trainer:
     """PPO on one env: `run` trains ``config.updates`` updates, logging,
@@ -310,9 +315,7 @@ class Trainer:
         self.progress = progress or self._print
         self.device = torch.device("cuda", 0) if jax.default_backend() == "gpu" else torch.device("cpu")
         torch.manual_seed(config.seed)
-        space = env.single_action_space
-        self.policy = ActorCritic(config.features.size, config.hidden, config.init_log_std,
-                                  space.low, space.high).to(self.device)
+        self.policy = self._new_policy()
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate, eps=1e-5)
         self.generator = torch.Generator(self.device)
         self.generator.manual_seed(config.seed)
@@ -425,12 +428,12 @@ class Trainer:
         ended = (buf["terminated"] | buf["truncated"]) & (buf["valid"] > 0)
         reason = buf["reason"][ended].cpu().numpy()
         progress = buf["progress"][ended].cpu().numpy()
-        laps = buf["lap_time"][ended & (buf["reason"] == 1)].cpu().numpy()
+        laps = buf["lap_time"][ended & (buf["reason"] == TerminationReason.SUCCESS)].cpu().numpy()
         n = int(reason.size)
         return {
             "episodes": n,
-            "success_rate": float(np.mean(reason == 1)) if n else float("nan"),
-            "off_track_rate": float(np.mean(reason == 2)) if n else float("nan"),
+            "success_rate": float(np.mean(reason == TerminationReason.SUCCESS)) if n else float("nan"),
+            "off_track_rate": float(np.mean(reason == TerminationReason.OFF_TRACK)) if n else float("nan"),
             "mean_progress": float(progress.mean()) if n else float("nan"),
             "median_lap_time_s": float(np.median(laps)) if laps.size else float("nan"),
             "mean_reward": float((buf["reward"] * buf["valid"]).sum() / buf["valid"].sum().clamp(min=1)),
@@ -459,7 +462,7 @@ class Trainer:
             # Every episode ends by the Level's timeout; the check for all ended waits for the device.
             for step in range(cfg.max_episode_steps):
                 x = to_torch(cfg.features(obs))
-                obs, _, terminated, truncated, info = env.step(to_jax(policy.env_action(policy.actor(x))))
+                obs, _, terminated, truncated, info = env.step(to_jax(policy.mean_action(x)))
                 now = (to_torch(terminated) | to_torch(truncated)) & ~ended
                 reason = torch.where(now, to_torch(info["termination_reason"]), reason)
                 lap = torch.where(now, to_torch(info["lap_time_s"]), lap)
@@ -467,7 +470,7 @@ class Trainer:
                 ended |= now
                 if step % 32 == 31 and bool(ended.all()):
                     break
-        success = (reason == 1).cpu().numpy()
+        success = (reason == TerminationReason.SUCCESS).cpu().numpy()
         laps = lap.cpu().numpy()[success]
         return {"validation_success_rate": float(success.mean()),
                 "validation_median_lap_time_s": float(np.median(laps)) if laps.size else math.nan,
@@ -478,11 +481,14 @@ class Trainer:
         validation ran."""
         if self.best is None:
             return self.policy
-        space = self.env.single_action_space
-        policy = ActorCritic(self.config.features.size, self.config.hidden, self.config.init_log_std,
-                             space.low, space.high).to(self.device)
+        policy = self._new_policy()
         policy.load_state_dict(self.best["policy"])
         return policy
+
+    def _new_policy(self) -> ActorCritic:
+        """A freshly initialised actor-critic for the config and the env's action bounds, on the device."""
+        space, cfg = self.env.single_action_space, self.config
+        return ActorCritic(cfg.features.size, cfg.hidden, cfg.init_log_std, space.low, space.high).to(self.device)
 
     def validate_and_keep(self) -> dict[str, float]:
         """`validate`, keeping the policy if it is the best so far; returns

@@ -37,4 +37,4 @@ class LearnedController(Controller):
         batch = {key: np.asarray(value)[None] for key, value in obs.items()}
         x = torch.from_numpy(self.features.host(batch)).to(self.device)
         with torch.no_grad():
-            return self.policy.env_action(self.policy.actor(x))[0].cpu().numpy()
+            return self.policy.mean_action(x)[0].cpu().numpy()
