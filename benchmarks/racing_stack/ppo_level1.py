@@ -7,9 +7,10 @@ tracks.
         [--eval-tracks 100] [--worlds 8192] [--set NAME=VALUE ...]
 
 1. Training: `racing_stack.ppo` at the GPU preset (``--worlds`` worlds, the
-   full Train pool, Level 1's timeout, 600 updates with the step size
-   falling linearly to 1/600 of its first value, validated on the first
-   100 Validation tracks every 40 updates), stopped early if
+   full Train pool, Level 1's timeout, leaving the track costing 5.0, 600
+   updates with the step size falling linearly to 1/600 of its first
+   value, validated on the first 100 Validation tracks every 40 updates),
+   stopped early if
    ``--train-seconds`` of wall time run out (then its last policy is
    validated too); transitions/s end to end per update (env + policy + GAE
    + update; a validation is not part of an update), their median after
