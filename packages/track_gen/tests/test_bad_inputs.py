@@ -4,6 +4,7 @@ host with the field named; per-env params out of range make only their env
 invalid, with the params bit."""
 
 import math
+import re
 import subprocess
 import sys
 import warnings
@@ -72,6 +73,30 @@ def test_a_param_out_of_range_makes_only_its_env_invalid(device, kind, param, va
     assert_untouched(before, after, [0, 1, 3])
 
 
+@pytest.mark.parametrize("kind", ["track", "gates"])
+def test_a_param_array_is_written_into_never_replaced(kind):
+    """A shorter array put in place of a param once reached the kernels
+    (reads past its end); replacing or removing one is refused, naming it,
+    and the course regenerates as before."""
+    if kind == "track":
+        course = Course.track(presets.track(num_envs=E, device=DEVICE, sdf_resolution=8), seeds=3)
+    else:
+        course = Course.gates(presets.gates(num_envs=E, device=DEVICE), seeds=3)
+    params = course.generator.params
+    name = next(iter(params))
+    kept = params[name]
+    with pytest.raises(TypeError, match=re.escape(f"params[{name!r}] cannot be replaced")):
+        params[name] = wp.zeros(E - 1, dtype=wp.float32, device=DEVICE)
+    with pytest.raises(TypeError, match=re.escape(f"params[{name!r}] cannot be removed")):
+        del params[name]
+    with pytest.raises(AttributeError):
+        course.generator.params = {}
+    assert course.generator.params[name] is kept and len(course.generator.params) == len(params)
+    before = snapshot(course.result)
+    course.regenerate(advance=False)
+    assert_untouched(before, snapshot(course.result), list(range(E)))
+
+
 def test_params_at_their_lowest_allowed_values_are_valid(device):
     course = Course.track(presets.track(num_envs=E, device=device, sdf_resolution=8, radius_jitter=0.0,
                                         angle_jitter=0.0, height_amplitude=0.0), seeds=1)
@@ -123,6 +148,20 @@ def test_preset_lengths_are_checked(preset):
         preset(num_envs=2, ds=math.inf)
     with pytest.raises(ValueError, match="scale"):
         preset(num_envs=2, scale=math.inf)
+
+
+@pytest.mark.parametrize("preset", [presets.track, presets.gates])
+@pytest.mark.parametrize("scale", [1e30, 1e-9])
+def test_a_scale_that_takes_a_length_out_of_range_is_refused_by_its_name(preset, scale):
+    with pytest.raises(ValueError, match="^" + re.escape(f"scale={scale!r} (it multiplies ds, radius")):
+        preset(num_envs=2, scale=scale)
+
+
+@pytest.mark.parametrize("preset", [presets.track, presets.gates])
+def test_a_bad_override_is_not_blamed_on_the_scale(preset):
+    with pytest.raises(ValueError, match="^radius must be in") as error:
+        preset(num_envs=2, scale=2.0, radius=1e9)
+    assert "scale" not in str(error.value)
 
 
 @pytest.mark.parametrize("field,value", [(f, PARAM_RANGES[f][1]) for f in ("radius", "radius_jitter", "width")])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import warp as wp
@@ -28,15 +28,44 @@ from track_gen.spec import GateSpec, TrackSpec, check_length, check_size
 LOOP_PARAMS = ("radius", "radius_jitter", "angle_jitter")
 
 
+class Params(Mapping[str, wp.array]):
+    """A generator's dynamic per-env fields: ``[E]`` float32 Warp arrays by
+    name, written into (``params["width"].assign(values)``, or by a kernel)
+    and never replaced, since every launch (and every recorded graph) reads
+    the arrays the generator was built with."""
+
+    def __init__(self, arrays: dict[str, wp.array]) -> None:
+        self._arrays = arrays
+
+    def __getitem__(self, name: str) -> wp.array:
+        return self._arrays[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def __setitem__(self, name: str, value: object) -> None:
+        raise TypeError(f"params[{name!r}] cannot be replaced, only written into: "
+                        f"params[{name!r}].assign(values) with [E] float32 values")
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError(f"params[{name!r}] cannot be removed: every generation reads it")
+
+    def __repr__(self) -> str:
+        return f"Params({', '.join(self._arrays)})"
+
+
 class _LoopGenerator(abc.ABC):
     """The seeded closed spline both course kinds are built on.
 
     Attributes:
         spec: the static specification.
         rng: per-env seeds and epochs.
-        params: dynamic per-env fields (``[E]`` float32 Warp arrays); write
-            into them to change what the next regeneration builds (curricula,
-            domain randomisation).
+        params: dynamic per-env fields (`Params`: ``[E]`` float32 Warp
+            arrays by name); write into them to change what the next
+            regeneration builds (curricula, domain randomisation).
         inputs: ``{"regen_mask": [E] int32}``, a stable zero-initialised mask.
         everyone: ``[E]`` int32 ones, the mask of a full generation.
         result: the course arrays, rewritten in place by each generation.
@@ -60,8 +89,8 @@ class _LoopGenerator(abc.ABC):
             self.rng = seeds
         else:
             self.rng = PerEnvSeededRNG(seeds, e, device)
-        self.params = {name: wp.full(e, float(getattr(spec, name)), dtype=wp.float32, device=device)
-                       for name in params}
+        self._params = Params({name: wp.full(e, float(getattr(spec, name)), dtype=wp.float32, device=device)
+                               for name in params})
         self.inputs = {"regen_mask": wp.zeros(e, dtype=wp.int32, device=device)}
         self.everyone = wp.ones(e, dtype=wp.int32, device=device)
         self._ctrl = wp.zeros((e, spec.n_control), dtype=wp.vec2, device=device)
@@ -76,6 +105,10 @@ class _LoopGenerator(abc.ABC):
     @property
     def num_envs(self) -> int:
         return self.spec.num_envs
+
+    @property
+    def params(self) -> Params:
+        return self._params
 
     @abc.abstractmethod
     def _footprint(self) -> tuple[int, int]:

@@ -22,9 +22,8 @@ def track(num_envs: int, device: str = "cpu", scale: float = 1.0, **overrides: A
     Returns:
         The ``TrackSpec``.
     """
-    lengths = _scaled(TrackSpec, ("ds", "radius", "width", "sdf_margin"), scale)
-    lengths.update(overrides)
-    return TrackSpec(num_envs=num_envs, device=device, **lengths)
+    return _build(TrackSpec, ("ds", "radius", "width", "sdf_margin"), scale, num_envs=num_envs, device=device,
+                  **overrides)
 
 
 def gates(num_envs: int, device: str = "cpu", gate_width: float = GateSpec.gate_width, scale: float = 1.0,
@@ -38,14 +37,23 @@ def gates(num_envs: int, device: str = "cpu", gate_width: float = GateSpec.gate_
         scale: multiplies the centerline's lengths (radius, spacing).
         **overrides: any other ``GateSpec`` field.
     """
-    lengths = _scaled(GateSpec, ("ds", "radius"), scale)
-    lengths.update(overrides)
-    return GateSpec(num_envs=num_envs, device=device, gate_width=gate_width, **lengths)
+    return _build(GateSpec, ("ds", "radius"), scale, num_envs=num_envs, device=device, gate_width=gate_width,
+                  **overrides)
 
 
-def _scaled(spec: type[TrackSpec] | type[GateSpec], names: tuple[str, ...], scale: object) -> dict[str, float]:
-    """The spec's own defaults of the length fields ``names``, times ``scale``."""
+def _build(spec: type[TrackSpec] | type[GateSpec], names: tuple[str, ...], scale: object,
+           **fields: Any) -> TrackSpec | GateSpec:
+    """``spec(**fields)`` with the length fields ``names`` that ``fields``
+    leaves out at the spec's own defaults times ``scale``. A spec the
+    scaled lengths make invalid (one the unscaled defaults would not) is
+    refused naming ``scale``."""
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
     defaults = {field.name: field.default for field in dataclasses.fields(spec)}
-    return {name: defaults[name] * scale for name in names}
+    scaled = [name for name in names if name not in fields]
+    try:
+        return spec(**fields, **{name: defaults[name] * scale for name in scaled})
+    except ValueError as error:
+        spec(**fields)  # the same error without the scale is not the scale's
+        multiplied = ", ".join(scaled)
+        raise ValueError(f"scale={scale!r} (it multiplies {multiplied}) gives an invalid spec: {error}") from None
