@@ -409,7 +409,7 @@ moved = TrackPool.from_arrays(*(jax.device_put(getattr(pool, f), other) for f in
     "centerline", "left_boundary", "right_boundary", "track_mask", "track_length", "track_id")),
     level_id=0, split="x", check_values=False)
 assert moved.centerline.devices() == {other}
-env = VecCarRacingEnv(1, config=ProjectConfig(), level=LEVEL_0, backend="cpu_reference", track_pool=moved)
+env = VecCarRacingEnv(1, config=ProjectConfig(), level=LEVEL_0, backend=BACKEND, track_pool=moved)
 obs, _ = env.reset(seed=0)
 obs, *_ = env.step(np.zeros((1, 2), np.float32))
 assert obs["centerline"].devices() == {jax.devices()[0]}
@@ -417,15 +417,42 @@ print("ok")
 """
 
 
-def test_a_pool_on_another_device_drives_the_envs_worlds():
-    """A pool built on one device (the CPU) serves an env on another (the GPU):
-    two host devices stand in for them (cpu_reference; the GPU tests build
-    mjx_warp envs on the GPU from pools built on the CPU)."""
+EXIT_WHILE_STEPPING = """
+import numpy as np
+from racing_env import LEVEL_0, ProjectConfig, VecCarRacingEnv, level0_track
+env = VecCarRacingEnv(2, config=ProjectConfig(), level=LEVEL_0, backend="mjx_warp", track=level0_track())
+env.reset(seed=0)
+env.step(np.zeros((2, 2), np.float32))
+print("stepped")
+"""
+
+
+def test_a_process_exits_with_a_step_still_running_on_two_host_devices():
+    """With two host devices JAX runs a CPU call on a worker thread; a step
+    left running at exit (nothing waited for its outputs) once hung the
+    interpreter's finalization forever (its Warp physics is a Python
+    callback)."""
     import os
     import subprocess
     import sys
 
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    out = subprocess.run([sys.executable, "-c", POOL_ELSEWHERE], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", EXIT_WHILE_STEPPING], env=env, capture_output=True, text=True,
                          timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("stepped"), out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("backend", ["cpu_reference", "mjx_warp"])
+def test_a_pool_on_another_device_drives_the_envs_worlds(backend):
+    """A pool built on one device (the CPU) serves an env on another (the GPU):
+    two host devices stand in for them (the GPU tests build mjx_warp envs on
+    the GPU from pools built on the CPU). Run with a time limit: two host
+    devices must not make the env wait forever."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    code = f"BACKEND = {backend!r}\n" + POOL_ELSEWHERE
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

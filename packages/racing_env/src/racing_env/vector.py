@@ -20,6 +20,8 @@ runs the same two Challenge functions around MuJoCo's C library.
 
 from __future__ import annotations
 
+import atexit
+import weakref
 from typing import Any, NamedTuple
 
 import gymnasium
@@ -320,6 +322,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             sharding = self._data.qpos.sharding
             self._reset_fn = jax.jit(self._mjx_reset, donate_argnums=(0,), out_shardings=sharding, keep_unused=True)
             self._step_fn = jax.jit(self._mjx_step, donate_argnums=(0, 1), out_shardings=sharding, keep_unused=True)
+            _LIVE_MJX_WARP.add(self)
         else:
             self._physics = CpuReferencePhysics(config, num_envs)
             self._reset_fn = jax.jit(self._challenge.reset)
@@ -637,3 +640,16 @@ def _host_actions(actions: object, num_envs: int) -> tuple[np.ndarray, np.ndarra
             if value is not None and value.shape == (2,):
                 out[i], invalid[i] = value, False
     return out, invalid
+
+
+#: The live mjx_warp envs. With several host devices JAX runs a CPU call on
+#: a worker thread, and the Warp physics inside a step is a Python callback:
+#: a step still running when the interpreter finalizes waits for it forever.
+#: So at exit every env first waits for its last call.
+_LIVE_MJX_WARP: weakref.WeakSet[VecCarRacingEnv] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_last_calls() -> None:
+    for env in list(_LIVE_MJX_WARP):
+        jax.block_until_ready(env._data)
