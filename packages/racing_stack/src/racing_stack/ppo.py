@@ -732,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a preset's setting, e.g. --set learning_rate=1e-4 "
-                             "--set reward.off_track_penalty=5.0 (repeatable)")
+                             "--set reward.off_track_penalty=4.0 (repeatable)")
     args = parser.parse_args(argv)
     config = PRESETS[args.preset]
     if args.updates is not None:

@@ -47,11 +47,17 @@ class Params(Mapping[str, wp.array]):
         return len(self._arrays)
 
     def __setitem__(self, name: str, value: object) -> None:
+        self._known(name)
         raise TypeError(f"params[{name!r}] cannot be replaced, only written into: "
                         f"params[{name!r}].assign(values) with [E] float32 values")
 
     def __delitem__(self, name: str) -> None:
+        self._known(name)
         raise TypeError(f"params[{name!r}] cannot be removed: every generation reads it")
+
+    def _known(self, name: str) -> None:
+        if name not in self._arrays:
+            raise KeyError(f"no param {name!r}: the params are {', '.join(self._arrays)}")
 
     def __repr__(self) -> str:
         return f"Params({', '.join(self._arrays)})"

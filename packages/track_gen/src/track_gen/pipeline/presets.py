@@ -54,6 +54,7 @@ def _build(spec: type[TrackSpec] | type[GateSpec], names: tuple[str, ...], scale
     try:
         return spec(**fields, **{name: defaults[name] * scale for name in scaled})
     except ValueError as error:
-        spec(**fields)  # the same error without the scale is not the scale's
-        multiplied = ", ".join(scaled)
-        raise ValueError(f"scale={scale!r} (it multiplies {multiplied}) gives an invalid spec: {error}") from None
+        scaled_error = error
+    spec(**fields)  # an error without the scale too is not the scale's: it is raised as it is
+    multiplied = ", ".join(scaled)
+    raise ValueError(f"scale={scale!r} (it multiplies {multiplied}) gives an invalid spec: {scaled_error}")
