@@ -10,11 +10,10 @@ tracks.
    full Train pool, Level 1's timeout, leaving the track costing 5.0, 600
    updates with the step size falling linearly to 1/600 of its first
    value, validated on the first 100 Validation tracks every 40 updates),
-   stopped early if
-   ``--train-seconds`` of wall time run out (then its last policy is
-   validated too); transitions/s end to end per update (env + policy + GAE
-   + update; a validation is not part of an update), their median after
-   the first two (compiles).
+   stopped early if ``--train-seconds`` of wall time run out (then its last
+   policy is validated too); transitions/s end to end per update (env +
+   policy + GAE + update; a validation is not part of an update), their
+   median after the first two (compiles).
 2. Phases: one more update timed phase by phase with the device
    synchronised between them (rollout, GAE, optimisation), and an env-only
    run of the same worlds under random actions in the same process: the

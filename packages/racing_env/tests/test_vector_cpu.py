@@ -417,6 +417,16 @@ print("ok")
 """
 
 
+def _on_two_host_devices(code: str):
+    """``code`` run in a fresh Python with two host CPU devices, within 300 s."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+
+
 EXIT_WHILE_STEPPING = """
 import numpy as np
 from racing_env import LEVEL_0, ProjectConfig, VecCarRacingEnv, level0_track
@@ -437,13 +447,7 @@ def test_a_process_exits_with_a_step_still_running_on_two_host_devices():
     interpreter's finalization forever (its Warp physics is a Python
     callback). An env whose buffers are gone does not stop the others
     being waited for, and prints nothing."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    out = subprocess.run([sys.executable, "-c", EXIT_WHILE_STEPPING], env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = _on_two_host_devices(EXIT_WHILE_STEPPING)
     assert out.returncode == 0 and out.stdout.strip().endswith("stepped"), out.stderr[-3000:]
     assert "Exception ignored" not in out.stderr, out.stderr[-3000:]
 
@@ -454,11 +458,5 @@ def test_a_pool_on_another_device_drives_the_envs_worlds(backend):
     two host devices stand in for them (the GPU tests build mjx_warp envs on
     the GPU from pools built on the CPU). Run with a time limit: two host
     devices must not make the env wait forever."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
-    code = f"BACKEND = {backend!r}\n" + POOL_ELSEWHERE
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    out = _on_two_host_devices(f"BACKEND = {backend!r}\n" + POOL_ELSEWHERE)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]

@@ -78,11 +78,7 @@ def build_pool(split: str, size: int | None = None, progress: Callable[[int, int
 
     from racing_stack.bridge import pool_from_course
 
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
-    want = SPLITS[split].size if size is None else size
-    if isinstance(want, bool) or not isinstance(want, int) or not 1 <= want <= NAMESPACE // 2:
-        raise ValueError(f"size must be an int in [1, {NAMESPACE // 2}], got {size!r}")
+    want = _checked_size(split, size, NAMESPACE // 2)
     wp.config.quiet = True
     # Seeds are consecutive whatever the batch, so the batch only sets the pace.
     batch = min(BATCH, want + want // 8 + 16)
@@ -151,6 +147,23 @@ def materialize(split: str, cache: Path | None = None, write_manifest: bool = Fa
     return pool
 
 
+def _checked_size(split: str, size: int | None, highest: int | None = None) -> int:
+    """``size`` (the split's size when None), after checking ``split`` and
+    that ``size`` is an int in ``[1, highest]`` (default the split's size).
+
+    Raises:
+        ValueError: an unknown split or a bad size, naming it.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    highest = SPLITS[split].size if highest is None else highest
+    if size is None:
+        return SPLITS[split].size
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= highest:
+        raise ValueError(f"size must be None or an int in [1, {highest}] for split {split!r}, got {size!r}")
+    return size
+
+
 def materialize_prefix(split: str, size: int | None = None, cache: Path | None = None,
                        progress: Callable[[str], None] | None = None):
     """The split's first ``size`` tracks, verified against the first
@@ -162,12 +175,8 @@ def materialize_prefix(split: str, size: int | None = None, cache: Path | None =
     Raises:
         ValueError: a bad split or size, or rows that differ from the manifest.
     """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
-    total = SPLITS[split].size
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= total):
-        raise ValueError(f"size must be None or an int in [1, {total}] for split {split!r}, got {size!r}")
-    if size is None or size == total:
+    size = _checked_size(split, size)
+    if size == SPLITS[split].size:
         return materialize(split, cache, progress=progress)
     pool = build_pool(split, size=size)
     committed = _entries(MANIFESTS / f"{pool_name(split)}.json")["tracks"][:size]
