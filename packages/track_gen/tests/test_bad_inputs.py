@@ -150,10 +150,13 @@ def test_preset_lengths_are_checked(preset):
         preset(num_envs=2, ds=math.inf)
     with pytest.raises(ValueError, match="scale"):
         preset(num_envs=2, scale=math.inf)
+    with pytest.raises(ValueError, match="^scale must be a finite number > 0"):
+        preset(num_envs=2, scale=10**400)  # finite as an int, not as a float
+    assert preset(num_envs=2, scale=np.float32(2.0)).radius == preset(num_envs=2, scale=2.0).radius
 
 
 @pytest.mark.parametrize("preset", [presets.track, presets.gates])
-@pytest.mark.parametrize("scale", [1e30, 1e-9])
+@pytest.mark.parametrize("scale", [1e30, 1e-9, np.float32(1e30)])
 def test_a_scale_that_takes_a_length_out_of_range_is_refused_by_its_name(preset, scale):
     with pytest.raises(ValueError, match="^" + re.escape(f"scale={scale!r} (it multiplies ds, radius")):
         preset(num_envs=2, scale=scale)

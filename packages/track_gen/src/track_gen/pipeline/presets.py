@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Any
 
 from track_gen.spec import GateSpec, TrackSpec
@@ -47,12 +48,16 @@ def _build(spec: type[TrackSpec] | type[GateSpec], names: tuple[str, ...], scale
     leaves out at the spec's own defaults times ``scale``. A spec the
     scaled lengths make invalid (one the unscaled defaults would not) is
     refused naming ``scale``."""
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+    try:  # a real number (NumPy's too), finite once a float: an int too large for one is not
+        finite = not isinstance(scale, bool) and isinstance(scale, numbers.Real) and math.isfinite(float(scale))
+    except OverflowError:
+        finite = False
+    if not (finite and scale > 0):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
     defaults = {field.name: field.default for field in dataclasses.fields(spec)}
     scaled = [name for name in names if name not in fields]
     try:
-        return spec(**fields, **{name: defaults[name] * scale for name in scaled})
+        return spec(**fields, **{name: defaults[name] * float(scale) for name in scaled})
     except ValueError as error:
         scaled_error = error
     spec(**fields)  # an error without the scale too is not the scale's: it is raised as it is
