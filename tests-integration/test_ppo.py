@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from racing_stack import checkpoints
 from racing_stack.interop import to_jax, to_torch, tree_to_torch
 from racing_stack.ppo import LOG_FIELDS, PRESETS, PPOConfig, Trainer, finish, make_env, make_validation_env
 
@@ -292,7 +293,7 @@ def test_the_best_validated_policy_is_kept_and_exported(env, tmp_path):
     for key, value in kept.items():
         torch.testing.assert_close(best.state_dict()[key], value, rtol=0, atol=0)
     made = finish(trainer, video_steps=5)
-    weights = torch.load(made["plugin"] / "weights.pt", weights_only=True)
+    weights = checkpoints.load(made["plugin"] / "weights.pt", "weights")
     for key, value in kept.items():
         torch.testing.assert_close(weights[key], value, rtol=0, atol=0)
 

@@ -3,16 +3,18 @@ that the Runner loads like any other:
 
     DIR/controller.py   `racing_stack/learned/controller.py`: the policy's mean action
     DIR/config.toml     the network's widths, the feature settings, the device
-    DIR/weights.pt      the network (a Torch state dict)
+    DIR/weights.pt      the network: a Torch state dict in a checked
+                        `racing_stack.checkpoints` file of kind "weights"
+
+Each file is written atomically: an interrupted export leaves every file
+either old or new, never cut.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import torch
-
+from racing_stack import checkpoints
 from racing_stack.ppo import ActorCritic, PPOConfig
 
 __all__ = ["export_plugin"]
@@ -35,16 +37,15 @@ def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, devic
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(CONTROLLER, directory / "controller.py")
-    state = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
-    torch.save(state, directory / "weights.pt")
+    checkpoints.write_atomic(directory / "controller.py", CONTROLLER.read_bytes())
+    checkpoints.save(directory / "weights.pt", "weights", {k: v.detach().cpu() for k, v in policy.state_dict().items()})
     f = config.features
-    (directory / "config.toml").write_text(
+    checkpoints.write_atomic(directory / "config.toml", (
         "# A policy trained by racing_stack.ppo (see controller.py).\n"
         f'device = "{device}"\n'
         f"hidden = [{', '.join(str(h) for h in config.hidden)}]\n\n"
         "[features]\n"
         f"points = {f.points}\n"
         f"spacing_m = {float(f.spacing_m)!r}\n"
-        f"scale_m = {float(f.scale_m)!r}\n")
+        f"scale_m = {float(f.scale_m)!r}\n").encode())
     return directory

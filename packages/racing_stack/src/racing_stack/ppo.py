@@ -40,7 +40,10 @@ import argparse
 import ast
 import csv
 import dataclasses
+import io
 import math
+import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -55,13 +58,19 @@ from torch import nn
 
 import rl_triton
 from racing_env import TerminationReason
-from racing_stack.interop import share_gpu, to_jax, to_torch
+from racing_stack import checkpoints
+from racing_stack.guard import GuardError, Violation, check, violations
+from racing_stack.interop import Handover, share_gpu
 from racing_stack.wrappers import LocalTrack, ShapedReward
 
 # JAX and Torch train on one GPU: JAX must not take most of it up front.
 share_gpu()
 
-__all__ = ["PRESETS", "ActorCritic", "PPOConfig", "Trainer", "main", "make_env", "make_validation_env"]
+__all__ = ["PRESETS", "ActorCritic", "GuardError", "PPOConfig", "RunExists", "Trainer", "main", "make_env",
+           "make_validation_env"]
+
+#: What a run writes into its folder; a folder holding any of them holds a run.
+RUN_FILES = ("checkpoint.pt", "log.csv", "tensorboard", "plugin", "learning_curve.png", "policy.gif")
 
 #: The log's columns, in order.
 LOG_FIELDS = ("update", "transitions", "seconds", "transitions_per_s", "episodes", "success_rate",
@@ -284,10 +293,39 @@ class ActorCritic(nn.Module):
         """The env's action of the policy's mean (no sampling): float32 [E, 2]."""
         return self.env_action(self.actor(x))
 
+    def load_checked(self, weights: Any, source: str) -> None:
+        """Load a state dict that must fit this network exactly (its layers
+        and shapes) and hold finite values only; nothing changes otherwise.
+
+        Raises:
+            racing_stack.checkpoints.CorruptFile: ``source`` (where the
+                weights came from) does not fit or is not finite.
+        """
+        if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+            raise checkpoints.CorruptFile(f"{source} is not a dict of tensors")
+        if not all(v.isfinite().all() for v in weights.values() if v.is_floating_point()):
+            raise checkpoints.CorruptFile(f"{source} holds values that are not finite")
+        mine = self.state_dict()
+        if set(weights) != set(mine) or any(weights[k].shape != v.shape for k, v in mine.items()):
+            raise checkpoints.CorruptFile(f"{source} does not fit the network: its layers or shapes differ")
+        self.load_state_dict(weights)
+
+
+class RunExists(FileExistsError):
+    """A run folder already holds a run, and neither resuming nor replacing it was asked for."""
+
 
 class Trainer:
     """PPO on one env: `run` trains ``config.updates`` updates, logging,
     checkpointing and (with ``resume``) continuing from ``out/checkpoint.pt``.
+
+    Every crossing between JAX and Torch goes through ``crossing`` (a
+    `racing_stack.interop.Handover`: zero-copy, each buffer held until the
+    device has read it; a `racing_stack.interop.HostCopy` is the slow
+    reference). Every update is guarded (`racing_stack.guard`): features,
+    values, advantages, returns, losses and parameters finite, rewards
+    within `racing_stack.wrappers.ShapedReward.bounds`; a violation raises
+    `GuardError` before anything of that update is logged or saved.
 
     Args:
         config: the run's settings.
@@ -322,6 +360,10 @@ class Trainer:
         self.generator = torch.Generator(self.device)
         self.generator.manual_seed(config.seed)
         self.update = 0
+        #: The update of the checkpoint last written or loaded (None: none yet).
+        self.saved_update: int | None = None
+        self.crossing = Handover(self.device)
+        self.reward_bounds = config.reward.bounds(float(np.max(np.asarray(env.track_pool.track_length))))
         t, e, d = config.steps, config.worlds, config.features.size
         z = dict(device=self.device)
         self.buf = {
@@ -346,11 +388,13 @@ class Trainer:
         return cfg.learning_rate * (1.0 - self.update / cfg.updates)
 
     def collect(self) -> None:
-        """One rollout into the buffers, on the device."""
-        policy, env, buf, cfg = self.policy, self.env, self.buf, self.config
+        """One rollout into the buffers, on the device: each step crosses the
+        features to Torch, the action to JAX and the step's outputs to Torch,
+        then fences (`racing_stack.interop.Handover`)."""
+        policy, env, buf, cfg, cross = self.policy, self.env, self.buf, self.config, self.crossing
         with torch.no_grad():
             for t in range(cfg.steps):
-                x = to_torch(cfg.features(self.obs))
+                x = cross.to_torch(cfg.features(self.obs))
                 dist = policy.distribution(x)
                 u = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=self.generator,
                                                           device=self.device)
@@ -359,16 +403,18 @@ class Trainer:
                 buf["logp"][t] = dist.log_prob(u).sum(-1)
                 buf["value"][t] = policy.value(x)
                 buf["valid"][t] = (~self.pending).float()
-                obs, reward, terminated, truncated, info = env.step(to_jax(policy.env_action(u)))
-                buf["reward"][t] = to_torch(cfg.reward(reward, obs, info))
-                buf["terminated"][t] = to_torch(terminated)
-                buf["truncated"][t] = to_torch(truncated)
-                buf["progress"][t] = to_torch(obs["track_progress"])
-                buf["reason"][t] = to_torch(info["termination_reason"])
-                buf["lap_time"][t] = to_torch(info["lap_time_s"])
+                obs, reward, terminated, truncated, info = env.step(cross.to_jax(policy.env_action(u)))
+                buf["reward"][t] = cross.to_torch(cfg.reward(reward, obs, info))
+                buf["terminated"][t] = cross.to_torch(terminated)
+                buf["truncated"][t] = cross.to_torch(truncated)
+                buf["progress"][t] = cross.to_torch(obs["track_progress"])
+                buf["reason"][t] = cross.to_torch(info["termination_reason"])
+                buf["lap_time"][t] = cross.to_torch(info["lap_time_s"])
+                cross.fence()
                 self.pending = buf["terminated"][t] | buf["truncated"][t]
                 self.obs = obs
-            self.last_value = policy.value(to_torch(cfg.features(self.obs)))
+            self.last_value = policy.value(cross.to_torch(cfg.features(self.obs)))
+            cross.fence()
 
     def advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, returns), [T, E]: GAE by rl_triton with terminations
@@ -424,6 +470,29 @@ class Trainer:
         stats /= cfg.epochs * cfg.minibatches
         return dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl"), stats.tolist()))
 
+    def guard(self, advantage: torch.Tensor, returns: torch.Tensor, losses: dict[str, float]) -> None:
+        """Check the update just computed (``self.update`` done before it):
+        the rollout's features, values, advantages and returns, the losses
+        and the parameters finite, its rewards within the reward wrapper's
+        bounds; one small read of the device.
+
+        Raises:
+            GuardError: naming the update, the field and its worst value.
+        """
+        buf = self.buf
+        low, high = self.reward_bounds
+        fields = [Violation("observation feature", buf["x"]), Violation("reward", buf["reward"], low, high),
+                  Violation("value", [buf["value"], self.last_value]), Violation("advantage", advantage),
+                  Violation("return", returns), Violation("parameter", list(self.policy.parameters()))]
+        read = violations(fields).tolist()
+        read += [[0.0 if math.isfinite(v) else 1.0, v] for v in losses.values()]
+        fields += [Violation(name, torch.zeros(1)) for name in losses]
+        if self.saved_update is None:
+            last_good = "no checkpoint was written yet."
+        else:
+            last_good = f"{self.out / 'checkpoint.pt'} (update {self.saved_update}) is its last good state."
+        check(fields, read, self.update + 1, last_good)
+
     def episodes(self) -> dict[str, float]:
         """The rollout's ended episodes (read once, after the rollout)."""
         buf = self.buf
@@ -451,7 +520,7 @@ class Trainer:
             (NaN without a completed lap) and ``validation_mean_progress``
             (laps) of the first episode of every world.
         """
-        env, cfg, policy = self.validation, self.config, self.policy
+        env, cfg, policy, cross = self.validation, self.config, self.policy, self.crossing
         if env is None:
             raise ValueError("no validation env: give the Trainer one (validation=make_validation_env(config))")
         n = env.num_envs
@@ -463,12 +532,13 @@ class Trainer:
         with torch.no_grad():
             # Every episode ends by the Level's timeout; the check for all ended waits for the device.
             for step in range(cfg.max_episode_steps):
-                x = to_torch(cfg.features(obs))
-                obs, _, terminated, truncated, info = env.step(to_jax(policy.mean_action(x)))
-                now = (to_torch(terminated) | to_torch(truncated)) & ~ended
-                reason = torch.where(now, to_torch(info["termination_reason"]), reason)
-                lap = torch.where(now, to_torch(info["lap_time_s"]), lap)
-                progress = torch.where(now, to_torch(obs["track_progress"]), progress)
+                x = cross.to_torch(cfg.features(obs))
+                obs, _, terminated, truncated, info = env.step(cross.to_jax(policy.mean_action(x)))
+                now = (cross.to_torch(terminated) | cross.to_torch(truncated)) & ~ended
+                reason = torch.where(now, cross.to_torch(info["termination_reason"]), reason)
+                lap = torch.where(now, cross.to_torch(info["lap_time_s"]), lap)
+                progress = torch.where(now, cross.to_torch(obs["track_progress"]), progress)
+                cross.fence()
                 ended |= now
                 if step % 32 == 31 and bool(ended.all()):
                     break
@@ -512,95 +582,194 @@ class Trainer:
 
     # -- the run ---------------------------------------------------------------
 
-    def run(self, resume: bool = False, seconds: float | None = None) -> list[dict[str, Any]]:
+    def run(self, resume: bool = False, seconds: float | None = None, overwrite: bool = False) -> list[dict[str, Any]]:
         """Train until ``config.updates``, or until the update (with its
         validation, if one was due) during which ``seconds`` of this call
         ran out (then checkpoint); returns this call's log rows. A run cut
         by ``seconds`` validates only where an uninterrupted one would, so
         that its resume continues the same curve and the same best policy
-        (`validate_and_keep` validates the cut policy, if wanted)."""
+        (`validate_and_keep` validates the cut policy, if wanted).
+
+        ``resume`` continues from ``out/checkpoint.pt``: ``log.csv`` is
+        rewritten (atomically) with its rows up to the checkpoint and the
+        TensorBoard events are rewritten from them, so neither loses nor
+        repeats an update. Without ``resume``, a folder that holds a run is
+        refused unless ``overwrite`` (which deletes that run first).
+
+        Raises:
+            RunExists: ``out`` holds a run, and neither ``resume`` nor ``overwrite``.
+            FileNotFoundError: ``resume`` without a checkpoint.
+            racing_stack.checkpoints.CorruptFile: the checkpoint is damaged.
+            ValueError: the checkpoint belongs to another configuration.
+            GuardError: an update's data failed the guard (nothing of it saved).
+            OSError: a checkpoint or log write failed (the last checkpoint stays whole).
+        """
+        log_path = self.out / "log.csv"
         if resume:
             self.load(self.out / "checkpoint.pt")
+        else:
+            self._claim(overwrite)
+        for name in ("checkpoint.pt", "log.csv"):
+            checkpoints.remove_stale(self.out, name)
+        kept = _log_rows(log_path, self.update) if resume else []
+        _write_log(log_path, kept)
+        writer = _tensorboard(self.out / "tensorboard", kept)
         began = time.perf_counter()
         rows = []
-        writer = _tensorboard(self.out / "tensorboard")
-        kept = _log_rows(self.out / "log.csv", self.update) if resume else []
-        with open(self.out / "log.csv", "w", newline="") as f:
-            log = csv.DictWriter(f, LOG_FIELDS)
-            log.writeheader()
-            log.writerows(kept)  # a resumed run keeps the rows up to its checkpoint, no later ones
-            while self.update < self.config.updates:
-                start = time.perf_counter()
-                rate = self.learning_rate()
-                for group in self.optimizer.param_groups:
-                    group["lr"] = rate
-                self.collect()
-                advantage, returns = self.advantages()
-                losses = self.optimise(advantage, returns)
-                stats = self.episodes()
-                self.update += 1
-                took = time.perf_counter() - start
-                last = self.update == self.config.updates
-                validated = dict(_NOT_VALIDATED)
-                every = self.config.validate_every
-                if self.validation is not None and every and (self.update % every == 0 or last):
-                    validated = self.validate_and_keep()
-                out_of_time = seconds is not None and time.perf_counter() - began >= seconds
-                n = self.config.steps * self.config.worlds
-                row = {"update": self.update, "transitions": self.update * n, "seconds": took,
-                       "transitions_per_s": n / took, **stats, **losses, "learning_rate": rate, **validated}
-                log.writerow(row)
-                f.flush()
-                for key in LOG_FIELDS[3:]:
-                    if np.isfinite(row[key]):  # no episode ended: no rates
-                        writer.add_scalar(key, row[key], row["transitions"])
-                rows.append(row)
-                self.progress(row)
-                if self.update % self.config.checkpoint_every == 0 or last or out_of_time:
-                    self.save(self.out / "checkpoint.pt")
-                if out_of_time:
-                    break
-        writer.close()
+        try:
+            with open(log_path, "a", newline="") as f:
+                log = csv.DictWriter(f, LOG_FIELDS)
+                while self.update < self.config.updates:
+                    row = self._one_update()
+                    out_of_time = seconds is not None and time.perf_counter() - began >= seconds
+                    log.writerow(row)
+                    f.flush()
+                    _add_events(writer, row)
+                    rows.append(row)
+                    self.progress(row)
+                    last = self.update == self.config.updates
+                    if self.update % self.config.checkpoint_every == 0 or last or out_of_time:
+                        self.save(self.out / "checkpoint.pt")
+                    if out_of_time:
+                        break
+        finally:
+            writer.close()
         return rows
 
-    def save(self, path: Path) -> None:
-        """The checkpoint: config, update, policy, optimizer, generator, env
-        snapshot, the best validated policy."""
-        torch.save({
+    def _one_update(self) -> dict[str, Any]:
+        """One update (with its validation, when due), guarded; its log row."""
+        start = time.perf_counter()
+        rate = self.learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        self.collect()
+        advantage, returns = self.advantages()
+        losses = self.optimise(advantage, returns)
+        self.guard(advantage, returns, losses)
+        stats = self.episodes()
+        self.update += 1
+        took = time.perf_counter() - start
+        validated = dict(_NOT_VALIDATED)
+        every = self.config.validate_every
+        if self.validation is not None and every and (self.update % every == 0
+                                                      or self.update == self.config.updates):
+            validated = self.validate_and_keep()
+        n = self.config.steps * self.config.worlds
+        return {"update": self.update, "transitions": self.update * n, "seconds": took,
+                "transitions_per_s": n / took, **stats, **losses, "learning_rate": rate, **validated}
+
+    def _claim(self, overwrite: bool) -> None:
+        """Make ``out`` this run's: refuse one that holds a run unless
+        ``overwrite``, which deletes that run's files."""
+        found = [name for name in RUN_FILES if (self.out / name).exists()]
+        if found and not overwrite:
+            raise RunExists(f"{self.out} already holds a run ({', '.join(found)}): resume it or overwrite it")
+        for name in found:
+            path = self.out / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the run's next update depends on (tensors and plain
+        data): config, update, policy, optimizer, generator, the env's
+        snapshot and observation, the best validated policy."""
+        return {
             "config": self.config.to_json(), "update": self.update, "policy": self.policy.state_dict(),
-            "best": self.best,
-            "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
-            "pending": self.pending.cpu(), "env": self.env.snapshot(),
-            "obs": {k: np.asarray(v) for k, v in self.obs.items()},
-        }, path)
+            "best": self.best, "optimizer": self.optimizer.state_dict(), "generator": self.generator.get_state(),
+            "pending": self.pending.cpu(), "env": {k: torch.from_numpy(v) for k, v in self.env.snapshot().items()},
+            "obs": {k: torch.from_numpy(np.array(v)) for k, v in self.obs.items()},
+        }
+
+    def save(self, path: Path) -> None:
+        """Write `state_dict` to ``path`` atomically as a checked
+        `racing_stack.checkpoints` file: a kill or a full disk leaves the
+        previous checkpoint whole.
+
+        Raises:
+            OSError: the write failed; the previous checkpoint is unchanged.
+        """
+        checkpoints.save(path, "checkpoint", self.state_dict())
+        self.saved_update = self.update
 
     def load(self, path: Path) -> None:
         """Continue from a checkpoint of a run with the same settings (only
         ``updates`` may grow; an annealed step size then follows the new
         count: the next update's is ``learning_rate x (1 - done / updates)``).
+        Everything is checked before anything changes.
 
         Raises:
-            ValueError: the checkpoint's settings differ, or it lacks some
-                (written before they existed), naming them.
+            FileNotFoundError: no file at ``path``.
+            racing_stack.checkpoints.CorruptFile: the file is damaged, of
+                another kind, or holds fields that do not fit this run,
+                naming the file and the field.
+            ValueError: the checkpoint's settings differ, lack some (written
+                before they existed) or had more updates, naming them.
         """
-        state = torch.load(path, map_location=self.device, weights_only=False)
-        missing = sorted({f.name for f in dataclasses.fields(PPOConfig)} - set(state["config"]))
-        if missing or "best" not in state:
-            raise ValueError(f"the checkpoint {path} was written by an older racing_stack: it lacks the settings "
-                             f"{missing} or the best validated policy; start a new run")
-        theirs = PPOConfig.from_json(state["config"])
-        differ = [f.name for f in dataclasses.fields(PPOConfig)
-                  if f.name != "updates" and getattr(theirs, f.name) != getattr(self.config, f.name)]
-        if differ:
-            raise ValueError(f"the checkpoint {path} was trained with other settings: {differ}")
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"].cpu())  # a generator's state is a CPU byte tensor
+        state = checkpoints.load(path, "checkpoint", map_location=self.device)
+        if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
+            raise checkpoints.CorruptFile(f"{path} holds no run configuration")
+        resume_problem(self.config, state["config"], path)
+        policy, optimizer, generator, best = self._checked_state(state, path)
+        self.env.restore({k: np.asarray(v.cpu()) for k, v in state["env"].items()})  # checks; changes nothing on error
+        self.policy, self.optimizer, self.generator, self.best = policy, optimizer, generator, best
         self.pending = state["pending"].to(self.device)
-        self.env.restore(state["env"])
-        self.obs = {k: jnp.asarray(v) for k, v in state["obs"].items()}
-        self.update = int(state["update"])
-        self.best = state["best"]
+        self.obs = {k: jnp.asarray(v.cpu().numpy()) for k, v in state["obs"].items()}
+        self.update = self.saved_update = state["update"]
+
+    def _checked_state(self, state: dict[str, Any], path: Path):
+        """The policy, optimizer, generator and best policy of a checkpoint's
+        ``state``, built apart from the trainer's, after checking every
+        field against this run."""
+        def bad(field: str, what: str) -> checkpoints.CorruptFile:
+            return checkpoints.CorruptFile(f"{path}: its {field} {what}")
+
+        want = {"config", "update", "policy", "best", "optimizer", "generator", "pending", "env", "obs"}
+        if set(state) != want:
+            raise bad("fields", f"are {sorted(state)}, expected {sorted(want)}")
+        update = state["update"]
+        if isinstance(update, bool) or not isinstance(update, int) or not 0 <= update <= self.config.updates:
+            raise bad("update", f"is {update!r}, not an int in [0, {self.config.updates}]")
+        policy = self._loaded_policy(state["policy"], "policy", path)
+        optimizer = torch.optim.Adam(policy.parameters(), lr=self.config.learning_rate, eps=1e-5)
+        try:
+            optimizer.load_state_dict(state["optimizer"])
+        except (ValueError, KeyError, TypeError, RuntimeError) as error:
+            raise bad("optimizer state", f"does not fit the policy: {error}") from None
+        for p in policy.parameters():
+            moments = optimizer.state.get(p, {})
+            if any(not isinstance(v, torch.Tensor) or (v.dim() and v.shape != p.shape) or not v.isfinite().all()
+                   for v in moments.values()):
+                raise bad("optimizer state", "has a moment of the wrong shape or a non-finite one")
+        generator = torch.Generator(self.device)
+        try:
+            generator.set_state(state["generator"].cpu())
+        except (RuntimeError, TypeError, AttributeError) as error:
+            raise bad("generator state", f"is not one: {error}") from None
+        pending = state["pending"]
+        if not isinstance(pending, torch.Tensor) or pending.dtype != torch.bool or pending.shape != self.pending.shape:
+            raise bad("pending resets", f"are not a bool tensor of shape {tuple(self.pending.shape)}")
+        obs = state["obs"]
+        if not isinstance(obs, dict) or set(obs) != set(self.obs) or any(
+                not isinstance(obs[k], torch.Tensor) or tuple(obs[k].shape) != tuple(v.shape)
+                or obs[k].numpy().dtype != v.dtype for k, v in self.obs.items()):
+            raise bad("observation", "does not match the env's fields, shapes and types")
+        env = state["env"]
+        if not isinstance(env, dict) or not all(isinstance(v, torch.Tensor) for v in env.values()):
+            raise bad("env snapshot", "is not a dict of tensors")
+        best = state["best"]
+        if best is not None:
+            keys = {"update", "policy", *_NOT_VALIDATED}
+            if not isinstance(best, dict) or set(best) != keys:
+                raise bad("best policy", f"is not a dict of {sorted(keys)}")
+            if not all(isinstance(best[k], float) for k in _NOT_VALIDATED):
+                raise bad("best policy", "has a validation result that is not a number")
+            self._loaded_policy(best["policy"], "best policy", path)
+        return policy, optimizer, generator, best
+
+    def _loaded_policy(self, weights: Any, field: str, path: Path) -> ActorCritic:
+        """A new policy holding ``weights`` (checked by `ActorCritic.load_checked`)."""
+        policy = self._new_policy()
+        policy.load_checked(weights, f"{path}: its {field}")
+        return policy
 
     def _print(self, row: dict[str, Any]) -> None:
         done = self.update / self.config.updates
@@ -613,12 +782,55 @@ class Trainer:
               f"progress {row['mean_progress']:.3f}{validated}", file=sys.stderr, flush=True)
 
 
+def resume_problem(config: PPOConfig, theirs: dict[str, Any], path: Path) -> None:
+    """Refuse to continue the run of checkpoint ``path`` (its config as
+    JSON) with ``config``: only ``updates`` may differ, and only grow.
+
+    Raises:
+        ValueError: naming the settings that are missing or differ, or the updates.
+    """
+    missing = sorted({f.name for f in dataclasses.fields(PPOConfig)} - set(theirs))
+    if missing:
+        raise ValueError(f"the checkpoint {path} was written by an older racing_stack: it lacks the settings "
+                         f"{missing}; start a new run")
+    try:
+        their_config = PPOConfig.from_json(theirs)
+    except (ValueError, TypeError, KeyError) as error:
+        raise checkpoints.CorruptFile(f"{path}: its settings are not a valid configuration: {error}") from None
+    differ = [f.name for f in dataclasses.fields(PPOConfig)
+              if f.name != "updates" and getattr(their_config, f.name) != getattr(config, f.name)]
+    if differ:
+        raise ValueError(f"the checkpoint {path} was trained with other settings: {differ}")
+    if config.updates < their_config.updates:
+        raise ValueError(f"updates is {config.updates}, fewer than the {their_config.updates} of the run in {path}: "
+                         "a resumed run's updates may only grow")
+
+
 def _log_rows(path: Path, update: int) -> list[dict[str, str]]:
-    """The rows of a run's log up to ``update`` (none without a log)."""
+    """The complete rows of a run's log up to ``update`` (none without a
+    log); a row cut by a kill or a full disk is dropped."""
     if not path.exists():
         return []
+    kept = []
     with open(path, newline="") as f:
-        return [row for row in csv.DictReader(f) if int(row["update"]) <= update]
+        for row in csv.DictReader(f):
+            try:
+                complete = None not in row and all(row.get(k) not in (None, "") for k in LOG_FIELDS) and \
+                    all(math.isfinite(float(row[k])) or row[k] == "nan" for k in LOG_FIELDS)
+            except ValueError:
+                complete = False
+            if complete and int(row["update"]) <= update:
+                kept.append(row)
+    return kept
+
+
+def _write_log(path: Path, rows: list[dict[str, str]]) -> None:
+    """``log.csv`` replaced, atomically, by its header and ``rows``."""
+    text = io.StringIO()
+    log = csv.DictWriter(text, LOG_FIELDS)
+    log.writeheader()
+    log.writerows(rows)
+    checkpoints.write_atomic(path, text.getvalue().encode())
 
 
 class _NoEvents:
@@ -631,16 +843,32 @@ class _NoEvents:
         pass
 
 
-def _tensorboard(path: Path):
-    """A TensorBoard event-file writer (tensorboardX, the ``train`` extra);
-    without it the run says so once and logs to the CSV only."""
+def _tensorboard(path: Path, rows: list[dict[str, Any]]):
+    """A fresh TensorBoard event folder (tensorboardX, the ``train`` extra)
+    holding ``rows`` (a resumed run's kept log rows): events written after
+    the checkpoint by a killed run are gone, none is repeated. Without
+    tensorboardX the run says so once and logs to the CSV only."""
     try:
         from tensorboardX import SummaryWriter
     except ImportError:
         print("ppo: no TensorBoard events (pip install 'racing-stack[train]' for them); log.csv has every row",
               file=sys.stderr)
         return _NoEvents()
-    return SummaryWriter(str(path))
+    if path.exists():
+        shutil.rmtree(path)
+    writer = SummaryWriter(str(path))
+    for row in rows:
+        _add_events(writer, row)
+    return writer
+
+
+def _add_events(writer, row: dict[str, Any]) -> None:
+    """One log row as TensorBoard scalars against transitions (NaN ones left out: no episode ended)."""
+    step = int(float(row["transitions"]))
+    for key in LOG_FIELDS[3:]:
+        value = float(row[key])
+        if math.isfinite(value):
+            writer.add_scalar(key, value, step)
 
 
 def make_env(config: PPOConfig):
@@ -730,26 +958,82 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/ppo"), help="the run's folder (default runs/ppo)")
     parser.add_argument("--updates", type=int, default=None, help="override the preset's number of updates")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    parser.add_argument("--overwrite", action="store_true", help="delete the run already in OUT and start anew")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a preset's setting, e.g. --set learning_rate=1e-4 "
                              "--set reward.off_track_penalty=4.0 (repeatable)")
     args = parser.parse_args(argv)
-    config = PRESETS[args.preset]
-    if args.updates is not None:
-        config = dataclasses.replace(config, updates=args.updates)
+    config = _config(parser, args)
+    _check_out(parser, args, config)
     try:
-        config = config.override(args.set)
-    except ValueError as error:
-        parser.error(str(error))
-    validation = make_validation_env(config) if config.validate_every else None
-    trainer = Trainer(config, make_env(config), args.out, validation=validation)
-    trainer.run(resume=args.resume)
+        validation = make_validation_env(config) if config.validate_every else None
+        trainer = Trainer(config, make_env(config), args.out, validation=validation)
+    except ValueError as error:  # a Train or Validation size beyond its split
+        parser.error(f"--set: {error}")
+    try:
+        trainer.run(resume=args.resume, overwrite=args.overwrite)
+    except (checkpoints.CorruptFile, ValueError) as error:  # found only once the env is there to check against
+        parser.error(f"--resume: {error}")
+    except GuardError as error:
+        print(f"train-ppo: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"train-ppo: {error}; the last checkpoint (update {trainer.saved_update}) is whole", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"train-ppo: interrupted at update {trainer.update}; --resume continues from the last checkpoint "
+              f"(update {trainer.saved_update})", file=sys.stderr)
+        return 130
     if trainer.best is not None:
         print(f"train-ppo: exporting update {trainer.best['update']}'s policy (validation success "
               f"{trainer.best['validation_success_rate']:.2f})", file=sys.stderr)
     for name, path in finish(trainer).items():
         print(f"train-ppo: {name} {path}", file=sys.stderr)
     return 0
+
+
+def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PPOConfig:
+    """The preset with ``--updates`` and ``--set`` applied; a bad one is a usage error naming its flag."""
+    config = PRESETS[args.preset]
+    if args.updates is not None:
+        try:
+            config = dataclasses.replace(config, updates=args.updates)
+        except ValueError as error:
+            parser.error(f"--updates: {error}")
+    try:
+        return config.override(args.set)
+    except ValueError as error:
+        parser.error(f"--set: {error}")
+
+
+def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PPOConfig) -> None:
+    """Refuse, before any work, an ``--out`` that cannot hold the run, a run
+    there that would be overwritten, and a ``--resume`` that cannot resume."""
+    out: Path = args.out
+    if args.resume and args.overwrite:
+        parser.error("--resume and --overwrite exclude each other")
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"--out {out} cannot be created: {error.strerror}")
+    if not os.access(out, os.W_OK | os.X_OK):
+        parser.error(f"--out {out} is not writable")
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    if args.resume:
+        try:
+            state = checkpoints.load(out / "checkpoint.pt", "checkpoint")
+            if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
+                raise checkpoints.CorruptFile(f"{out / 'checkpoint.pt'} holds no run configuration")
+            resume_problem(config, state["config"], out / "checkpoint.pt")
+        except FileNotFoundError:
+            parser.error(f"--resume: {out} holds no checkpoint.pt to continue from")
+        except ValueError as error:  # CorruptFile too
+            parser.error(f"--resume: {error}")
+    elif found and not args.overwrite:
+        parser.error(f"--out {out} already holds a run ({', '.join(found)}): pass --resume to continue it or "
+                     "--overwrite to replace it")
 
 
 if __name__ == "__main__":

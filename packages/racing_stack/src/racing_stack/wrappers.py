@@ -21,12 +21,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from racing_env import TerminationReason
+from racing_env import TRACK_CAPACITY, TerminationReason
 
 __all__ = ["LocalTrack", "ShapedReward"]
 
 #: Feature scales: speed (m/s), yaw rate (rad/s), steering (rad), distance (m).
 _SPEED, _YAW_RATE, _STEER = 20.0, 2.0, 0.6
+#: The largest reward constant (a metre's reward, a step's cost, the
+#: off-track cost): larger ones make float32 returns and their squared
+#: errors overflow on a lap of ~1.5 km (10 km at the most).
+MAX_REWARD_TERM = 1e6
+#: The longest preview spacing and distance scale (m): longer than any lap.
+MAX_LENGTH_M = 1e4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,10 +58,12 @@ class LocalTrack:
     def __post_init__(self) -> None:
         if isinstance(self.points, bool) or not isinstance(self.points, int) or self.points < 1:
             raise ValueError(f"points must be an int >= 1, got {self.points!r}")
+        if self.points > TRACK_CAPACITY:
+            raise ValueError(f"points must be <= TRACK_CAPACITY = {TRACK_CAPACITY}, got {self.points!r}")
         for name in ("spacing_m", "scale_m"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_LENGTH_M:
+                raise ValueError(f"{name} must be a number in (0, {MAX_LENGTH_M:g}] m, got {value!r}")
 
     @property
     def size(self) -> int:
@@ -128,8 +136,16 @@ class ShapedReward:
     def __post_init__(self) -> None:
         for name in ("metres_scale", "step_cost", "off_track_penalty"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_REWARD_TERM:
+                raise ValueError(f"{name} must be a number in [0, {MAX_REWARD_TERM:g}], got {value!r}")
+
+    def bounds(self, track_length_m: float) -> tuple[float, float]:
+        """The least and the greatest reward a step can earn on tracks of at
+        most ``track_length_m`` metres: leaving the track, and a whole lap of
+        progress in one step (the Challenge reward is the lap fraction gained,
+        in [0, 1])."""
+        return (-float(self.step_cost) - float(self.off_track_penalty),
+                float(self.metres_scale) * float(track_length_m) - float(self.step_cost))
 
     def __call__(self, reward: jax.Array, obs: Mapping[str, jax.Array], info: Mapping[str, jax.Array]) -> jax.Array:
         """float32 [E] from one step's Challenge reward [E], observation and info."""

@@ -3,8 +3,10 @@
 It acts from the public observation alone: the same local-track features
 the policy was trained on (``racing_stack.wrappers.LocalTrack``, settings
 in config.toml), the policy network's mean action (no sampling), mapped to
-the env's action bounds. ``weights.pt`` beside this file holds the network;
-``device`` in config.toml runs it on the CPU or a GPU.
+the env's action bounds. ``weights.pt`` beside this file holds the network
+(a checked `racing_stack.checkpoints` file: a damaged, foreign or changed
+one is refused by name, and nothing but tensors is unpickled); ``device``
+in config.toml runs it on the CPU or a GPU.
 """
 
 from pathlib import Path
@@ -13,6 +15,7 @@ import numpy as np
 import torch
 
 from racing_env.controller import Controller
+from racing_stack import checkpoints
 from racing_stack.ppo import ActorCritic
 from racing_stack.wrappers import LocalTrack
 
@@ -30,7 +33,8 @@ class LearnedController(Controller):
         action = config["action"]
         self.policy = ActorCritic(self.features.size, tuple(settings["hidden"]), 0.0,
                                   np.asarray(action["low"]), np.asarray(action["high"]))
-        self.policy.load_state_dict(torch.load(WEIGHTS, map_location=self.device, weights_only=True))
+        weights = checkpoints.load(WEIGHTS, "weights", map_location=self.device)
+        self.policy.load_checked(weights, f"{WEIGHTS} (for the network of config.toml)")
         self.policy.to(self.device).eval()
 
     def compute_control(self, obs, info=None):
