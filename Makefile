@@ -6,6 +6,7 @@
 #   make benchmark-racing-env  the racing_env M4 protocol (formal report on a CUDA GPU)
 #   make benchmark-track-pool  the racing_env M5 TrackPool protocol (formal report on a CUDA GPU)
 #   make benchmark-ppo         PPO on Level 1 Train, evaluated on Validation and Test (report on a CUDA GPU)
+#   make benchmark-ppo-integrity  PPO's zero-copy rollouts against a host-copy reference (report on a CUDA GPU)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -25,7 +26,7 @@ DEV := "ruff>=0.6" "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.
 .DEFAULT_GOAL := help
 
 .PHONY: help lint tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo matrix clean
+        test-integration sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity matrix clean
 
 # `make` or `make help`: every target with its line (the `##` comments).
 help:
@@ -100,6 +101,9 @@ benchmark-track-pool: $(STAMP) ## the M5 TrackPool protocol
 
 benchmark-ppo: $(STAMP) ## PPO trained and evaluated against the reference
 	$(PY) benchmarks/racing_stack/ppo_level1.py
+
+benchmark-ppo-integrity: $(STAMP) ## PPO's zero-copy rollouts checked against a host-copy reference
+	$(PY) benchmarks/racing_stack/ppo_integrity.py $(ARGS)
 
 # Each package installed alone in its own environment, with its own tests:
 # proves that its pyproject.toml declares everything it needs.

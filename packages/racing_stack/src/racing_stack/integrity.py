@@ -5,43 +5,52 @@ Both rollouts start from one state (the env's snapshot, the observation,
 the pending resets and the random generator) and use one policy, so on a
 deterministic env every buffer must agree bit for bit: a slot that differs
 is data read before it was written or after its buffer was reused.
+`stressed` injects delays on both sides of every crossing, which widens
+any such race from microseconds to milliseconds (on CUDA).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import torch
 
-from racing_stack.interop import HostCopy
+from racing_stack.interop import Handover, HostCopy
 
-__all__ = ["check_rollout", "mismatches"]
+__all__ = ["check_rollout", "jax_busy", "mismatches", "stressed", "torch_sleep_cycles_per_us"]
 
 
 def check_rollout(trainer) -> dict[str, Any]:
-    """Collect one rollout through the host, rewind, and collect it again
-    through the trainer's own crossings; the trainer then stands where its
-    own `collect` leaves it, as if it had run once.
+    """Collect one rollout through the trainer's own crossings (when and as
+    its training loop would), rewind, and collect it again through the
+    host. The trainer then stands where the host rollout left it: its
+    buffers hold the reference, which is what its own rollout gave when
+    the two agree.
 
     Args:
         trainer: a `racing_stack.ppo.Trainer`.
 
     Returns:
-        `mismatches` of the trainer's rollout against the host's.
+        `mismatches` of the trainer's rollout against the host's, and
+        ``rollout``: the trainer's own rollout (its buffers, [T, E, ...]).
     """
     start = (trainer.env.snapshot(), trainer.obs, trainer.pending.clone(), trainer.generator.get_state())
-    own = trainer.crossing
+    trainer.collect()
+    own = _rollout(trainer)
+    snapshot, trainer.obs, trainer.pending, generator = start
+    trainer.env.restore(snapshot)
+    trainer.generator.set_state(generator)
+    crossing = trainer.crossing
     trainer.crossing = HostCopy(trainer.device)
     try:
         trainer.collect()
     finally:
-        trainer.crossing = own
-    reference = _rollout(trainer)
-    snapshot, trainer.obs, trainer.pending, generator = start
-    trainer.env.restore(snapshot)
-    trainer.generator.set_state(generator)
-    trainer.collect()
-    return mismatches(_rollout(trainer), reference)
+        trainer.crossing = crossing
+    return {**mismatches(own, _rollout(trainer)), "rollout": own}
 
 
 def _rollout(trainer) -> dict[str, torch.Tensor]:
@@ -71,3 +80,62 @@ def mismatches(rollout: dict[str, torch.Tensor], reference: dict[str, torch.Tens
         if key != "last_value":
             any_slot = differ if any_slot is None else any_slot | differ
     return {"slots": int(any_slot.sum()) + fields["last_value"]["slots"], "fields": fields}
+
+
+def stressed(base: type[Handover], sleep_cycles: int, busy: Callable[[], Any] | None) -> type[Handover]:
+    """``base`` with delays injected: Torch's stream sleeps ``sleep_cycles``
+    after each view of a JAX array is made, and ``busy`` (a JAX call)
+    occupies JAX's stream before each action crosses to JAX."""
+
+    class Stressed(base):
+        def to_torch(self, array: jax.Array) -> torch.Tensor:
+            view = super().to_torch(array)
+            if sleep_cycles:
+                torch.cuda._sleep(sleep_cycles)
+            return view
+
+        def to_jax(self, tensor: torch.Tensor) -> jax.Array:
+            if busy is not None:
+                busy()
+            return super().to_jax(tensor)
+
+    return Stressed
+
+
+def torch_sleep_cycles_per_us() -> float:
+    """GPU clock cycles per microsecond of `torch.cuda._sleep`, measured."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1_000_000)  # warm
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    return 10_000_000 / (start.elapsed_time(end) * 1e3)
+
+
+def jax_busy(milliseconds: float) -> tuple[Callable[[], jax.Array], float]:
+    """A JAX call of about ``milliseconds`` on JAX's stream (one executable
+    of chained matrix products; its result dropped, so nothing waits for
+    it on the host), and its measured time (ms)."""
+    x = jnp.full((2048, 2048), 1e-3, jnp.float32)
+
+    def chain(n: int) -> Callable[[], jax.Array]:
+        def body(a: jax.Array) -> jax.Array:
+            b = a
+            for _ in range(n):
+                b = jnp.tanh(b @ a)
+            return b
+        call = jax.jit(body)
+        jax.block_until_ready(call(x))  # compiled
+        return lambda: call(x)
+
+    def timed(call: Callable[[], jax.Array]) -> float:
+        start = time.perf_counter()
+        for _ in range(5):
+            out = call()
+        jax.block_until_ready(out)
+        return (time.perf_counter() - start) / 5 * 1e3
+
+    per = timed(chain(8)) / 8
+    busy = chain(max(1, min(256, round(milliseconds / per))))
+    return busy, timed(busy)
