@@ -3,9 +3,10 @@ of the same GPU buffers, and a whole rollout runs with JAX's transfer guard
 on (both directions) and Torch's synchronisation check set to error: no
 host transfer and no host wait during collection. A validation on the
 device drives the same episodes as the Runner with the exported plugin.
-The rollout equals its host-copy reference slot by slot: from a cold start
-(empty Warp, Triton, JAX, CUDA and pool caches) at the GPU preset's shapes,
-and under delays injected on both sides of every crossing."""
+Every crossing of a rollout delivers, bit for bit, what its producer
+wrote (`racing_stack.integrity.tapped`): from a cold start (empty Warp,
+Triton, JAX, CUDA and pool caches) at the GPU preset's shapes, and under
+delays injected on both sides of every crossing."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import jax
 import pytest
 import torch
 
-from racing_stack.integrity import check_rollout, jax_busy, stressed, torch_sleep_cycles_per_us
+from racing_stack.integrity import jax_busy, stressed, tapped, torch_sleep_cycles_per_us
 from racing_stack.interop import Handover, to_torch
 from racing_stack.ppo import PRESETS, Trainer, make_env, make_validation_env
 
@@ -83,44 +84,50 @@ def test_a_validation_on_the_gpu_drives_what_the_runner_drives(trainer, tmp_path
                                atol=1e-3)
 
 
-def test_rollouts_under_injected_delays_equal_their_host_copy_reference(trainer):
+def test_rollouts_under_injected_delays_deliver_what_was_written(trainer):
     """Torch's stream sleeps after every view and JAX's stream is busy
     before every step: reads come late and writes come late, so a buffer
     given back early or a read not ordered after its write would show."""
     busy, _ = jax_busy(1.0)
     own = trainer.crossing
-    trainer.crossing = stressed(Handover, int(200 * torch_sleep_cycles_per_us()), busy)(trainer.device)
+    trainer.crossing = tapped(stressed(Handover, int(200 * torch_sleep_cycles_per_us()), busy))(trainer.device)
     try:
-        found = [check_rollout(trainer) for _ in range(10)]
-        held = trainer.crossing
-        held.drain()
-        assert held.held == 0  # every crossing released once the device passed its fence
+        found = []
+        for _ in range(10):
+            trainer.collect()
+            found.append(trainer.crossing.compare())
+        trainer.crossing.drain()
+        assert trainer.crossing.held == 0  # every crossing released once the device passed its fence
     finally:
         trainer.crossing = own
-    assert [f["slots"] for f in found] == [0] * 10, [f["fields"] for f in found]
+    assert all(f["crossings"] == 8 * CONFIG.steps + 1 for f in found)
+    assert [f["mismatched_bytes"] for f in found] == [0] * 10
 
 
 COLD_ROLLOUTS = textwrap.dedent("""
     import dataclasses, json
-    from racing_stack.integrity import check_rollout
+    from racing_stack.integrity import tapped
+    from racing_stack.interop import Handover
     from racing_stack.ppo import PRESETS, Trainer, make_env
 
     config = dataclasses.replace(PRESETS["gpu"], tracks=256, validate_every=0)
     trainer = Trainer(config, make_env(config), "{out}")
-    slots = []
+    trainer.crossing = tapped(Handover)(trainer.device)
+    found = []
     for _ in range(5):
-        slots.append(check_rollout(trainer)["slots"])
+        trainer.collect()
+        found.append(trainer.crossing.compare())
         advantage, returns = trainer.advantages()
         trainer.guard(advantage, returns, trainer.optimise(advantage, returns))
         trainer.update += 1
-    print(json.dumps({{"slots": slots, "worlds": config.worlds, "steps": config.steps}}))
+    print(json.dumps({{"found": found, "worlds": config.worlds, "steps": config.steps}}))
 """)
 
 
-def test_a_cold_start_at_the_gpu_preset_shapes_equals_its_host_copy_reference(tmp_path):
+def test_a_cold_start_at_the_gpu_preset_shapes_delivers_what_was_written(tmp_path):
     """The condition that corrupted updates 2-3 before crossings were held:
     a fresh process, every compile and pool cache empty, 8,192 worlds x 32
-    steps; each of its first 5 rollouts checked slot by slot."""
+    steps; each of its first 5 rollouts' crossings compared, and guarded."""
     if jax.default_backend() != "gpu" or not torch.cuda.is_available():
         pytest.skip("needs a CUDA device for JAX and Torch")
     caches = {name: str(tmp_path / name) for name in ("WARP_CACHE_PATH", "TRITON_CACHE_DIR",
@@ -131,4 +138,5 @@ def test_a_cold_start_at_the_gpu_preset_shapes_equals_its_host_copy_reference(tm
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert (result["worlds"], result["steps"]) == (8192, 32)
-    assert result["slots"] == [0] * 5
+    assert [f["crossings"] for f in result["found"]] == [8 * 32 + 1] * 5
+    assert [f["mismatched_bytes"] for f in result["found"]] == [0] * 5

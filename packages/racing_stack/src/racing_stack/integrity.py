@@ -17,11 +17,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 
 from racing_stack.interop import Handover, HostCopy
 
-__all__ = ["check_rollout", "jax_busy", "mismatches", "stressed", "torch_sleep_cycles_per_us"]
+__all__ = ["check_rollout", "jax_busy", "mismatches", "stressed", "tapped", "torch_sleep_cycles_per_us"]
 
 
 def check_rollout(trainer) -> dict[str, Any]:
@@ -139,3 +140,54 @@ def jax_busy(milliseconds: float) -> tuple[Callable[[], jax.Array], float]:
     per = timed(chain(8)) / 8
     busy = chain(max(1, min(256, round(milliseconds / per))))
     return busy, timed(busy)
+
+
+def tapped(base: type[Handover]) -> type[Handover]:
+    """``base`` with every crossing recorded on both sides: a copy of what
+    the producer wrote, made on the producer's own stream (its framework
+    orders it after the write and keeps the source alive for it), and a
+    copy of what the consumer read, made on the consumer's stream at its
+    read. `compare` then holds each pair bit for bit: any difference is a
+    crossing that delivered other bytes than were written. The copies are
+    new buffers; the crossings' own buffers live exactly as ``base`` lets
+    them."""
+
+    class Tapped(base):
+        def __init__(self, device: torch.device | str) -> None:
+            super().__init__(device)
+            self.pairs: list[tuple[str, Any, Any]] = []
+
+        def to_torch(self, array: jax.Array) -> torch.Tensor:
+            written = jnp.copy(array)
+            view = super().to_torch(array)
+            self.pairs.append(("to_torch", written, view.clone()))
+            return view
+
+        def to_jax(self, tensor: torch.Tensor) -> jax.Array:
+            written = tensor.detach().clone()
+            view = super().to_jax(tensor)
+            self.pairs.append(("to_jax", jnp.copy(view), written))
+            return view
+
+        def compare(self) -> dict[str, int]:
+            """Wait for the device, compare every recorded pair, forget them.
+
+            Returns:
+                ``crossings`` compared, ``mismatched_crossings`` and
+                ``mismatched_bytes``.
+            """
+            jax.block_until_ready([jax_side for _, jax_side, _ in self.pairs])
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            crossings = mismatched = wrong = 0
+            for _, jax_side, torch_side in self.pairs:
+                a = np.asarray(jax_side).reshape(-1).view(np.uint8)
+                b = torch_side.cpu().numpy().reshape(-1).view(np.uint8)
+                differ = int(np.count_nonzero(a != b)) if a.shape == b.shape else max(a.size, b.size)
+                crossings += 1
+                mismatched += bool(differ)
+                wrong += differ
+            self.pairs.clear()
+            return {"crossings": crossings, "mismatched_crossings": mismatched, "mismatched_bytes": wrong}
+
+    return Tapped
