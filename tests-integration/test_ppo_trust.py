@@ -140,7 +140,7 @@ def test_the_guard_stops_a_corrupted_run_and_its_last_checkpoint_resumes(env, st
         trainer.run()
     message = str(caught.value)
     field = case.split(" ")[0] if case.startswith("reward") else case
-    assert message.startswith(f"update 2: ") and f" {field} values are not" in message, message
+    assert message.startswith("update 2: ") and f" {field} values are not" in message, message
     assert f"the worst is {seen['shaped']!r}" in message, message
     if case == "reward 224":
         assert seen["shaped"] > 224.0  # 224 laps in one step: hundreds of thousands of metres

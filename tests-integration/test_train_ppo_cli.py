@@ -1,0 +1,206 @@
+"""train-ppo's user errors, in-process: each exits 2 through argparse with
+a message naming the flag, changes nothing on disk, and those that can be
+found before the env is built are found before it is built."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from racing_stack import checkpoints, ppo
+
+#: A tiny CPU run, as train-ppo's flags.
+FLAGS = ["--preset", "cpu", "--updates", "2", "--set", "worlds=4", "--set", "steps=8", "--set", "tracks=4",
+         "--set", "max_episode_steps=24", "--set", "validate_every=0"]
+CONFIG = ppo.PRESETS["cpu"].override(["updates=2", "worlds=4", "steps=8", "tracks=4", "max_episode_steps=24",
+                                      "validate_every=0"])
+
+
+@pytest.fixture(scope="module")
+def built():
+    """The env of CONFIG, built once, and a finished run of CONFIG (its folder)."""
+    env = ppo.make_env(CONFIG)
+    return env
+
+
+@pytest.fixture(scope="module")
+def run_folder(built, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    ppo.Trainer(CONFIG, built, out, progress=lambda row: None).run()
+    return out
+
+
+@pytest.fixture
+def envs(built, monkeypatch):
+    """train-ppo's env builders, counting their calls; CONFIG's env is the
+    one built once (any other config is built as usual)."""
+    calls = []
+    real = ppo.make_env
+
+    def make_env(config):
+        calls.append(config)
+        if config.worlds == CONFIG.worlds and config.tracks == CONFIG.tracks and \
+                config.max_episode_steps == CONFIG.max_episode_steps:
+            return built
+        return real(config)
+
+    monkeypatch.setattr(ppo, "make_env", make_env)
+    return calls
+
+
+def usage_error(capsys, argv):
+    """The message of the usage error that ``train-ppo argv`` exits with."""
+    with pytest.raises(SystemExit) as caught:
+        ppo.main(argv)
+    err = capsys.readouterr().err
+    assert caught.value.code == 2, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("train-ppo: error: ")]
+    assert len(lines) == 1, err
+    return lines[0].removeprefix("train-ppo: error: ")
+
+
+def snapshot(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def run(run_folder, tmp_path):
+    """A copy of the finished run (checkpoint at update 2)."""
+    out = tmp_path / "run"
+    shutil.copytree(run_folder, out)
+    return out
+
+
+# Errors in the flags themselves: nothing is read, nothing built.
+@pytest.mark.parametrize("extra, flag, said", [
+    (["--updates", "0"], "--updates", "updates must be an int >= 1, got 0"),
+    (["--updates", "-3"], "--updates", "got -3"),
+    (["--updates", "abc"], "--updates", "invalid int value: 'abc'"),
+    (["--updates", "1.5"], "--updates", "invalid int value: '1.5'"),
+    (["--preset", "nope"], "--preset", "invalid choice: 'nope'"),
+    (["--set", "nonsense"], "--set", "must be name=value"),
+    (["--set", "lr=1"], "--set", "unknown setting 'lr'"),
+    (["--set", "reward.bonus=1"], "--set", "unknown setting 'reward.bonus'"),
+    (["--set", "reward.step_cost=1e400"], "--set", "step_cost"),
+    (["--set", "reward.off_track_penalty=-2"], "--set", "off_track_penalty"),
+    (["--set", "features.spacing_m=nan"], "--set", "features.spacing_m"),
+    (["--set", "features.scale_m=1e9"], "--set", "scale_m"),
+    (["--set", "features.points=100000"], "--set", "points"),
+    (["--set", "learning_rate=fast"], "--set", "learning_rate"),
+    (["--set", "hidden=3"], "--set", "hidden"),
+    (["--set", "seed=-1"], "--set", "seed"),
+    (["--set", "learning_rate=1" + "0" * 400], "--set", "learning_rate"),
+], ids=lambda v: " ".join(v)[:40] if isinstance(v, list) else None)
+def test_a_bad_flag_is_a_usage_error_naming_it(capsys, envs, tmp_path, extra, flag, said):
+    message = usage_error(capsys, FLAGS + ["--out", str(tmp_path / "out")] + extra)
+    assert message.startswith((flag, f"argument {flag}:")) and said in message, message
+    assert envs == []
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_resume_and_overwrite_together_are_refused(capsys, envs, run):
+    files = snapshot(run)
+    message = usage_error(capsys, FLAGS + ["--out", str(run), "--resume", "--overwrite"])
+    assert "--resume" in message and "--overwrite" in message
+    assert snapshot(run) == files and envs == []
+
+
+def test_an_out_that_is_a_file_or_under_a_file_is_refused(capsys, envs, tmp_path):
+    path = tmp_path / "somefile"
+    path.write_text("mine")
+    message = usage_error(capsys, FLAGS + ["--out", str(path)])
+    assert message.startswith(f"--out {path}") and "is a file" in message
+    message = usage_error(capsys, FLAGS + ["--out", str(path / "sub")])
+    assert message.startswith(f"--out {path / 'sub'}") and "cannot be created" in message
+    assert path.read_text() == "mine" and envs == []
+
+
+def test_an_out_holding_a_run_is_refused_without_resume_or_overwrite(capsys, envs, run):
+    files = snapshot(run)
+    message = usage_error(capsys, FLAGS + ["--out", str(run)])
+    assert message.startswith(f"--out {run}") and "already holds a run" in message
+    assert "--resume" in message and "--overwrite" in message
+    assert snapshot(run) == files and envs == []
+
+
+def test_resume_without_a_checkpoint_is_refused(capsys, envs, tmp_path):
+    message = usage_error(capsys, FLAGS + ["--out", str(tmp_path / "empty"), "--resume"])
+    assert message.startswith("--resume") and "no checkpoint.pt" in message
+    assert envs == []
+
+
+def damage(path, how):
+    data = path.read_bytes()
+    if how == "flipped":
+        path.write_bytes(data[:-1000] + bytes([data[-1000] ^ 0x40]) + data[-999:])
+    elif how == "truncated":
+        path.write_bytes(data[:len(data) // 2])
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "foreign":
+        torch.save(checkpoints.load(path, "checkpoint"), path)
+    elif how == "weights":
+        checkpoints.save(path, "weights", checkpoints.load(path, "checkpoint")["policy"])
+    elif how == "older":
+        state = checkpoints.load(path, "checkpoint")
+        del state["config"]["gamma"]
+        checkpoints.save(path, "checkpoint", state)
+    elif how == "no settings":
+        checkpoints.save(path, "checkpoint", {"update": 2})
+    else:
+        raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how, said", [
+    ("flipped", "checksum does not match"), ("truncated", "truncated"), ("empty", "not a racing_stack file"),
+    ("foreign", "not a racing_stack file"), ("weights", "expected a 'checkpoint' file"),
+    ("older", "lacks the settings ['gamma']"), ("no settings", "holds no run configuration"),
+])
+def test_resume_from_a_damaged_or_foreign_checkpoint_is_refused(capsys, envs, run, how, said):
+    damage(run / "checkpoint.pt", how)
+    files = snapshot(run)
+    message = usage_error(capsys, FLAGS + ["--out", str(run), "--resume"])
+    assert message.startswith("--resume") and said in message and str(run / "checkpoint.pt") in message, message
+    assert snapshot(run) == files and envs == []
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--set", "learning_rate=0.002"], "other settings: ['learning_rate']"),
+    (["--set", "reward.off_track_penalty=5.0"], "other settings: ['reward']"),
+    (["--updates", "1"], "updates is 1, fewer than the 2"),
+])
+def test_resume_with_other_settings_or_fewer_updates_is_refused(capsys, envs, run, extra, said):
+    files = snapshot(run)
+    message = usage_error(capsys, FLAGS + ["--out", str(run), "--resume"] + extra)
+    assert message.startswith("--resume") and said in message, message
+    assert snapshot(run) == files and envs == []
+
+
+@pytest.mark.parametrize("case, said", [
+    ("policy of another shape", "does not fit the network"),
+    ("observation of a type NumPy lacks", "observation"),
+])
+def test_resume_from_a_checkpoint_of_nonsense_fields_is_refused_once_the_env_is_built(capsys, envs, run, case,
+                                                                                       said):
+    path = run / "checkpoint.pt"
+    state = checkpoints.load(path, "checkpoint")
+    if case == "policy of another shape":
+        state["policy"]["critic.0.weight"] = torch.zeros(3, 3)
+    else:
+        state["obs"]["yaw"] = state["obs"]["yaw"].to(torch.bfloat16)
+    checkpoints.save(path, "checkpoint", state)
+    files = snapshot(run)
+    message = usage_error(capsys, FLAGS + ["--out", str(run), "--resume"])
+    assert message.startswith("--resume") and said in message and str(path) in message, message
+    assert snapshot(run) == files and len(envs) == 1
+
+
+@pytest.mark.parametrize("setting, split", [("tracks=100000", "'train'"),
+                                            ("validation_tracks=100000", "'validation'")])
+def test_more_tracks_than_a_split_holds_are_refused(capsys, envs, tmp_path, setting, split):
+    flags = FLAGS + (["--set", "validate_every=1"] if setting.startswith("validation") else [])
+    message = usage_error(capsys, flags + ["--out", str(tmp_path / "out"), "--set", setting])
+    assert message.startswith("--set") and "100000" in message and split in message, message
