@@ -20,13 +20,13 @@ CONFIG = ppo.PRESETS["cpu"].override(["updates=2", "worlds=4", "steps=8", "track
 
 @pytest.fixture(scope="module")
 def built():
-    """The env of CONFIG, built once, and a finished run of CONFIG (its folder)."""
-    env = ppo.make_env(CONFIG)
-    return env
+    """The env of CONFIG, built once."""
+    return ppo.make_env(CONFIG)
 
 
 @pytest.fixture(scope="module")
 def run_folder(built, tmp_path_factory):
+    """A finished run of CONFIG (its checkpoint at update 2)."""
     out = tmp_path_factory.mktemp("run")
     ppo.Trainer(CONFIG, built, out, progress=lambda row: None).run()
     return out
