@@ -88,8 +88,12 @@ def test_numpy_and_jax_round_half_way_points_alike():
 
 @pytest.mark.parametrize("kwargs, match", [({"points": 0}, "points must be an int >= 1"),
                                            ({"points": 2.0}, "points must be an int >= 1"),
-                                           ({"spacing_m": 0.0}, "spacing_m must be a positive number"),
-                                           ({"scale_m": True}, "scale_m must be a positive number")])
+                                           ({"points": 641}, "points must be <= TRACK_CAPACITY = 640"),
+                                           ({"spacing_m": 0.0}, "spacing_m must be a number in \\(0, 10000\\] m"),
+                                           ({"spacing_m": float("nan")}, "spacing_m must be a number in"),
+                                           ({"spacing_m": float("inf")}, "spacing_m must be a number in"),
+                                           ({"scale_m": 1e5}, "scale_m must be a number in"),
+                                           ({"scale_m": True}, "scale_m must be a number in")])
 def test_bad_feature_settings_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LocalTrack(**kwargs)
@@ -103,5 +107,23 @@ def test_shaped_reward_is_metres_less_time_less_leaving_the_track():
                         TerminationReason.TIMEOUT], jnp.int32)
     got = np.asarray(wrapper(reward, obs, {"termination_reason": reason}))
     np.testing.assert_allclose(got, [0.4 - 0.01, -0.01, 0.06 - 0.01 - 2.0, -0.01], rtol=1e-6)
-    with pytest.raises(ValueError, match="step_cost must be a number >= 0"):
-        ShapedReward(step_cost=-1.0)
+    for bad in (-1.0, float("nan"), float("inf"), 1e400, 1e7, True, "1"):
+        with pytest.raises(ValueError, match="step_cost must be a number in \\[0, 1e\\+06\\]"):
+            ShapedReward(step_cost=bad)
+
+
+def test_shaped_reward_stays_within_its_bounds():
+    wrapper = ShapedReward(metres_scale=0.3, step_cost=0.02, off_track_penalty=4.0)
+    rng = np.random.default_rng(3)
+    length = rng.uniform(300.0, 450.0, 4096).astype(np.float32)
+    reward = rng.uniform(0.0, 1.0, 4096).astype(np.float32)  # the Challenge reward: a lap fraction
+    reward[:2] = [0.0, 1.0]
+    length[:2] = 450.0
+    reason = rng.choice([TerminationReason.NONE, TerminationReason.OFF_TRACK], 4096).astype(np.int32)
+    reason[:2] = [TerminationReason.OFF_TRACK, TerminationReason.NONE]
+    got = np.asarray(wrapper(jnp.asarray(reward), {"track_length": jnp.asarray(length)},
+                             {"termination_reason": jnp.asarray(reason)}))
+    low, high = wrapper.bounds(450.0)
+    assert (low, high) == pytest.approx((-4.02, 0.3 * 450.0 - 0.02))
+    assert got.min() >= low - 1e-5 and got.max() <= high + 1e-4
+    np.testing.assert_allclose(got[:2], [low, high], rtol=1e-6)  # both bounds are reached
