@@ -8,7 +8,8 @@ whole; resumed where there is room, it ends as the uninterrupted run.
 Each run is a subprocess (``python -m racing_stack.ppo``): about 10 s of
 imports and env building on a 2-core CPU before its first update (the
 children share a JAX compilation cache, which halves that), 0.5 s an
-update, about 14 s for the end of a run (plugin, curve, GIF). The network
+update, about 14 s for the end of a run (plugin, curve, GIF); the
+uninterrupted reference runs beside the first killed runs. The network
 is wide (1024 x 1024: a 27 MB checkpoint, written in about 30 ms) so that
 a kill can land inside a checkpoint write; the kill times are drawn from a
 seeded generator, so the schedule is reproducible (where each kill lands
@@ -47,9 +48,16 @@ TIMEOUT_S = 180
 
 @pytest.fixture(scope="module")
 def child_env(tmp_path_factory):
+    """The children's environment: a JAX compilation cache they share, and one
+    compute thread each (the work is tiny; two multi-threaded children on two
+    cores take twice as long as one, two single-threaded ones as long as one)."""
     cache = tmp_path_factory.mktemp("jax-cache")
+    xla = " ".join([os.environ.get("XLA_FLAGS", ""), "--xla_cpu_multi_thread_eigen=false",
+                    "intra_op_parallelism_threads=1"]).strip()
     return dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+                JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                PYTHONUNBUFFERED="1",
+                XLA_FLAGS=xla)
 
 
 class Child:

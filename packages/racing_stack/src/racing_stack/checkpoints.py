@@ -50,7 +50,9 @@ def write_atomic(path: Path, data: bytes) -> None:
     temporary file is removed and ``path`` is as it was.
 
     Raises:
-        OSError: the write failed (e.g. the disk is full); nothing changed.
+        OSError: the write failed (e.g. the disk is full) and ``path`` is
+            as it was; or, rarely, the folder's fsync failed after the
+            rename, when ``path`` already holds ``data``.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

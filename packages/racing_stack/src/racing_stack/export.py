@@ -7,7 +7,8 @@ that the Runner loads like any other:
                         `racing_stack.checkpoints` file of kind "weights"
 
 Each file is written atomically: an interrupted export leaves every file
-either old or new, never cut.
+either old or new, never cut (and the next export clears its temporary
+files).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, devic
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    for name in ("controller.py", "weights.pt", "config.toml"):
+        checkpoints.remove_stale(directory, name)  # left by a killed export
     checkpoints.write_atomic(directory / "controller.py", CONTROLLER.read_bytes())
     checkpoints.save(directory / "weights.pt", "weights", {k: v.detach().cpu() for k, v in policy.state_dict().items()})
     f = config.features

@@ -154,6 +154,10 @@ class PPOConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{name} must be a real number, got {value!r}")
+            try:
+                value = float(value)  # an int beyond a float's range is out of range, not a crash
+            except OverflowError:
+                value = math.inf
             inside = (low <= value if closed else low < value) and value <= high and math.isfinite(value)
             if not inside:
                 raise ValueError(f"{name} must be in {'[' if closed else '('}{low}, {high}] and finite, "
@@ -708,11 +712,14 @@ class Trainer:
         if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
             raise checkpoints.CorruptFile(f"{path} holds no run configuration")
         resume_problem(self.config, state["config"], path)
-        policy, optimizer, generator, best = self._checked_state(state, path)
-        self.env.restore({k: np.asarray(v.cpu()) for k, v in state["env"].items()})  # checks; changes nothing on error
+        policy, optimizer, generator, best, obs, env = self._checked_state(state, path)
+        try:
+            self.env.restore(env)  # checks every field; changes nothing on error
+        except (ValueError, TypeError) as error:
+            raise checkpoints.CorruptFile(f"{path}: its env snapshot does not fit this env: {error}") from None
         self.policy, self.optimizer, self.generator, self.best = policy, optimizer, generator, best
         self.pending = state["pending"].to(self.device)
-        self.obs = {k: jnp.asarray(v.cpu().numpy()) for k, v in state["obs"].items()}
+        self.obs = {k: jnp.asarray(v) for k, v in obs.items()}
         self.update = self.saved_update = state["update"]
 
     def _checked_state(self, state: dict[str, Any], path: Path):
@@ -747,14 +754,12 @@ class Trainer:
         pending = state["pending"]
         if not isinstance(pending, torch.Tensor) or pending.dtype != torch.bool or pending.shape != self.pending.shape:
             raise bad("pending resets", f"are not a bool tensor of shape {tuple(self.pending.shape)}")
-        obs = state["obs"]
-        if not isinstance(obs, dict) or set(obs) != set(self.obs) or any(
-                not isinstance(obs[k], torch.Tensor) or tuple(obs[k].shape) != tuple(v.shape)
-                or obs[k].numpy().dtype != v.dtype for k, v in self.obs.items()):
+        obs, env = _numpy_fields(state["obs"]), _numpy_fields(state["env"])
+        if obs is None or set(obs) != set(self.obs) or any(
+                obs[k].shape != tuple(v.shape) or obs[k].dtype != v.dtype for k, v in self.obs.items()):
             raise bad("observation", "does not match the env's fields, shapes and types")
-        env = state["env"]
-        if not isinstance(env, dict) or not all(isinstance(v, torch.Tensor) for v in env.values()):
-            raise bad("env snapshot", "is not a dict of tensors")
+        if env is None:
+            raise bad("env snapshot", "is not a dict of tensors of NumPy types")
         best = state["best"]
         if best is not None:
             keys = {"update", "policy", *_NOT_VALIDATED}
@@ -763,7 +768,7 @@ class Trainer:
             if not all(isinstance(best[k], float) for k in _NOT_VALIDATED):
                 raise bad("best policy", "has a validation result that is not a number")
             self._loaded_policy(best["policy"], "best policy", path)
-        return policy, optimizer, generator, best
+        return policy, optimizer, generator, best, obs, env
 
     def _loaded_policy(self, weights: Any, field: str, path: Path) -> ActorCritic:
         """A new policy holding ``weights`` (checked by `ActorCritic.load_checked`)."""
@@ -780,6 +785,17 @@ class Trainer:
         print(f"ppo [{bar}] {self.update}/{self.config.updates}  {row['transitions_per_s']:,.0f} transitions/s  "
               f"episodes {row['episodes']}  success {row['success_rate']:.2f}  "
               f"progress {row['mean_progress']:.3f}{validated}", file=sys.stderr, flush=True)
+
+
+def _numpy_fields(tree: Any) -> dict[str, np.ndarray] | None:
+    """A checkpoint's dict of tensors as NumPy arrays; None when it is
+    not one (or holds a type NumPy lacks, such as bfloat16)."""
+    if not isinstance(tree, dict) or not all(isinstance(v, torch.Tensor) for v in tree.values()):
+        return None
+    try:
+        return {k: v.cpu().numpy() for k, v in tree.items()}
+    except TypeError:
+        return None
 
 
 def resume_problem(config: PPOConfig, theirs: dict[str, Any], path: Path) -> None:
@@ -808,18 +824,20 @@ def resume_problem(config: PPOConfig, theirs: dict[str, Any], path: Path) -> Non
 
 def _log_rows(path: Path, update: int) -> list[dict[str, str]]:
     """The complete rows of a run's log up to ``update`` (none without a
-    log); a row cut by a kill or a full disk is dropped."""
+    log); a row cut by a kill or a full disk, or otherwise unreadable, is
+    dropped."""
     if not path.exists():
         return []
     kept = []
-    with open(path, newline="") as f:
+    with open(path, newline="", errors="replace") as f:
         for row in csv.DictReader(f):
             try:
                 complete = None not in row and all(row.get(k) not in (None, "") for k in LOG_FIELDS) and \
                     all(math.isfinite(float(row[k])) or row[k] == "nan" for k in LOG_FIELDS)
-            except ValueError:
-                complete = False
-            if complete and int(row["update"]) <= update:
+                number = int(row["update"]) if complete else None
+            except (ValueError, TypeError):
+                number = None
+            if number is not None and 1 <= number <= update:
                 kept.append(row)
     return kept
 
@@ -965,31 +983,43 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = _config(parser, args)
     _check_out(parser, args, config)
+    trainer = None
     try:
-        validation = make_validation_env(config) if config.validate_every else None
-        trainer = Trainer(config, make_env(config), args.out, validation=validation)
-    except ValueError as error:  # a Train or Validation size beyond its split
-        parser.error(f"--set: {error}")
-    try:
-        trainer.run(resume=args.resume, overwrite=args.overwrite)
-    except (checkpoints.CorruptFile, ValueError) as error:  # found only once the env is there to check against
-        parser.error(f"--resume: {error}")
-    except GuardError as error:
-        print(f"train-ppo: {error}", file=sys.stderr)
-        return 1
-    except OSError as error:
-        print(f"train-ppo: {error}; the last checkpoint (update {trainer.saved_update}) is whole", file=sys.stderr)
-        return 1
+        try:
+            validation = make_validation_env(config) if config.validate_every else None
+            trainer = Trainer(config, make_env(config), args.out, validation=validation)
+        except ValueError as error:  # a Train or Validation size beyond its split
+            parser.error(f"--set tracks or validation_tracks: {error}")
+        try:
+            trainer.run(resume=args.resume, overwrite=args.overwrite)
+        except ValueError as error:  # CorruptFile too
+            if not args.resume or trainer.saved_update is not None:
+                raise
+            parser.error(f"--resume: {error}")  # the checkpoint's fields, checked against the env
+        except GuardError as error:
+            print(f"train-ppo: {error}", file=sys.stderr)
+            return 1
+        except OSError as error:
+            print(f"train-ppo: {error}; {_last_checkpoint(trainer)}", file=sys.stderr)
+            return 1
+        if trainer.best is not None:
+            print(f"train-ppo: exporting update {trainer.best['update']}'s policy (validation success "
+                  f"{trainer.best['validation_success_rate']:.2f})", file=sys.stderr)
+        for name, path in finish(trainer).items():
+            print(f"train-ppo: {name} {path}", file=sys.stderr)
     except KeyboardInterrupt:
-        print(f"train-ppo: interrupted at update {trainer.update}; --resume continues from the last checkpoint "
-              f"(update {trainer.saved_update})", file=sys.stderr)
+        where = "before training" if trainer is None else f"at update {trainer.update}"
+        print(f"train-ppo: interrupted {where}; --resume continues from the last checkpoint "
+              f"(update {None if trainer is None else trainer.saved_update})", file=sys.stderr)
         return 130
-    if trainer.best is not None:
-        print(f"train-ppo: exporting update {trainer.best['update']}'s policy (validation success "
-              f"{trainer.best['validation_success_rate']:.2f})", file=sys.stderr)
-    for name, path in finish(trainer).items():
-        print(f"train-ppo: {name} {path}", file=sys.stderr)
     return 0
+
+
+def _last_checkpoint(trainer: Trainer) -> str:
+    """What a stopped run can resume from, for a message."""
+    if trainer.saved_update is None:
+        return "no checkpoint was written yet"
+    return f"the last checkpoint (update {trainer.saved_update}) is whole"
 
 
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PPOConfig:
@@ -1012,6 +1042,8 @@ def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config
     out: Path = args.out
     if args.resume and args.overwrite:
         parser.error("--resume and --overwrite exclude each other")
+    if args.resume and not (out / "checkpoint.pt").is_file():
+        parser.error(f"--resume: {out} holds no checkpoint.pt to continue from")
     if out.exists() and not out.is_dir():
         parser.error(f"--out {out} is a file, not a folder")
     try:
@@ -1027,8 +1059,6 @@ def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config
             if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
                 raise checkpoints.CorruptFile(f"{out / 'checkpoint.pt'} holds no run configuration")
             resume_problem(config, state["config"], out / "checkpoint.pt")
-        except FileNotFoundError:
-            parser.error(f"--resume: {out} holds no checkpoint.pt to continue from")
         except ValueError as error:  # CorruptFile too
             parser.error(f"--resume: {error}")
     elif found and not args.overwrite:
