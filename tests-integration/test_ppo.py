@@ -326,10 +326,16 @@ def test_settings_are_overridden_by_name_and_checked():
     ({"minibatches": 3}, "minibatches \\(3\\) must divide"),
     ({"gamma": 1.5}, "gamma must be in"),
     ({"tracks": 0}, "tracks must be None or an int >= 1"),
-    ({"learning_rate": float("nan")}, "learning_rate must be in \\(0.0, inf\\] and finite"),
+    ({"learning_rate": float("nan")}, "learning_rate must be in \\(0.0, 1.0\\] and finite"),
+    ({"learning_rate": 1e30}, "learning_rate must be in \\(0.0, 1.0\\]"),
+    ({"learning_rate": 10**400}, "learning_rate must be in \\(0.0, 1.0\\]"),
+    ({"init_log_std": 1e6}, "init_log_std must be in \\[-10.0, 2.0\\]"),
+    ({"init_log_std": -200.0}, "init_log_std must be in \\[-10.0, 2.0\\]"),
+    ({"value_coef": 1e300}, "value_coef must be in \\[0.0, 1000.0\\]"),
+    ({"hidden": (1_000_000, 1_000_000)}, "hidden must be a non-empty tuple of ints in \\[1, 16384\\]"),
     ({"clip": 0.0}, "clip must be in \\(0.0"),
     ({"gamma": "0.9"}, "gamma must be a real number"),
-    ({"entropy_coef": float("inf")}, "entropy_coef must be in \\[0.0, inf\\] and finite"),
+    ({"entropy_coef": float("inf")}, "entropy_coef must be in \\[0.0, 1000.0\\] and finite"),
     ({"hidden": ()}, "hidden must be a non-empty tuple"),
     ({"hidden": (64, 0)}, "hidden must be a non-empty tuple"),
     ({"seed": -1}, "seed must be an int in"),
@@ -341,3 +347,30 @@ def test_settings_are_overridden_by_name_and_checked():
 def test_bad_settings_are_refused_by_name(kwargs, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(PPOConfig(), **kwargs)
+
+
+@pytest.mark.parametrize("step_cost, penalty", [(0.01, 0.2), (0.005, 0.1), (0.02, 0.3), (0.05, 0.3), (0.01, 5.0)])
+def test_the_guard_passes_every_reward_the_wrapper_can_produce(env, tmp_path, step_cost, penalty):
+    """Both bounds reached exactly (float32 rounding included) pass; a
+    reward a little beyond either is stopped."""
+    from racing_env import TerminationReason
+
+    from racing_stack.guard import GuardError
+
+    config = TINY.override([f"reward.step_cost={step_cost}", f"reward.off_track_penalty={penalty}"])
+    trainer = Trainer(config, env, tmp_path)
+    longest = float(np.max(np.asarray(env.track_pool.track_length)))
+    extremes = np.asarray(config.reward(jnp.asarray([0.0, 1.0], jnp.float32),
+                                        {"track_length": jnp.full(2, longest, jnp.float32)},
+                                        {"termination_reason": jnp.asarray([TerminationReason.OFF_TRACK,
+                                                                            TerminationReason.NONE], jnp.int32)}))
+    zeros = torch.zeros(config.steps, config.worlds)
+    trainer.last_value = torch.zeros(config.worlds)
+    losses = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "approx_kl": 0.0}
+    trainer.buf["reward"] = torch.from_numpy(np.resize(extremes, zeros.shape).astype(np.float32))
+    trainer.guard(zeros, zeros, losses)  # nothing raised
+    for beyond in (extremes[0] - 1e-3 * max(1.0, abs(extremes[0])), extremes[1] * 1.001):
+        trainer.buf["reward"][3, 1] = float(beyond)
+        with pytest.raises(GuardError, match="update 1: 1 of 32 reward values are not in"):
+            trainer.guard(zeros, zeros, losses)
+        trainer.buf["reward"][3, 1] = float(extremes[0])

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -132,5 +133,7 @@ def load(path: Path, kind: str, map_location: torch.device | str | None = None) 
         raise CorruptFile(f"{path} is corrupt: its checksum does not match its contents")
     try:
         return torch.load(io.BytesIO(body), map_location=map_location, weights_only=True)
-    except Exception as error:  # weights_only refuses anything that would run code
+    except pickle.UnpicklingError as error:  # weights_only refuses anything that would run code
         raise CorruptFile(f"{path} holds something other than tensors and plain data: {error}") from None
+    except Exception as error:  # e.g. CUDA tensors on a machine without CUDA: pass map_location
+        raise CorruptFile(f"{path}: its payload cannot be read here: {error}") from None

@@ -5,7 +5,8 @@ Each guarded field is reduced on the device to two numbers, the count of
 its values outside their bounds (a NaN or an infinity is always outside)
 and its worst value (the first non-finite one, else the one furthest
 outside), so an update's whole check is one small tensor that the host
-reads where it reads the update's losses anyway: no host wait per step.
+reads once, at the end of the update, where it already waits for the
+update's losses: no host wait per step.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The trainer's zero-copy rollout checked, slot by slot, against the same
 rollout collected through the host (`racing_stack.interop.HostCopy`).
 
-Both rollouts start from one state (the env's snapshot, the observation,
-the pending resets and the random generator) and use one policy, so on a
-deterministic env every buffer must agree bit for bit: a slot that differs
-is data read before it was written or after its buffer was reused.
+`check_rollout`: both rollouts start from one state (the env's snapshot,
+the observation, the pending resets and the random generator) and use one
+policy, so on a deterministic env (the CPU) every buffer must agree bit
+for bit. `tapped`: each crossing's written and read bytes compared, which
+needs no determinism (the check on a GPU).
 `stressed` injects delays on both sides of every crossing, which widens
 any such race from microseconds to milliseconds (on CUDA).
 """
@@ -28,9 +29,12 @@ __all__ = ["check_rollout", "jax_busy", "mismatches", "stressed", "tapped", "tor
 def check_rollout(trainer) -> dict[str, Any]:
     """Collect one rollout through the trainer's own crossings (when and as
     its training loop would), rewind, and collect it again through the
-    host. The trainer then stands where the host rollout left it: its
-    buffers hold the reference, which is what its own rollout gave when
-    the two agree.
+    host. A bitwise check only where the env is deterministic from a
+    snapshot (the CPU); on an H200 two rollouts from one state differ by
+    rounding that grows with the steps, so there `tapped` is the check.
+    The trainer then stands where the host rollout left it: its buffers
+    hold the reference, which is what its own rollout gave when the two
+    agree.
 
     Args:
         trainer: a `racing_stack.ppo.Trainer`.

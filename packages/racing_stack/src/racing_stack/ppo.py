@@ -77,6 +77,8 @@ LOG_FIELDS = ("update", "transitions", "seconds", "transitions_per_s", "episodes
               "off_track_rate", "mean_progress", "median_lap_time_s", "mean_reward", "policy_loss",
               "value_loss", "entropy", "approx_kl", "learning_rate", "validation_success_rate",
               "validation_median_lap_time_s", "validation_mean_progress")
+#: The widest hidden layer a config accepts.
+MAX_WIDTH = 16384
 #: The validation columns of an update without validation.
 _NOT_VALIDATED = {"validation_success_rate": math.nan, "validation_median_lap_time_s": math.nan,
                   "validation_mean_progress": math.nan}
@@ -146,11 +148,14 @@ class PPOConfig:
         if (self.worlds * self.steps) % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide worlds x steps "
                              f"({self.worlds * self.steps})")
+        # Beyond these bounds training cannot work (a step size above 1, a
+        # standard deviation that underflows or spans the action range many
+        # times over): refused by name rather than stopped by the guard.
         for name, low, high, closed in (("gamma", 0.0, 1.0, True), ("gae_lambda", 0.0, 1.0, True),
-                                        ("clip", 0.0, math.inf, False), ("learning_rate", 0.0, math.inf, False),
-                                        ("max_grad_norm", 0.0, math.inf, False),
-                                        ("value_coef", 0.0, math.inf, True), ("entropy_coef", 0.0, math.inf, True),
-                                        ("init_log_std", -math.inf, math.inf, True)):
+                                        ("clip", 0.0, 10.0, False), ("learning_rate", 0.0, 1.0, False),
+                                        ("max_grad_norm", 0.0, 1e6, False),
+                                        ("value_coef", 0.0, 1e3, True), ("entropy_coef", 0.0, 1e3, True),
+                                        ("init_log_std", -10.0, 2.0, True)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ValueError(f"{name} must be a real number, got {value!r}")
@@ -163,8 +168,9 @@ class PPOConfig:
                 raise ValueError(f"{name} must be in {'[' if closed else '('}{low}, {high}] and finite, "
                                  f"got {value!r}")
         if (not isinstance(self.hidden, tuple) or not self.hidden
-                or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in self.hidden)):
-            raise ValueError(f"hidden must be a non-empty tuple of ints >= 1, got {self.hidden!r}")
+                or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH
+                           for h in self.hidden)):
+            raise ValueError(f"hidden must be a non-empty tuple of ints in [1, {MAX_WIDTH}], got {self.hidden!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
             raise ValueError(f"seed must be an int in [0, 2**32), got {self.seed!r}")
         if not isinstance(self.features, LocalTrack) or not isinstance(self.reward, ShapedReward):
@@ -485,6 +491,8 @@ class Trainer:
         """
         buf = self.buf
         low, high = self.reward_bounds
+        # The wrapper computes in float32: its rounding may pass an exact bound by an ulp or two.
+        low, high = low - 1e-5 * max(1.0, abs(low)), high + 1e-5 * max(1.0, abs(high))
         fields = [Violation("observation feature", buf["x"]), Violation("reward", buf["reward"], low, high),
                   Violation("value", [buf["value"], self.last_value]), Violation("advantage", advantage),
                   Violation("return", returns), Violation("parameter", list(self.policy.parameters()))]
@@ -633,6 +641,7 @@ class Trainer:
                     self.progress(row)
                     last = self.update == self.config.updates
                     if self.update % self.config.checkpoint_every == 0 or last or out_of_time:
+                        os.fsync(f.fileno())  # the log holds every row up to the checkpoint, power loss or not
                         self.save(self.out / "checkpoint.pt")
                     if out_of_time:
                         break
@@ -708,7 +717,8 @@ class Trainer:
             ValueError: the checkpoint's settings differ, lack some (written
                 before they existed) or had more updates, naming them.
         """
-        state = checkpoints.load(path, "checkpoint", map_location=self.device)
+        # On the CPU: Adam's step counts stay there (on a GPU each would cost a host wait per step).
+        state = checkpoints.load(path, "checkpoint", map_location="cpu")
         if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
             raise checkpoints.CorruptFile(f"{path} holds no run configuration")
         resume_problem(self.config, state["config"], path)
@@ -741,6 +751,10 @@ class Trainer:
             optimizer.load_state_dict(state["optimizer"])
         except (ValueError, KeyError, TypeError, RuntimeError) as error:
             raise bad("optimizer state", f"does not fit the policy: {error}") from None
+        for group in optimizer.param_groups:
+            numbers = [group.get("lr"), group.get("eps"), *group.get("betas", ())]
+            if not all(isinstance(v, float) and math.isfinite(v) for v in numbers):
+                raise bad("optimizer settings", f"are not finite numbers: {numbers}")
         for p in policy.parameters():
             moments = optimizer.state.get(p, {})
             if any(not isinstance(v, torch.Tensor) or (v.dim() and v.shape != p.shape) or not v.isfinite().all()
@@ -767,6 +781,9 @@ class Trainer:
                 raise bad("best policy", f"is not a dict of {sorted(keys)}")
             if not all(isinstance(best[k], float) for k in _NOT_VALIDATED):
                 raise bad("best policy", "has a validation result that is not a number")
+            if isinstance(best["update"], bool) or not isinstance(best["update"], int) or \
+                    not 0 <= best["update"] <= update:
+                raise bad("best policy", f"has the update {best['update']!r}, not an int in [0, {update}]")
             self._loaded_policy(best["policy"], "best policy", path)
         return policy, optimizer, generator, best, obs, env
 
@@ -1055,15 +1072,17 @@ def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config
     found = [name for name in RUN_FILES if (out / name).exists()]
     if args.resume:
         try:
-            state = checkpoints.load(out / "checkpoint.pt", "checkpoint")
+            state = checkpoints.load(out / "checkpoint.pt", "checkpoint", map_location="cpu")
             if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
                 raise checkpoints.CorruptFile(f"{out / 'checkpoint.pt'} holds no run configuration")
             resume_problem(config, state["config"], out / "checkpoint.pt")
         except ValueError as error:  # CorruptFile too
             parser.error(f"--resume: {error}")
+        except OSError as error:
+            parser.error(f"--resume: {out / 'checkpoint.pt'} cannot be read: {error.strerror}")
     elif found and not args.overwrite:
-        parser.error(f"--out {out} already holds a run ({', '.join(found)}): pass --resume to continue it or "
-                     "--overwrite to replace it")
+        resumable = "pass --resume to continue it or " if "checkpoint.pt" in found else "it has no checkpoint; pass "
+        parser.error(f"--out {out} already holds a run ({', '.join(found)}): {resumable}--overwrite to replace it")
 
 
 if __name__ == "__main__":
