@@ -260,7 +260,8 @@ def test_a_full_disk_stops_the_run_and_its_last_checkpoint_resumes(reference, tm
         text = child.text()
         assert rc == 1 and "Traceback" not in text, text[-3000:]
         if mounted:
-            assert "No space left on device" in text and "the last checkpoint (update 1) is whole" in text, text
+            assert "No space left on device" in text, text
+            assert "the last checkpoint, " in text and "(update 1), is whole" in text, text
             assert checkpointed(small / "run") == 1
         else:
             assert "File too large" in text, text

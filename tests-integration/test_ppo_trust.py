@@ -144,7 +144,7 @@ def test_the_guard_stops_a_corrupted_run_and_its_last_checkpoint_resumes(env, st
     assert f"the worst is {seen['shaped']!r}" in message, message
     if case == "reward 224":
         assert seen["shaped"] > 224.0  # 224 laps in one step: hundreds of thousands of metres
-    assert f"{tmp_path / 'checkpoint.pt'} (update 1) is its last good state" in message
+    assert f"the last checkpoint, {tmp_path / 'checkpoint.pt'} (update 1), is whole" in message
     # Nothing of update 2 was logged or saved: the checkpoint is update 1's, sound.
     assert [int(r["update"]) for r in read_log(tmp_path / "log.csv")] == [1]
     state = checkpoints.load(tmp_path / "checkpoint.pt", "checkpoint")

@@ -357,7 +357,7 @@ def test_check_raises_naming_the_update_the_field_and_the_worst_value():
               Violation("value", torch.tensor([math.nan]))]
     read = violations(fields).tolist()
     with pytest.raises(GuardError) as caught:
-        check(fields, read, 12, "ckpt (update 11) is its last good state.")
+        check(fields, read, 12, "the last checkpoint, ckpt (update 11), is whole")
     message = str(caught.value)
     assert "update 12" in message and "reward" in message and "224.0" in message
     assert "1 of 4" in message and "[-2.01, 150]" in message and "ckpt (update 11)" in message

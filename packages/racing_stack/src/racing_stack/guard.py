@@ -72,4 +72,4 @@ def check(fields: list[Violation], read: list[list[float]], update: int, last_go
             bounds = "finite" if math.isinf(field.low) and math.isinf(field.high) else \
                 f"in [{field.low:.6g}, {field.high:.6g}]"
             raise GuardError(f"update {update}: {int(count)} of {field.values.numel()} {field.name} values are not "
-                             f"{bounds}; the worst is {worst!r}. The run stopped; {last_good}")
+                             f"{bounds}; the worst is {worst!r}. The run stopped; {last_good}.")

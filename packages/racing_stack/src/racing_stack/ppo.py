@@ -499,11 +499,13 @@ class Trainer:
         read = violations(fields).tolist()
         read += [[0.0 if math.isfinite(v) else 1.0, v] for v in losses.values()]
         fields += [Violation(name, torch.zeros(1)) for name in losses]
+        check(fields, read, self.update + 1, self.last_checkpoint())
+
+    def last_checkpoint(self) -> str:
+        """What a stopped run can resume from, said for a message."""
         if self.saved_update is None:
-            last_good = "no checkpoint was written yet."
-        else:
-            last_good = f"{self.out / 'checkpoint.pt'} (update {self.saved_update}) is its last good state."
-        check(fields, read, self.update + 1, last_good)
+            return "no checkpoint was written yet"
+        return f"the last checkpoint, {self.out / 'checkpoint.pt'} (update {self.saved_update}), is whole"
 
     def episodes(self) -> dict[str, float]:
         """The rollout's ended episodes (read once, after the rollout)."""
@@ -1017,7 +1019,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"train-ppo: {error}", file=sys.stderr)
             return 1
         except OSError as error:
-            print(f"train-ppo: {error}; {_last_checkpoint(trainer)}", file=sys.stderr)
+            print(f"train-ppo: {error}; {trainer.last_checkpoint()}", file=sys.stderr)
             return 1
         if trainer.best is not None:
             print(f"train-ppo: exporting update {trainer.best['update']}'s policy (validation success "
@@ -1030,13 +1032,6 @@ def main(argv: list[str] | None = None) -> int:
               f"(update {None if trainer is None else trainer.saved_update})", file=sys.stderr)
         return 130
     return 0
-
-
-def _last_checkpoint(trainer: Trainer) -> str:
-    """What a stopped run can resume from, for a message."""
-    if trainer.saved_update is None:
-        return "no checkpoint was written yet"
-    return f"the last checkpoint (update {trainer.saved_update}) is whole"
 
 
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PPOConfig:
