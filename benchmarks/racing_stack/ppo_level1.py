@@ -1,39 +1,39 @@
 """PPO from the GPU env to a controller plugin, in one run: train on Level
-1's Train pool, export the best validated policy, evaluate it and the
-pure-pursuit reference with the Runner on Level 1's Test and Validation
-tracks.
+1's Train pool, choose and confirm the policy on Validation, check it on
+all 1,000 Validation tracks against pure pursuit's laps there, and (unless
+``--dev``) evaluate it and pure pursuit with the Runner on Test.
 
-    python benchmarks/racing_stack/ppo_level1.py [--out FILE] [--train-seconds 200]
-        [--eval-tracks 100] [--worlds 8192] [--set NAME=VALUE ...]
+    python benchmarks/racing_stack/ppo_level1.py [--out FILE] [--train-seconds 330]
+        [--eval-tracks 100] [--worlds 8192] [--seed 0] [--dev] [--set NAME=VALUE ...]
 
 1. Training: `racing_stack.ppo` at the GPU preset (``--worlds`` worlds, the
-   full Train pool, Level 1's timeout, leaving the track costing 5.0, 600
-   updates with the step size falling linearly to 1/600 of its first
-   value, validated on the first 100 Validation tracks every 40 updates),
-   stopped early if ``--train-seconds`` of wall time run out (then its last
-   policy is validated too); transitions/s end to end per update (env +
-   policy + GAE + update; a validation is not part of an update), their
-   median after the first two (compiles).
-2. Phases: one more update timed phase by phase with the device
-   synchronised between them (rollout, GAE, optimisation), and an env-only
-   run of the same worlds under random actions in the same process: the
-   rollout's env share is estimated from it, the policy's is the rest.
-3. Export: the best validated policy as a plugin (``controller.py``,
-   ``config.toml``, ``weights.pt``).
-4. Evaluation: the Runner drives the learned plugin and the pure-pursuit
-   reference once on each of the first ``--eval-tracks`` tracks of Test,
-   then of Validation (``mjx_warp``, one world a track; Torch on one CPU
-   thread, since a controller's batch of one gains nothing from more).
-   The exported policy was picked on the first 100 Validation tracks, so
-   the Validation figures are optimistic; Test is the held-out one.
+   full Train pool), validated with early exit on Validation rows 0-499
+   every ``validate_every`` updates, stopped after ``--train-seconds`` of
+   wall time (then its last policy is validated too); transitions/s end
+   to end per update (env + policy + GAE + update; a validation is not part
+   of an update), their median after the first two (compiles).
+2. Confirmation: the chosen policy on Validation rows 500-999 (the full
+   Level timeout), which played no part in choosing it.
+3. Validation, 1,000 tracks: the chosen policy on every Validation track
+   through the trainer's on-device validation (the episodes the Runner
+   drives with the exported plugin: a GPU test holds them equal), against
+   pure pursuit's committed per-track laps
+   (``benchmarks/v0.1/pursuit_level1_validation.json``).
+4. Phases: one more update timed phase by phase with the device
+   synchronised between them, and an env-only run of the same worlds.
+5. Unless ``--dev``: export the plugin, and the Runner drives it and pure
+   pursuit once on each of the first ``--eval-tracks`` Test tracks
+   (``mjx_warp``, one world a track; Torch on one CPU thread). Test is
+   looked at only here.
 
 Gates (one H200): training >= 1,000,000 transitions/s end to end with >=
-4,096 worlds; on Test, the learned controller's success rate >= the
-reference's and its median lap time faster. A gate that is not met is
-reported with its margin. The report (JSON, its learning curve as PNG
-beside it) is written after every phase, with the gates measured so far,
-so a run cut short keeps what it measured. Without CUDA it runs a tiny smoke (no gate evaluated) into
-``benchmarks/out/ppo_level1_cpu.json``; on a GPU
+4,096 worlds; Validation (1,000 tracks): success >= 99 % and the median
+lap >= 10 % faster than pure pursuit's on the same tracks; unless
+``--dev``, on Test: success >= pure pursuit's and the median lap faster.
+A gate that is not met is reported with its margin. The report (JSON, its
+learning curve as PNG beside it) is written after every phase, so a run
+cut short keeps what it measured. Without CUDA it runs a tiny smoke (no
+gate evaluated) into ``benchmarks/out/ppo_level1_cpu.json``; on a GPU
 ``benchmarks/out/ppo_level1.json``, or with ``--publish`` the committed
 ``benchmarks/results/ppo_level1.json``.
 """
@@ -60,9 +60,14 @@ from racing_env.plugins import PURSUIT  # noqa: E402
 from racing_stack import evaluate  # noqa: E402
 from racing_stack.export import export_plugin  # noqa: E402
 from racing_stack.ppo import PRESETS, Trainer, draw_curve, make_env, make_validation_env  # noqa: E402
+from racing_stack.ppo.validation import validate  # noqa: E402
 
 GATE_TPS = 1_000_000
 GATE_WORLDS = 4096
+GATE_VALIDATION_SUCCESS = 0.99
+GATE_VALIDATION_LAP_RATIO = 0.90
+#: Pure pursuit's committed laps on the 1,000 Validation tracks.
+PURSUIT_VALIDATION = Path(__file__).resolve().parents[1] / "v0.1" / "pursuit_level1_validation.json"
 log = logger("ppo")
 
 
@@ -103,25 +108,51 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
             "controller_errors": s["controller_errors"]}
 
 
+def against_pursuit(episodes: list, pursuit: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The learned policy's Validation episodes beside pure pursuit's on the
+    same tracks (``pursuit``: track id -> its committed episode)."""
+    laps = [e.lap_time_s for e in episodes if e.lap_completed]
+    ratios = [e.lap_time_s / pursuit[e.track_id]["lap_time_s"] for e in episodes
+              if e.lap_completed and pursuit[e.track_id]["lap_completed"]]
+    theirs = [pursuit[e.track_id]["lap_time_s"] for e in episodes if pursuit[e.track_id]["lap_completed"]]
+    reasons = [e.termination_reason for e in episodes]
+    return {"tracks": len(episodes), "success_rate": float(np.mean([e.lap_completed for e in episodes])),
+            "off_track": reasons.count("off_track"), "timeout": reasons.count("timeout"),
+            "failed_track_ids": [e.track_id for e in episodes if not e.lap_completed],
+            "median_lap_s": float(np.median(laps)) if laps else None,
+            "p90_lap_s": float(np.percentile(laps, 90)) if laps else None,
+            "pursuit_success_rate": float(np.mean([pursuit[e.track_id]["lap_completed"] for e in episodes])),
+            "pursuit_median_lap_s": float(np.median(theirs)) if theirs else None,
+            "median_lap_ratio_to_pursuit": (float(np.median(laps)) / float(np.median(theirs))
+                                            if laps and theirs else None),
+            "median_per_track_ratio": float(np.median(ratios)) if ratios else None,
+            "max_per_track_ratio": float(np.max(ratios)) if ratios else None}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None,
                         help="report path (default benchmarks/out/ppo_level1.json)")
     parser.add_argument("--publish", action="store_true",
                         help="write the committed report, benchmarks/results/ppo_level1.json (GPU only)")
-    parser.add_argument("--train-seconds", type=float, default=200.0)
+    parser.add_argument("--dev", action="store_true", help="no export, no Runner, no Test: for experiments")
+    parser.add_argument("--train-seconds", type=float, default=330.0)
     parser.add_argument("--eval-tracks", type=int, default=100)
     parser.add_argument("--worlds", type=int, default=8192)
+    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a setting of the GPU preset (as train-ppo's --set; in the report's config)")
     parser.add_argument("--run-dir", type=Path, default=None,
                         help="the training run's folder (default: the report's path without .json)")
     args = parser.parse_args()
+    if args.dev and args.publish:
+        parser.error("--dev runs are not published")
     gpu = jax.default_backend() == "gpu"
-    config = dataclasses.replace(PRESETS["gpu"], worlds=args.worlds)
+    config = dataclasses.replace(PRESETS["gpu"], worlds=args.worlds, seed=args.seed)
     if not gpu:
         config = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=8, minibatches=2, tracks=4, updates=100_000,
-                                     validate_every=2, validation_tracks=2, max_episode_steps=50)
+                                     validate_every=2, validation_tracks=2, max_episode_steps=50, stagger_steps=4,
+                                     validation_steps=60, seed=args.seed)
         args.train_seconds, args.eval_tracks = 5.0, 2
     try:
         config = config.override(args.set)
@@ -132,15 +163,18 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     run_dir = args.run_dir or out.with_suffix("")
     shutil.rmtree(run_dir, ignore_errors=True)
-    report: dict[str, Any] = {"protocol": "PPO Level 1", "environment": environment(),
+    full_tracks = 1000 if gpu else 2
+    pursuit = {e["track_id"]: e for e in json.loads(PURSUIT_VALIDATION.read_text())["episodes"]}
+    report: dict[str, Any] = {"protocol": "PPO Level 1", "dev": args.dev, "environment": environment(),
                               "source_sha256": source_hashes(__file__), "config": config.to_json(),
                               "train_seconds": args.train_seconds, "eval_tracks": args.eval_tracks,
-                              # The Runner's Validation figures include the tracks the policy was picked on.
-                              "validation_rows_used_for_selection": config.validation_tracks}
+                              "selection_rows": [0, config.validation_tracks],
+                              "confirmation_rows": [config.validation_tracks, 2 * config.validation_tracks]}
 
     def write() -> None:
-        report["gates"] = gates(report, config) if gpu else []
-        report["passed"] = gpu and len(report["gates"]) == 3 and all(g["passed"] for g in report["gates"])
+        report["gates"] = gates(report, config, args.dev) if gpu else []
+        report["passed"] = gpu and len(report["gates"]) == (3 if args.dev else 5) and \
+            all(g["passed"] for g in report["gates"])
         out.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
 
     log(f"env: {config.worlds} worlds on the Train pool")
@@ -150,14 +184,16 @@ def main() -> None:
     log(f"training {config.updates} updates, for at most {args.train_seconds:.0f} s")
     t0 = time.perf_counter()
     rows = trainer.run(seconds=args.train_seconds)
+    wall = time.perf_counter() - t0
     after_cut = None
     if config.validate_every and not np.isfinite(rows[-1]["validation_success_rate"]):
         # Cut by the time budget: the last policy is a candidate too.
         after_cut = {"update": trainer.update, **trainer.validate_and_keep()}
     steady = [r["transitions_per_s"] for r in rows[2:]] or [r["transitions_per_s"] for r in rows]
     best = None if trainer.best is None else {k: v for k, v in trainer.best.items() if k != "policy"}
-    report["training"] = {"updates": len(rows), "transitions": rows[-1]["transitions"],
-                          "seconds": sum(r["seconds"] for r in rows), "wall_s": time.perf_counter() - t0,
+    updating = sum(r["seconds"] for r in rows)
+    report["training"] = {"updates": len(rows), "transitions": rows[-1]["transitions"], "seconds": updating,
+                          "wall_s": wall, "overhead_share": 1.0 - updating / wall,
                           "median_transitions_per_s_after_2": float(np.median(steady)),
                           "validations": [{k: r[k] for k in ("update", "validation_success_rate",
                                                              "validation_median_lap_time_s",
@@ -168,6 +204,18 @@ def main() -> None:
     draw_curve(run_dir / "log.csv", out.with_suffix(".png"))
     write()
     log(f"trained {len(rows)} updates, {report['training']['median_transitions_per_s_after_2']:,.0f} transitions/s")
+    chosen = trainer.best_policy()
+    t0 = time.perf_counter()
+    report["confirmation"] = {**trainer.validate(confirm=True, policy=chosen, early_exit=False),
+                              "seconds": time.perf_counter() - t0}
+    log(f"confirmation (rows {config.validation_tracks}-{2 * config.validation_tracks - 1}): {report['confirmation']}")
+    write()
+    t0 = time.perf_counter()
+    every = make_validation_env(config, worlds=full_tracks)
+    episodes = validate(chosen, every, config, trainer.crossing, list(range(full_tracks)), early_exit=False)
+    report["validation_1000"] = {**against_pursuit(episodes, pursuit), "seconds": time.perf_counter() - t0}
+    log(f"all Validation tracks: {report['validation_1000']}")
+    write()
     stepper = EnvStepper(trainer.env)
     stepper.run(5)
     env_steps = 100 if gpu else 4
@@ -175,19 +223,19 @@ def main() -> None:
     report["env_only_transitions_per_s"] = env_tps
     report["phases"] = phases(trainer, env_tps)
     write()
-    plugin = export_plugin(trainer.best_policy(), config, run_dir / "plugin")
-    report["plugin"] = str(plugin)
-    log("exported the last policy (no validation)" if best is None else
-        f"exported update {best['update']}'s policy (validation success {best['validation_success_rate']:.2f})")
-    report["evaluation"] = {}
-    torch.set_num_threads(1)
-    for split in ("test", "validation"):
+    if not args.dev:
+        plugin = export_plugin(chosen, config, run_dir / "plugin")
+        report["plugin"] = str(plugin)
+        log("exported the last policy (no validation)" if best is None else
+            f"exported update {best['update']}'s policy (validation success {best['validation_success_rate']:.3f})")
+        report["evaluation"] = {}
+        torch.set_num_threads(1)
         for name, directory in (("learned", plugin), ("pursuit", PURSUIT)):
-            log(f"evaluating {name} on {split}")
-            result = evaluate.evaluate(directory, level=1, split=split, tracks=args.eval_tracks,
+            log(f"evaluating {name} on test")
+            result = evaluate.evaluate(directory, level=1, split="test", tracks=args.eval_tracks,
                                        backend="mjx_warp", worlds=args.eval_tracks)
-            report["evaluation"].setdefault(split, {})[name] = summary(result)
-            log(f"{name} on {split}: {report['evaluation'][split][name]}")
+            report["evaluation"].setdefault("test", {})[name] = summary(result)
+            log(f"{name} on test: {report['evaluation']['test'][name]}")
             write()
     for g in report["gates"]:
         log(f"  {'PASS' if g['passed'] else 'FAIL'} {g['name']}: {g['value']} (gate {g['threshold']})"
@@ -207,16 +255,27 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def gates(report: dict[str, Any], config) -> list[dict[str, Any]]:
-    """The gates measured so far: throughput once trained, the Test gates
-    once both controllers drove Test."""
+def gates(report: dict[str, Any], config, dev: bool) -> list[dict[str, Any]]:
+    """The gates measured so far: throughput once trained, Validation's
+    once all 1,000 tracks were driven, Test's (not in ``dev``) once both
+    controllers drove Test."""
     if "training" not in report:
         return []
     tps = report["training"]["median_transitions_per_s_after_2"]
     out = [{**gate("training_transitions_per_s", tps, GATE_TPS, tps >= GATE_TPS and config.worlds >= GATE_WORLDS),
             "margin": tps - GATE_TPS}]
+    every = report.get("validation_1000")
+    if every is None:
+        return out
+    rate = every["success_rate"]
+    out.append({**gate("validation_success_rate", rate, GATE_VALIDATION_SUCCESS, rate >= GATE_VALIDATION_SUCCESS),
+                "margin": rate - GATE_VALIDATION_SUCCESS})
+    ratio = every["median_lap_ratio_to_pursuit"]
+    out.append({**gate("validation_median_lap_ratio_to_pursuit", ratio, GATE_VALIDATION_LAP_RATIO,
+                       ratio is not None and ratio <= GATE_VALIDATION_LAP_RATIO),
+                "margin": None if ratio is None else GATE_VALIDATION_LAP_RATIO - ratio})
     test = report.get("evaluation", {}).get("test", {})
-    if "pursuit" not in test:
+    if dev or "pursuit" not in test:
         return out
     learned, pursuit = test["learned"], test["pursuit"]
     out.append({**gate("test_success_rate_at_least_pursuit", learned["success_rate"], pursuit["success_rate"],

@@ -32,7 +32,7 @@ from racing_env.plugins import Plugin, challenge_values
 from racing_env.render import DrawList, EpisodeView
 from racing_env.vector import TerminationReason, VecCarRacingEnv
 
-__all__ = ["EpisodeResult", "RunResult", "run", "summarize"]
+__all__ = ["REASONS", "EpisodeResult", "RunResult", "run", "summarize"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +61,26 @@ class EpisodeResult:
     progress: float
     steps: int
     error: str | None
+
+    @classmethod
+    def ended(cls, world: int, info: Mapping[str, Any], progress: float, steps: int,
+              error: str | None = None) -> EpisodeResult:
+        """The episode that ended in ``world``, from the info of the step that
+        ended it (host arrays with a leading world axis): the one place the
+        Runner and on-device evaluations (``racing_stack.ppo``) turn an ending
+        into a result."""
+        return cls(
+            world=world,
+            episode_seed=int(info["episode_seed"][world]),
+            controller_seed=int(info["controller_seed"][world]),
+            track_id=int(info["track_id"][world]),
+            termination_reason=REASONS[int(info["termination_reason"][world])],
+            lap_completed=bool(info["lap_completed"][world]),
+            lap_time_s=float(info["lap_time_s"][world]),
+            progress=float(progress),
+            steps=int(steps),
+            error=error,
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,7 +135,8 @@ def summarize(episodes: list[EpisodeResult]) -> dict[str, Any]:
     }
 
 
-_REASONS = {value: name.lower() for name, value in vars(TerminationReason).items() if name.isupper()}
+#: The name of each `TerminationReason` code, as results write it.
+REASONS = {value: name.lower() for name, value in vars(TerminationReason).items() if name.isupper()}
 
 
 class _World:
@@ -322,15 +343,4 @@ def _callback(world: _World, name: str, *args: Any) -> None:
 
 
 def _result(w: int, world: _World, info: Mapping[str, Any]) -> EpisodeResult:
-    return EpisodeResult(
-        world=w,
-        episode_seed=int(info["episode_seed"][w]),
-        controller_seed=int(info["controller_seed"][w]),
-        track_id=int(info["track_id"][w]),
-        termination_reason=_REASONS[int(info["termination_reason"][w])],
-        lap_completed=bool(info["lap_completed"][w]),
-        lap_time_s=float(info["lap_time_s"][w]),
-        progress=world.progress,
-        steps=world.steps,
-        error=world.error,
-    )
+    return EpisodeResult.ended(w, info, world.progress, world.steps, world.error)

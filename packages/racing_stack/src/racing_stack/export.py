@@ -3,20 +3,26 @@ that the Runner loads like any other:
 
     DIR/controller.py   `racing_stack/learned/controller.py`: the policy's mean action
     DIR/config.toml     the network's widths, the feature settings, the device
-    DIR/weights.pt      the network: a Torch state dict in a checked
-                        `racing_stack.checkpoints` file of kind "weights"
+    DIR/weights.pt      the network with its feature statistics: a Torch
+                        state dict in a checked `racing_stack.checkpoints`
+                        file of kind "weights"
 
 Each file is written atomically: an interrupted export leaves every file
 either old or new, never cut (and the next export clears its temporary
-files).
+files). Importing this module imports the networks alone: not JAX, not
+the trainer.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from racing_stack import checkpoints
-from racing_stack.ppo import ActorCritic, PPOConfig
+from racing_stack.ppo.networks import ActorCritic
+
+if TYPE_CHECKING:
+    from racing_stack.ppo.config import PPOConfig
 
 __all__ = ["export_plugin"]
 

@@ -1,13 +1,17 @@
 """Public wrappers for learning, outside the Challenge: a policy's
-observation features and a shaped reward, both pure JAX on the env's own
-device (jitted; no host transfer).
+observation features and a shaped reward with training-only endings, pure
+JAX on the env's own device (jitted; no host transfer), and the same
+features in NumPy for a controller plugin.
 
-`LocalTrack` turns the public observation into a flat feature vector in
-the car's frame: the speed, yaw rate and steering, and the centerline and
-both boundaries at ``points`` places ahead of the car, ``spacing_m`` apart.
-`ShapedReward` turns the Challenge's reward (the lap fraction gained) into
-metres gained, less a time cost and a penalty for leaving the track. The
-env itself is unchanged: its observation, reward and termination are the
+`LocalTrack` turns the public observation (and the previous action) into a
+flat feature vector in the car's frame: the motion, where the car sits on
+the road (lateral offset, heading error, each wheel's distance to the
+edge) and the centerline and both boundaries ahead. `ShapedReward` turns
+the Challenge's reward (the lap fraction gained) into metres gained, less
+a crash cost that grows with the speed², and ends a *training* episode
+(for the return, not for the env) where the car enters a band
+``edge_margin_m`` inside the real edge or stops making progress. The env
+itself is unchanged: its observation, reward and termination are the
 Challenge's, and evaluation uses them.
 """
 
@@ -16,34 +20,100 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from racing_env import TRACK_CAPACITY, TerminationReason
+from racing_env import TRACK_CAPACITY, ProjectConfig, TerminationReason
 
-__all__ = ["LocalTrack", "ShapedReward"]
+__all__ = ["Endings", "LocalTrack", "ShapedReward", "road_geometry"]
 
-#: Feature scales: speed (m/s), yaw rate (rad/s), steering (rad), distance (m).
-_SPEED, _YAW_RATE, _STEER = 20.0, 2.0, 0.6
-#: The largest reward constant (a metre's reward, a step's cost, the
-#: off-track cost): larger ones make float32 returns and their squared
-#: errors overflow on a lap of ~1.5 km (10 km at the most).
+#: Feature scales: speed (m/s), yaw rate (rad/s), steering (rad),
+#: acceleration (m/s^2), road widths and margins (m).
+_SPEED, _YAW_RATE, _STEER, _ACCEL, _WIDTH = 20.0, 2.0, 0.6, 8.0, 6.0
+#: The largest reward constant (a metre's reward, a step's cost, a crash's
+#: cost): larger ones make float32 returns and their squared errors
+#: overflow on a lap of ~1.5 km (10 km at the most).
 MAX_REWARD_TERM = 1e6
 #: The longest preview spacing and distance scale (m): longer than any lap.
 MAX_LENGTH_M = 1e4
+#: The speed (m/s) above which a crash costs no more: bounds the reward.
+MAX_CRASH_SPEED_MPS = 100.0
+#: Centerline segments searched on either side of the nearest point for
+#: each wheel (the Race Core's window: they reach every wheel).
+_WINDOW = 16
+_VEHICLE = ProjectConfig()
+
+
+def road_geometry(xp, position, yaw, centerline, left, count, wheelbase_m, track_width_m):
+    """Where a car sits on its road, written once for NumPy and JAX (``xp``).
+
+    Args:
+        position: float32 [E, 2] rear axle, m. yaw: float32 [E], rad.
+        centerline, left: float32 [E, C, 2], m. count: int32 [E] valid points.
+        wheelbase_m, track_width_m: the car's wheel layout.
+
+    Returns:
+        (nearest int32 [E] centerline point to the rear axle, half_width
+        float32 [E] m, lateral float32 [E] m (rear axle, + left of the
+        centerline), heading_error float32 [E] rad (yaw less the road's
+        direction, in (-pi, pi]), margins float32 [E, 4] m (each wheel's
+        distance inside the nearest edge; < 0 beyond it), in the order front
+        left, front right, rear left, rear right).
+    """
+    f32 = xp.float32
+    valid = xp.arange(centerline.shape[1])[None, :] < count[:, None]
+    gap = xp.sum((centerline - position[:, None, :]) ** 2, axis=-1)
+    nearest = xp.argmin(xp.where(valid, gap, xp.inf), axis=1)  # [E]
+    k = xp.arange(-_WINDOW, _WINDOW)[None, :]
+    first = (nearest[:, None] + k) % count[:, None]  # [E, S] segment starts
+    a = xp.take_along_axis(centerline, first[..., None], axis=1)
+    b = xp.take_along_axis(centerline, ((first + 1) % count[:, None])[..., None], axis=1)
+    half = f32(track_width_m / 2)
+    layout = xp.asarray([[0.0, 0.0], [wheelbase_m, half], [wheelbase_m, -half], [0.0, half], [0.0, -half]], f32)
+    c, s = xp.cos(yaw)[:, None], xp.sin(yaw)[:, None]
+    q = xp.stack([position[:, None, 0] + c * layout[:, 0] - s * layout[:, 1],
+                  position[:, None, 1] + s * layout[:, 0] + c * layout[:, 1]], axis=-1)  # [E, 5, 2]
+    ab = (b - a)[:, None]  # [E, 1, S, 2]
+    ap = q[:, :, None, :] - a[:, None]  # [E, 5, S, 2]
+    length2 = xp.maximum(xp.sum(ab * ab, axis=-1), f32(1e-12))
+    t = xp.clip(xp.sum(ap * ab, axis=-1) / length2, f32(0), f32(1))
+    d = ap - t[..., None] * ab
+    dist2 = xp.sum(d * d, axis=-1)  # [E, 5, S]
+    best = xp.argmin(dist2, axis=-1)  # [E, 5]
+    cross = ab[..., 0] * ap[..., 1] - ab[..., 1] * ap[..., 0]
+    side = xp.where(xp.take_along_axis(cross, best[..., None], axis=-1)[..., 0] >= 0, f32(1), f32(-1))
+    offset = side * xp.sqrt(xp.take_along_axis(dist2, best[..., None], axis=-1)[..., 0])  # [E, 5]
+    rows = xp.arange(centerline.shape[0])
+    half_width = xp.sqrt(xp.sum((left[rows, nearest] - centerline[rows, nearest]) ** 2, axis=-1))
+    direction = ab[:, 0][rows, best[:, 0]]  # [E, 2] the rear axle's segment
+    heading = yaw - xp.arctan2(direction[:, 1], direction[:, 0])
+    heading = xp.arctan2(xp.sin(heading), xp.cos(heading))
+    margins = half_width[:, None] - xp.abs(offset[:, 1:])
+    return nearest, half_width.astype(f32), offset[:, 0].astype(f32), heading.astype(f32), margins.astype(f32)
 
 
 @dataclasses.dataclass(frozen=True)
 class LocalTrack:
     """The local-track observation wrapper.
 
-    Features of one world (float32 [size]): longitudinal and lateral speed /
-    20 m/s, yaw rate / 2 rad/s, steering / 0.6 rad, then for each of the
-    ``points`` places ahead (the nearest centerline point, then every
-    ``spacing_m`` of centerline) the centerline, left and right boundary
-    points in the car frame (x forward, y left), / ``scale_m``.
+    Features of one world (float32 [size], roughly unit scale; the policy
+    normalises them further by running statistics):
+
+    - motion: longitudinal and lateral speed / 20 m/s, yaw rate / 2 rad/s,
+      steering / 0.6 rad;
+    - the previous action: steering / 0.6 rad, acceleration / 8 m/s^2 (zero
+      at an episode's first step);
+    - the road: half its width / 6 m, the rear axle's lateral offset / half
+      width (+ left), the sine and cosine of the heading error, and each
+      wheel's distance inside the edge / 6 m (front left, front right, rear
+      left, rear right; negative beyond it);
+    - the preview: for each of the ``points`` places ahead (the nearest
+      centerline point, then every ``spacing_m`` of centerline) the
+      centerline, left and right boundary points in the car frame (x
+      forward, y left), / ``scale_m``.
 
     Attributes:
         points: places ahead, >= 1.
@@ -51,9 +121,9 @@ class LocalTrack:
         scale_m: the distance scale of the point coordinates (m), > 0.
     """
 
-    points: int = 12
-    spacing_m: float = 5.0
-    scale_m: float = 50.0
+    points: int = 20
+    spacing_m: float = 6.0
+    scale_m: float = 25.0
 
     def __post_init__(self) -> None:
         if isinstance(self.points, bool) or not isinstance(self.points, int) or self.points < 1:
@@ -68,18 +138,20 @@ class LocalTrack:
     @property
     def size(self) -> int:
         """Features per world."""
-        return 4 + 6 * self.points
+        return 14 + 6 * self.points
 
-    def __call__(self, obs: Mapping[str, jax.Array]) -> jax.Array:
+    def __call__(self, obs: Mapping[str, jax.Array], previous_action: jax.Array) -> jax.Array:
         """float32 [E, size] from a vector observation of JAX arrays (on
-        their device, jitted), with a leading [E]."""
-        return _local_track_jax(self.points, float(self.spacing_m), float(self.scale_m), *(obs[k] for k in _FIELDS))
+        their device, jitted), with a leading [E], and the action of the
+        step before (float32 [E, 2], env units; zero at an episode's start)."""
+        return _local_track_jax(self.points, float(self.spacing_m), float(self.scale_m),
+                                *(obs[k] for k in _FIELDS), previous_action)
 
-    def host(self, obs: Mapping[str, np.ndarray]) -> np.ndarray:
+    def host(self, obs: Mapping[str, np.ndarray], previous_action: np.ndarray) -> np.ndarray:
         """The same features from NumPy fields, computed in NumPy on the host
         (a controller's batch of one, without a device round trip)."""
         return _local_track(np, self.points, float(self.spacing_m), float(self.scale_m),
-                            *(np.asarray(obs[k]) for k in _FIELDS))
+                            *(np.asarray(obs[k]) for k in _FIELDS), np.asarray(previous_action, np.float32))
 
 
 _FIELDS = ("position", "yaw", "velocity_body", "yaw_rate", "steering_angle", "centerline", "left_boundary",
@@ -87,16 +159,16 @@ _FIELDS = ("position", "yaw", "velocity_body", "yaw_rate", "steering_angle", "ce
 
 
 def _local_track(xp, points, spacing_m, scale_m, position, yaw, velocity, yaw_rate, steering, centerline, left,
-                 right, mask, length):
+                 right, mask, length, previous_action):
     """The features, written once for NumPy and JAX (``xp``)."""
-    position = xp.asarray(position, xp.float32)
-    count = xp.maximum(xp.sum(xp.asarray(mask, xp.int32), axis=1), 1)  # [E]
-    valid = xp.arange(centerline.shape[1])[None, :] < count[:, None]
-    gap = xp.sum((centerline - position[:, None, :]) ** 2, axis=-1)
-    nearest = xp.argmin(xp.where(valid, gap, xp.inf), axis=1)  # [E]
+    f32 = xp.float32
     # float32 throughout, so that NumPy and JAX round the same values the same way
-    step_m = xp.asarray(length, xp.float32) / count.astype(xp.float32)  # mean point spacing
-    ahead = xp.arange(points, dtype=xp.float32)[None, :] * xp.float32(spacing_m)
+    position = xp.asarray(position, f32)
+    count = xp.maximum(xp.sum(xp.asarray(mask, xp.int32), axis=1), 1)  # [E]
+    nearest, half_width, lateral, heading, margins = road_geometry(
+        xp, position, yaw, centerline, left, count, _VEHICLE.wheelbase_m, _VEHICLE.track_width_m)
+    step_m = xp.asarray(length, f32) / count.astype(f32)  # mean point spacing
+    ahead = xp.arange(points, dtype=f32)[None, :] * f32(spacing_m)
     offsets = xp.round(ahead / step_m[:, None]).astype(xp.int32)
     index = (nearest[:, None] + offsets) % count[:, None]  # [E, K]
     c, s = xp.cos(yaw)[:, None], xp.sin(yaw)[:, None]
@@ -105,55 +177,140 @@ def _local_track(xp, points, spacing_m, scale_m, position, yaw, velocity, yaw_ra
         p = xp.take_along_axis(line, index[..., None], axis=1) - position[:, None, :]
         x = c * p[..., 0] + s * p[..., 1]
         y = -s * p[..., 0] + c * p[..., 1]
-        return xp.stack([x, y], axis=-1).reshape(x.shape[0], -1) / scale_m
+        return xp.stack([x, y], axis=-1).reshape(x.shape[0], -1) / f32(scale_m)
 
     motion = xp.stack([velocity[:, 0] / _SPEED, velocity[:, 1] / _SPEED, yaw_rate / _YAW_RATE,
-                       steering / _STEER], axis=1)
-    return xp.concatenate([motion, local(centerline), local(left), local(right)], axis=1).astype(xp.float32)
+                       steering / _STEER, previous_action[:, 0] / _STEER, previous_action[:, 1] / _ACCEL,
+                       half_width / _WIDTH, lateral / xp.maximum(half_width, f32(1e-3)), xp.sin(heading),
+                       xp.cos(heading)], axis=1)
+    return xp.concatenate([motion, margins / f32(_WIDTH), local(centerline), local(left), local(right)],
+                          axis=1).astype(f32)
 
 
 _local_track_jax = jax.jit(functools.partial(_local_track, jnp), static_argnums=(0, 1, 2))
 
 
+class Endings(NamedTuple):
+    """`ShapedReward`'s per-world memory between steps.
+
+    Attributes:
+        inside: bool [E], the car was inside the margin band after the last step.
+        still: int32 [E], control steps since the car last made legal progress.
+    """
+
+    inside: jax.Array
+    still: jax.Array
+
+
+#: `ShapedReward`'s ending codes: none, the margin band entered, stalled.
+NO_ENDING, MARGIN, STALL = 0, 1, 2
+
+
 @dataclasses.dataclass(frozen=True)
 class ShapedReward:
-    """The reward wrapper: ``metres_scale`` x metres of legal progress in the
-    step (the Challenge reward x the lap length), less ``step_cost`` every
-    step, less ``off_track_penalty`` when the step leaves the track. A
-    reset-only call (Challenge reward 0, no termination) earns
+    """The reward wrapper, with the training episode's own endings.
+
+    Reward per step: ``metres_scale`` x metres of legal progress in the step
+    (the Challenge reward x the lap length), less ``step_cost``, less the
+    crash cost ``off_track_penalty + crash_energy_cost x v²`` (v the speed
+    in m/s, capped at `MAX_CRASH_SPEED_MPS`) when the step leaves the track
+    or first enters the band ``edge_margin_m`` inside the edge (once if
+    both), less ``stall_penalty`` when the car has made no legal progress
+    for ``stall_steps`` steps (driving the wrong way makes none).
+
+    Entering the band and stalling *end the training episode*: the return
+    is cut there (a termination for GAE), while the env drives on; a stall's
+    count restarts, so a car that stays stuck ends again ``stall_steps``
+    later. A reset-only call (Challenge reward 0, no termination) earns
     ``-step_cost``; a learner masks those calls out anyway.
 
     Attributes:
         metres_scale: reward per metre (1/m), >= 0.
-        step_cost: the cost of a control step, >= 0 (a faster lap earns more).
-        off_track_penalty: the cost of leaving the track, >= 0.
+        step_cost: the cost of a control step, >= 0.
+        off_track_penalty: a crash's fixed cost, >= 0.
+        crash_energy_cost: a crash's cost per (m/s)², >= 0: a crash at speed
+            costs more than the progress it bought, one at a crawl little.
+        edge_margin_m: the band's width (m) inside the real edge, >= 0 (0: no band).
+        stall_steps: control steps without progress that end the training
+            episode, >= 1.
+        stall_penalty: the cost of a stall, >= 0.
     """
 
     metres_scale: float = 0.1
-    step_cost: float = 0.01
-    off_track_penalty: float = 2.0
+    step_cost: float = 0.0
+    off_track_penalty: float = 1.0
+    crash_energy_cost: float = 0.1
+    edge_margin_m: float = 1.0
+    stall_steps: int = 150
+    stall_penalty: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("metres_scale", "step_cost", "off_track_penalty"):
+        for name in ("metres_scale", "step_cost", "off_track_penalty", "crash_energy_cost", "stall_penalty"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_REWARD_TERM:
                 raise ValueError(f"{name} must be a number in [0, {MAX_REWARD_TERM:g}], got {value!r}")
+        value = self.edge_margin_m
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LENGTH_M:
+            raise ValueError(f"edge_margin_m must be a number in [0, {MAX_LENGTH_M:g}] m, got {value!r}")
+        if isinstance(self.stall_steps, bool) or not isinstance(self.stall_steps, int) or \
+                not 1 <= self.stall_steps < 2**31:
+            raise ValueError(f"stall_steps must be an int in [1, 2**31), got {self.stall_steps!r}")
 
     def bounds(self, track_length_m: float) -> tuple[float, float]:
         """The least and the greatest reward a step can earn on tracks of at
-        most ``track_length_m`` metres: leaving the track, and a whole lap of
-        progress in one step (the Challenge reward is the lap fraction gained,
-        in [0, 1])."""
-        return (-float(self.step_cost) - float(self.off_track_penalty),
+        most ``track_length_m`` metres: a crash at the capped speed that is
+        also a stall, and a whole lap of progress in one step (the Challenge
+        reward is the lap fraction gained, in [0, 1])."""
+        crash = float(self.off_track_penalty) + float(self.crash_energy_cost) * MAX_CRASH_SPEED_MPS**2
+        return (-float(self.step_cost) - crash - float(self.stall_penalty),
                 float(self.metres_scale) * float(track_length_m) - float(self.step_cost))
 
-    def __call__(self, reward: jax.Array, obs: Mapping[str, jax.Array], info: Mapping[str, jax.Array]) -> jax.Array:
-        """float32 [E] from one step's Challenge reward [E], observation and info."""
-        return _shaped(float(self.metres_scale), float(self.step_cost), float(self.off_track_penalty), reward,
-                       obs["track_length"], info["termination_reason"])
+    def start(self, worlds: int) -> Endings:
+        """The memory of ``worlds`` fresh episodes."""
+        return Endings(jnp.zeros(worlds, bool), jnp.zeros(worlds, jnp.int32))
+
+    def __call__(self, endings: Endings, reward: jax.Array, obs: Mapping[str, jax.Array],
+                 info: Mapping[str, jax.Array], done: jax.Array, active: jax.Array
+                 ) -> tuple[jax.Array, jax.Array, Endings]:
+        """One step's shaped reward.
+
+        Args:
+            endings: the memory after the step before.
+            reward: the Challenge reward [E]; obs, info: the step's outputs.
+            done: bool [E], the env ended the episode in this step.
+            active: [E], nonzero where the world is driven (zero: held at
+                the start; its memory stays fresh and it never ends).
+
+        Returns:
+            (reward float32 [E], ending int32 [E]: `NO_ENDING`, `MARGIN` or
+            `STALL`, the memory for the next step).
+        """
+        return _shaped(float(self.metres_scale), float(self.step_cost), float(self.off_track_penalty),
+                       float(self.crash_energy_cost), float(self.edge_margin_m), int(self.stall_steps),
+                       float(self.stall_penalty), endings, reward, obs["track_length"],
+                       info["termination_reason"], obs["velocity_body"], obs["position"], obs["yaw"],
+                       obs["centerline"], obs["left_boundary"], obs["track_mask"], done, active)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _shaped(metres_scale, step_cost, off_track_penalty, reward, length, reason):
-    off = (reason == TerminationReason.OFF_TRACK).astype(jnp.float32)
-    return (metres_scale * reward * length - step_cost - off_track_penalty * off).astype(jnp.float32)
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6))
+def _shaped(metres_scale, step_cost, off_track_penalty, crash_energy_cost, edge_margin_m, stall_steps,
+            stall_penalty, endings, reward, length, reason, velocity, position, yaw, centerline, left, mask, done,
+            active):
+    active = active != 0
+    off = reason == TerminationReason.OFF_TRACK
+    count = jnp.maximum(jnp.sum(mask.astype(jnp.int32), axis=1), 1)
+    margins = road_geometry(jnp, position.astype(jnp.float32), yaw, centerline, left, count,
+                            _VEHICLE.wheelbase_m, _VEHICLE.track_width_m)[4]
+    inside = (jnp.min(margins, axis=1) < edge_margin_m) if edge_margin_m > 0 else jnp.zeros_like(off)
+    entered = inside & ~endings.inside & active
+    speed = jnp.minimum(jnp.linalg.norm(velocity, axis=-1), MAX_CRASH_SPEED_MPS)
+    crashed = off | entered
+    still = jnp.where(reward > 0, 0, endings.still + 1)
+    stalled = (still >= stall_steps) & active
+    shaped = (metres_scale * reward * length - step_cost
+              - jnp.where(crashed, off_track_penalty + crash_energy_cost * speed**2, 0.0)
+              - jnp.where(stalled, stall_penalty, 0.0))
+    ending = jnp.where(entered, MARGIN, jnp.where(stalled, STALL, NO_ENDING)).astype(jnp.int32)
+    fresh = done | ~active  # the next call starts a new episode, or the world is not driven yet
+    memory = Endings(inside=jnp.where(fresh, False, inside), still=jnp.where(fresh | stalled, 0, still))
+    return shaped.astype(jnp.float32), ending, memory

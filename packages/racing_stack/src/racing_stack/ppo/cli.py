@@ -1,0 +1,113 @@
+"""``train-ppo``: PPO on Level 1's Train pool, exported as a plugin.
+
+    python -m racing_stack.ppo [--preset cpu|gpu] [--out DIR] [--updates N] [--resume]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+from racing_stack import checkpoints
+from racing_stack.ppo import train
+from racing_stack.ppo.config import PRESETS, PPOConfig
+from racing_stack.ppo.train import RUN_FILES, GuardError, Trainer, finish, make_env, make_validation_env, \
+    resume_problem
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="train-ppo", description=train.__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--out", type=Path, default=Path("runs/ppo"), help="the run's folder (default runs/ppo)")
+    parser.add_argument("--updates", type=int, default=None, help="override the preset's number of updates")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    parser.add_argument("--overwrite", action="store_true", help="delete the run already in OUT and start anew")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a preset's setting, e.g. --set learning_rate=1e-4 "
+                             "--set reward.off_track_penalty=4.0 (repeatable)")
+    args = parser.parse_args(argv)
+    config = _config(parser, args)
+    _check_out(parser, args, config)
+    trainer = None
+    try:
+        try:
+            validation = make_validation_env(config) if config.validate_every else None
+            trainer = Trainer(config, make_env(config), args.out, validation=validation)
+        except ValueError as error:  # a Train or Validation size beyond its split
+            parser.error(f"--set tracks or validation_tracks: {error}")
+        try:
+            trainer.run(resume=args.resume, overwrite=args.overwrite)
+        except ValueError as error:  # CorruptFile too
+            if not args.resume or trainer.saved_update is not None:
+                raise
+            parser.error(f"--resume: {error}")  # the checkpoint's fields, checked against the env
+        except GuardError as error:
+            print(f"train-ppo: {error}", file=sys.stderr)
+            return 1
+        except OSError as error:
+            print(f"train-ppo: {error}; {trainer.last_checkpoint()}", file=sys.stderr)
+            return 1
+        if trainer.best is not None:
+            print(f"train-ppo: exporting update {trainer.best['update']}'s policy (validation success "
+                  f"{trainer.best['validation_success_rate']:.2f})", file=sys.stderr)
+        for name, path in finish(trainer).items():
+            print(f"train-ppo: {name} {path}", file=sys.stderr)
+    except KeyboardInterrupt:
+        where = "before training" if trainer is None else f"at update {trainer.update}"
+        print(f"train-ppo: interrupted {where}; --resume continues from the last checkpoint "
+              f"(update {None if trainer is None else trainer.saved_update})", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PPOConfig:
+    """The preset with ``--updates`` and ``--set`` applied; a bad one is a usage error naming its flag."""
+    config = PRESETS[args.preset]
+    if args.updates is not None:
+        try:
+            config = dataclasses.replace(config, updates=args.updates)
+        except ValueError as error:
+            parser.error(f"--updates: {error}")
+    try:
+        return config.override(args.set)
+    except ValueError as error:
+        parser.error(f"--set: {error}")
+
+
+def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PPOConfig) -> None:
+    """Refuse, before any work, an ``--out`` that cannot hold the run, a run
+    there that would be overwritten, and a ``--resume`` that cannot resume."""
+    out: Path = args.out
+    if args.resume and args.overwrite:
+        parser.error("--resume and --overwrite exclude each other")
+    if args.resume and not (out / "checkpoint.pt").is_file():
+        parser.error(f"--resume: {out} holds no checkpoint.pt to continue from")
+    if out.exists() and not out.is_dir():
+        parser.error(f"--out {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"--out {out} cannot be created: {error.strerror}")
+    if not os.access(out, os.W_OK | os.X_OK):
+        parser.error(f"--out {out} is not writable")
+    found = [name for name in RUN_FILES if (out / name).exists()]
+    if args.resume:
+        try:
+            state = checkpoints.load(out / "checkpoint.pt", "checkpoint", map_location="cpu")
+            if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
+                raise checkpoints.CorruptFile(f"{out / 'checkpoint.pt'} holds no run configuration")
+            resume_problem(config, state["config"], out / "checkpoint.pt")
+        except ValueError as error:  # CorruptFile too
+            parser.error(f"--resume: {error}")
+        except OSError as error:
+            parser.error(f"--resume: {out / 'checkpoint.pt'} cannot be read: {error.strerror}")
+    elif found and not args.overwrite:
+        resumable = "pass --resume to continue it or " if "checkpoint.pt" in found else "it has no checkpoint; pass "
+        parser.error(f"--out {out} already holds a run ({', '.join(found)}): {resumable}--overwrite to replace it")
+

@@ -1,0 +1,211 @@
+"""A PPO run's settings (`PPOConfig`) and the presets."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+from typing import Any
+
+from racing_stack.wrappers import LocalTrack, ShapedReward
+
+__all__ = ["MAX_WIDTH", "PRESETS", "SCHEDULES", "PPOConfig"]
+
+#: The widest hidden layer a config accepts.
+MAX_WIDTH = 16384
+#: How the step size moves: on the KL of each update, linearly to
+#: ``learning_rate / updates``, or not at all.
+SCHEDULES = ("adaptive", "linear", "constant")
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """Everything a training run depends on.
+
+    Attributes:
+        worlds: env worlds, each one rollout row.
+        steps: calls per world per rollout.
+        updates: rollouts (and optimisation phases) in the run.
+        epochs: passes over a rollout per update.
+        minibatches: minibatches per pass.
+        gamma, gae_lambda: the discount and the GAE trace parameter.
+        clip: PPO's ratio clip.
+        learning_rate: Adam's step size at the first update.
+        schedule: ``"adaptive"`` (the step size x or / 1.5 after an update
+            whose mean KL is below half or above twice ``desired_kl``, kept in
+            [``min_learning_rate``, ``max_learning_rate``]), ``"linear"`` (down to
+            ``learning_rate / updates`` at the last update) or ``"constant"``.
+        desired_kl: the adaptive schedule's target KL per update.
+        min_learning_rate, max_learning_rate: the adaptive schedule's bounds.
+        value_coef, entropy_coef: loss weights.
+        max_grad_norm: gradient clipping, of the actor's and the critic's
+            gradients apart.
+        hidden: hidden layer widths of both networks.
+        init_log_std: the initial log standard deviation of the normalised
+            action, per dimension (steering, acceleration).
+        seed: the env's root reset seed and Torch's generator seed.
+        max_episode_steps: the training Level's timeout (control steps).
+        stagger_steps: at the start, world w is held braked (its calls
+            masked out of training) for a uniform random 0 to
+            ``stagger_steps`` calls, so that the worlds' laps are out of phase.
+        tracks: Train pool rows trained on (its first N; None: all 10,000).
+        checkpoint_every: updates between checkpoints.
+        validate_every: updates between validations (0: none).
+        validation_tracks: Validation rows a validation drives (its first N,
+            the "select" rows); the chosen policy is confirmed on the next N.
+        validation_steps: a validation counts a world that has not ended
+            after this many calls (or made no progress for ``stall_steps``
+            x 5 / 3 calls) as failed.
+        features: the observation wrapper.
+        reward: the reward wrapper.
+    """
+
+    worlds: int = 8192
+    steps: int = 32
+    updates: int = 200
+    epochs: int = 4
+    minibatches: int = 4
+    gamma: float = 0.998
+    gae_lambda: float = 0.95
+    clip: float = 0.2
+    learning_rate: float = 3e-4
+    schedule: str = "adaptive"
+    desired_kl: float = 0.01
+    min_learning_rate: float = 1e-5
+    max_learning_rate: float = 1e-3
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    hidden: tuple[int, ...] = (256, 256)
+    init_log_std: tuple[float, float] = (-1.6, -0.9)
+    seed: int = 0
+    max_episode_steps: int = 2500
+    stagger_steps: int = 1500
+    tracks: int | None = None
+    checkpoint_every: int = 500
+    validate_every: int = 100
+    validation_tracks: int = 500
+    validation_steps: int = 2500
+    features: LocalTrack = LocalTrack()
+    reward: ShapedReward = ShapedReward()
+
+    def __post_init__(self) -> None:
+        for name in ("worlds", "steps", "updates", "epochs", "minibatches", "max_episode_steps",
+                     "checkpoint_every", "validation_tracks", "validate_every", "stagger_steps",
+                     "validation_steps"):
+            value, low = getattr(self, name), 0 if name in ("validate_every", "stagger_steps") else 1
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**31:
+                raise ValueError(f"{name} must be an int in [{low}, 2**31), got {value!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if (self.worlds * self.steps) % self.minibatches:
+            raise ValueError(f"minibatches ({self.minibatches}) must divide worlds x steps "
+                             f"({self.worlds * self.steps})")
+        # Beyond these bounds training cannot work (a step size above 1, a
+        # standard deviation that underflows or spans the action range many
+        # times over): refused by name rather than stopped by the guard.
+        for name, low, high, closed in (("gamma", 0.0, 1.0, True), ("gae_lambda", 0.0, 1.0, True),
+                                        ("clip", 0.0, 10.0, False), ("learning_rate", 0.0, 1.0, False),
+                                        ("desired_kl", 0.0, 10.0, False),
+                                        ("min_learning_rate", 0.0, 1.0, False),
+                                        ("max_learning_rate", 0.0, 1.0, False),
+                                        ("max_grad_norm", 0.0, 1e6, False),
+                                        ("value_coef", 0.0, 1e3, True), ("entropy_coef", 0.0, 1e3, True)):
+            _check_real(name, getattr(self, name), low, high, closed)
+        if self.min_learning_rate > self.max_learning_rate:
+            raise ValueError(f"min_learning_rate ({self.min_learning_rate}) exceeds max_learning_rate "
+                             f"({self.max_learning_rate})")
+        std = self.init_log_std
+        if not isinstance(std, tuple) or len(std) != 2:
+            raise ValueError(f"init_log_std must be a pair (steering, acceleration), got {std!r}")
+        for value in std:
+            _check_real("init_log_std", value, -10.0, 2.0, True)
+        if (not isinstance(self.hidden, tuple) or not self.hidden
+                or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH
+                           for h in self.hidden)):
+            raise ValueError(f"hidden must be a non-empty tuple of ints in [1, {MAX_WIDTH}], got {self.hidden!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be an int in [0, 2**32), got {self.seed!r}")
+        if not isinstance(self.features, LocalTrack) or not isinstance(self.reward, ShapedReward):
+            raise ValueError("features must be a LocalTrack and reward a ShapedReward")
+        if self.tracks is not None and (isinstance(self.tracks, bool) or not isinstance(self.tracks, int)
+                                        or self.tracks < 1):
+            raise ValueError(f"tracks must be None or an int >= 1, got {self.tracks!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the wrappers as dicts)."""
+        return dataclasses.asdict(self)
+
+    def override(self, settings: list[str]) -> PPOConfig:
+        """A copy with ``name=value`` settings replaced (``features.NAME`` and
+        ``reward.NAME`` reach into the wrappers); a value is a Python literal
+        (``3e-4``, ``True``, ``(128, 128)``, ``None``).
+
+        Raises:
+            ValueError: a setting that is not ``name=value``, an unknown
+                name, a value that is not a literal, or one the config refuses.
+        """
+        data = self.to_json()
+        for setting in settings:
+            name, sep, text = setting.partition("=")
+            path = name.strip().split(".")
+            if not sep or not all(path):
+                raise ValueError(f"a setting must be name=value, got {setting!r}")
+            node = data
+            for key in path[:-1]:
+                if not isinstance(node.get(key), dict):
+                    raise ValueError(f"unknown setting {name!r}")
+                node = node[key]
+            if path[-1] not in node or isinstance(node[path[-1]], dict):
+                raise ValueError(f"unknown setting {name!r}; the settings are {sorted(_names(self.to_json()))}")
+            try:
+                node[path[-1]] = ast.literal_eval(text.strip())
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                raise ValueError(f"setting {name!r}: {text!r} is not a Python literal") from None
+        try:
+            return PPOConfig.from_json(data)
+        except TypeError as error:  # e.g. hidden=3: not a sequence
+            raise ValueError(f"bad settings {settings}: {error}") from None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PPOConfig:
+        """The inverse of `to_json`."""
+        data = dict(data)
+        data["hidden"] = tuple(data["hidden"])
+        data["init_log_std"] = tuple(data["init_log_std"])
+        data["features"] = LocalTrack(**data["features"])
+        data["reward"] = ShapedReward(**data["reward"])
+        return cls(**data)
+
+
+def _check_real(name: str, value: Any, low: float, high: float, closed: bool) -> None:
+    """Refuse ``value`` unless it is a finite real number within the bounds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    try:
+        number = float(value)  # an int beyond a float's range is out of range, not a crash
+    except OverflowError:
+        number = math.inf
+    inside = (low <= number if closed else low < number) and number <= high and math.isfinite(number)
+    if not inside:
+        raise ValueError(f"{name} must be in {'[' if closed else '('}{low}, {high}] and finite, got {value!r}")
+
+
+def _names(tree: dict[str, Any], prefix: str = "") -> list[str]:
+    """The dotted setting names of a config's JSON."""
+    out = []
+    for key, value in tree.items():
+        out += _names(value, f"{prefix}{key}.") if isinstance(value, dict) else [prefix + key]
+    return out
+
+
+#: The CPU preset finishes in minutes (16 worlds, the first 16 Train tracks,
+#: 200-step episodes, 4 Validation tracks); it shows the loop working, it
+#: does not learn a lap. The GPU preset is the full run on an H200 (8,192
+#: worlds; the PPO page's recipe and ledger say why each setting).
+PRESETS = {
+    "cpu": PPOConfig(worlds=16, steps=32, updates=30, epochs=4, minibatches=2, hidden=(64, 64),
+                     max_episode_steps=200, stagger_steps=50, tracks=16, checkpoint_every=10, learning_rate=1e-3,
+                     validate_every=10, validation_tracks=4, validation_steps=200),
+    "gpu": PPOConfig(updates=2000),
+}

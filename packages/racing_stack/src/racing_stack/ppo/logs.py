@@ -1,0 +1,129 @@
+"""A run's log: ``log.csv`` (one row per update, `LOG_FIELDS`), its
+TensorBoard events and the learning curve drawn from it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from racing_stack import checkpoints
+from racing_stack.ppo.losses import LOSS_FIELDS
+from racing_stack.ppo.validation import VALIDATION_FIELDS
+
+__all__ = ["LOG_FIELDS", "NOT_VALIDATED", "add_events", "draw_curve", "log_rows", "tensorboard", "write_log"]
+
+#: The log's columns, in order.
+LOG_FIELDS = ("update", "transitions", "seconds", "transitions_per_s", "episodes", "success_rate",
+              "off_track_rate", "timeout_rate", "mean_progress", "median_lap_time_s", "margin_endings",
+              "stall_endings", "mean_speed_mps", "mean_reward", *LOSS_FIELDS, "explained_variance",
+              "std_steering", "std_acceleration", "actor_grad_norm", "critic_grad_norm", "learning_rate",
+              *VALIDATION_FIELDS)
+#: The validation columns of an update without validation.
+NOT_VALIDATED = {k: math.nan for k in VALIDATION_FIELDS}
+
+
+def log_rows(path: Path, update: int) -> list[dict[str, str]]:
+    """The complete rows of a run's log up to ``update`` (none without a
+    log); a row cut by a kill or a full disk, or otherwise unreadable, is
+    dropped."""
+    if not path.exists():
+        return []
+    kept = []
+    with open(path, newline="", errors="replace") as f:
+        for row in csv.DictReader(f):
+            try:
+                complete = None not in row and all(row.get(k) not in (None, "") for k in LOG_FIELDS) and \
+                    all(math.isfinite(float(row[k])) or row[k] == "nan" for k in LOG_FIELDS)
+                number = int(row["update"]) if complete else None
+            except (ValueError, TypeError):
+                number = None
+            if number is not None and 1 <= number <= update:
+                kept.append(row)
+    return kept
+
+
+def write_log(path: Path, rows: list[dict[str, str]]) -> None:
+    """``log.csv`` replaced, atomically, by its header and ``rows``."""
+    text = io.StringIO()
+    log = csv.DictWriter(text, LOG_FIELDS)
+    log.writeheader()
+    log.writerows(rows)
+    checkpoints.write_atomic(path, text.getvalue().encode())
+
+
+class _NoEvents:
+    """Stands in for the event writer when tensorboardX is not installed."""
+
+    def add_scalar(self, *args: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def tensorboard(path: Path, rows: list[dict[str, Any]]):
+    """A fresh TensorBoard event folder (tensorboardX, the ``train`` extra)
+    holding ``rows`` (a resumed run's kept log rows): events written after
+    the checkpoint by a killed run are gone, none is repeated. Without
+    tensorboardX the run says so once and logs to the CSV only."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        print("ppo: no TensorBoard events (pip install 'racing-stack[train]' for them); log.csv has every row",
+              file=sys.stderr)
+        return _NoEvents()
+    if path.exists():
+        shutil.rmtree(path)
+    writer = SummaryWriter(str(path))
+    for row in rows:
+        add_events(writer, row)
+    return writer
+
+
+def add_events(writer, row: dict[str, Any]) -> None:
+    """One log row as TensorBoard scalars against transitions (NaN ones left out: no episode ended)."""
+    step = int(float(row["transitions"]))
+    for key in LOG_FIELDS[3:]:
+        value = float(row[key])
+        if math.isfinite(value):
+            writer.add_scalar(key, value, step)
+
+
+def draw_curve(log: Path, path: Path) -> None:
+    """The learning curve of a run's ``log.csv`` against transitions: the
+    success rate and mean progress of the Train rollouts' ended episodes
+    and their median lap time, with the validations' where they ran."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(log, newline="") as f:
+        rows = list(csv.DictReader(f))
+    x = np.array([float(r["transitions"]) for r in rows])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for key, label in (("success_rate", "success rate"), ("mean_progress", "mean progress (laps)")):
+        left.plot(x, [float(r[key]) for r in rows], label=f"Train rollouts: {label}")
+    right.plot(x, [float(r["median_lap_time_s"]) for r in rows], label="Train rollouts")
+    validated = np.array([math.isfinite(float(r.get("validation_success_rate") or "nan")) for r in rows])
+    if validated.any():
+        picked = [r for r, v in zip(rows, validated) if v]
+        left.plot(x[validated], [float(r["validation_success_rate"]) for r in picked], "o-", color="tab:green",
+                  label="Validation: success rate")
+        right.plot(x[validated], [float(r["validation_median_lap_time_s"]) for r in picked], "o-",
+                   color="tab:green", label="Validation")
+    left.set(xlabel="transitions", ylim=(0, 1.05), title="ended episodes")
+    left.legend()
+    right.set(xlabel="transitions", ylabel="s", title="median lap time of the completed laps")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+

@@ -1,0 +1,74 @@
+"""PPO's losses on a minibatch and the step size's schedules."""
+
+from __future__ import annotations
+
+import torch
+
+from racing_stack.ppo.config import PPOConfig
+from racing_stack.ppo.networks import ActorCritic
+
+__all__ = ["LOSS_FIELDS", "adapted_learning_rate", "normalised_advantages", "ppo_losses"]
+
+#: What `ppo_losses` returns, in order.
+LOSS_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+
+def normalised_advantages(advantage: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``advantage`` [N] less its mean, over its standard deviation, both
+    over the rows where ``mask`` [N] is 1."""
+    count = mask.sum().clamp(min=1.0)
+    mean = (advantage * mask).sum() / count
+    std = (((advantage - mean) ** 2 * mask).sum() / count).sqrt()
+    return (advantage - mean) / (std + 1e-8)
+
+
+def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch.Tensor, old_logp: torch.Tensor,
+               advantage: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The clipped PPO loss of one minibatch, every term a mean over the
+    rows where ``mask`` is 1.
+
+    Args:
+        x: features [B, D]. u: the normalised actions taken [B, 2].
+        old_logp: their log-probability when taken [B]. advantage:
+            normalised advantages [B]. returns: value targets [B]. mask: [B].
+
+    Returns:
+        (the loss to minimise, a scalar; the detached `LOSS_FIELDS` [5]:
+        the clipped surrogate, the value loss, the entropy, the approximate
+        KL from the rollout's policy and the fraction of clipped ratios).
+    """
+    w = mask.sum().clamp(min=1.0)
+    dist = policy.distribution(x)
+    logp = dist.log_prob(u).sum(-1)
+    log_ratio = logp - old_logp
+    ratio = log_ratio.exp()
+    clipped = ratio.clamp(1 - config.clip, 1 + config.clip)
+    policy_loss = -(torch.min(ratio * advantage, clipped * advantage) * mask).sum() / w
+    value_loss = (((policy.value(x) - returns) ** 2) * mask).sum() / w
+    entropy = (dist.entropy().sum(-1) * mask).sum() / w
+    loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
+    with torch.no_grad():
+        kl = (((ratio - 1) - log_ratio) * mask).sum() / w
+        clip_fraction = (((ratio - 1).abs() > config.clip).float() * mask).sum() / w
+        stats = torch.stack([policy_loss, value_loss, entropy, kl, clip_fraction]).detach()
+    return loss, stats
+
+
+def adapted_learning_rate(config: PPOConfig, rate: float, kl: float, update: int) -> float:
+    """The step size of update ``update + 1``, after update ``update``
+    (0-based) ran at ``rate`` with mean KL ``kl``.
+
+    ``adaptive``: ``rate`` / 1.5 when ``kl`` exceeds twice ``desired_kl``, x 1.5
+    when it is below half, within [``min_learning_rate``, ``max_learning_rate``]
+    (a non-finite KL lowers the rate); ``linear``: ``learning_rate x (1 -
+    (update + 1) / updates)``; ``constant``: ``learning_rate``.
+    """
+    if config.schedule == "constant":
+        return config.learning_rate
+    if config.schedule == "linear":
+        return config.learning_rate * (1.0 - (update + 1) / config.updates)
+    if not kl <= 2.0 * config.desired_kl:  # NaN too
+        rate /= 1.5
+    elif kl < 0.5 * config.desired_kl:
+        rate *= 1.5
+    return min(max(rate, config.min_learning_rate), config.max_learning_rate)

@@ -1,0 +1,140 @@
+"""The policy and value networks, in Torch alone (the exported plugin
+imports this module and nothing of the trainer)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from racing_stack import checkpoints
+
+__all__ = ["ActorCritic", "Normalizer"]
+
+
+class Normalizer(nn.Module):
+    """Running mean and variance of the input features (all the data seen,
+    weighted equally), applied as ``clamp((x - mean) / sqrt(var + 1e-8), -10, 10)``.
+    Its statistics are buffers: they travel with the weights into checkpoints
+    and exported plugins.
+
+    Args:
+        size: features per row.
+    """
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(size, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(size, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [..., size] normalised (float32)."""
+        scale = (self.var + 1e-8).rsqrt().float()
+        return ((x - self.mean.float()) * scale).clamp(-10.0, 10.0)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor, weight: torch.Tensor) -> None:
+        """Fold in the rows of ``x`` [N, size] whose ``weight`` [N] is 1 (0:
+        left out), on the device (Chan's parallel combination of moments)."""
+        w = weight.double()[:, None]
+        n = w.sum()
+        mean = (x.double() * w).sum(0) / n.clamp(min=1.0)
+        var = (((x.double() - mean) ** 2) * w).sum(0) / n.clamp(min=1.0)
+        total = self.count + n
+        delta = mean - self.mean
+        share = n / total.clamp(min=1.0)
+        combined = (self.var * self.count + var * n) / total.clamp(min=1.0) + delta**2 * share * (1 - share)
+        keep = n > 0
+        self.mean.copy_(torch.where(keep, self.mean + delta * share, self.mean))
+        self.var.copy_(torch.where(keep, combined, self.var))
+        self.count.copy_(total)
+
+
+class ActorCritic(nn.Module):
+    """A Gaussian policy over the action normalised to [-1, 1] (a mean
+    network and a learned log standard deviation per dimension) and a value
+    network, each an MLP of ``hidden`` tanh layers on the normalised
+    features (one `Normalizer` for both). The initial mean action is the
+    neutral one (zero steering and acceleration).
+
+    Args:
+        features: input features per world.
+        hidden: hidden layer widths.
+        init_log_std: the initial log standard deviation, per action
+            dimension (a number: the same for both).
+        low, high: the env's action bounds ([2] each), which [-1, 1] maps onto.
+    """
+
+    def __init__(self, features: int, hidden: tuple[int, ...], init_log_std: float | Sequence[float],
+                 low: np.ndarray, high: np.ndarray) -> None:
+        super().__init__()
+
+        def mlp(out: int, gain: float) -> nn.Sequential:
+            layers: list[nn.Module] = []
+            width = features
+            for h in hidden:
+                layers += [nn.Linear(width, h), nn.Tanh()]
+                width = h
+            layers.append(nn.Linear(width, out))
+            for layer in layers:
+                if isinstance(layer, nn.Linear):
+                    nn.init.orthogonal_(layer.weight, gain=np.sqrt(2.0))
+                    nn.init.zeros_(layer.bias)
+            nn.init.orthogonal_(layers[-1].weight, gain=gain)
+            return nn.Sequential(*layers)
+
+        low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
+        middle, half = (low + high) / 2, (high - low) / 2
+        self.normalizer = Normalizer(features)
+        self.actor = mlp(2, 0.01)
+        with torch.no_grad():  # the initial mean action is the neutral one (no steering, no acceleration)
+            self.actor[-1].bias.copy_(torch.as_tensor(np.clip(-middle / half, -1.0, 1.0)))
+        self.critic = mlp(1, 1.0)
+        self.log_std = nn.Parameter(torch.as_tensor(np.broadcast_to(np.asarray(init_log_std, np.float32), (2,)).copy()))
+        self.register_buffer("action_middle", torch.as_tensor(middle))
+        self.register_buffer("action_half", torch.as_tensor(half))
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """The policy's parameters (the mean network and the log standard deviation)."""
+        return [*self.actor.parameters(), self.log_std]
+
+    def value(self, x: torch.Tensor) -> torch.Tensor:
+        """V(x): [E]."""
+        return self.critic(self.normalizer(x)).squeeze(-1)
+
+    def distribution(self, x: torch.Tensor) -> torch.distributions.Normal:
+        """The policy over the normalised action, [E, 2]."""
+        # No argument validation: it would wait for the GPU at every step.
+        return torch.distributions.Normal(self.actor(self.normalizer(x)), self.log_std.exp(), validate_args=False)
+
+    def env_action(self, u: torch.Tensor) -> torch.Tensor:
+        """The env's action (float32 [E, 2], physical units) of normalised ``u``."""
+        return (self.action_middle + self.action_half * u.clamp(-1.0, 1.0)).float()
+
+    def mean_action(self, x: torch.Tensor) -> torch.Tensor:
+        """The env's action of the policy's mean (no sampling): float32 [E, 2]."""
+        return self.env_action(self.actor(self.normalizer(x)))
+
+    def load_checked(self, weights: Any, source: str) -> None:
+        """Load a state dict that must fit this network exactly (its layers
+        and shapes) and hold finite values only; nothing changes otherwise.
+
+        Raises:
+            racing_stack.checkpoints.CorruptFile: ``source`` (where the
+                weights came from) does not fit or is not finite.
+        """
+        if not isinstance(weights, dict) or not all(isinstance(v, torch.Tensor) for v in weights.values()):
+            raise checkpoints.CorruptFile(f"{source} is not a dict of tensors")
+        if not all(v.isfinite().all() for v in weights.values() if v.is_floating_point()):
+            raise checkpoints.CorruptFile(f"{source} holds values that are not finite")
+        mine = self.state_dict()
+        if set(weights) != set(mine) or any(weights[k].shape != v.shape or weights[k].dtype != v.dtype
+                                            for k, v in mine.items()):
+            raise checkpoints.CorruptFile(f"{source} does not fit the network: its layers, shapes or types differ")
+        if bool((weights["normalizer.var"] < 0).any()) or float(weights["normalizer.count"]) < 0:
+            raise checkpoints.CorruptFile(f"{source} holds a negative variance or count")
+        self.load_state_dict(weights)

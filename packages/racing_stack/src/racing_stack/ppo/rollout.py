@@ -1,0 +1,197 @@
+"""PPO's rollouts: the policy drives every world for ``steps`` calls on the
+device, and the buffers keep what the update needs.
+
+NEXT_STEP autoreset: the call after a terminal one only resets its world
+(the env ignores its action, returns the new episode's first observation,
+reward 0, no flags). That slot is masked out of GAE's result and of every
+loss; the terminal transition before it is kept. So is every call of a
+world still held at the start (`PPOConfig.stagger_steps`).
+
+What ends a return (`returns_cut`): the env's off-track and invalid-action
+endings, and the reward wrapper's training-only endings (the margin band
+entered, a stall), after which the env drives on. What bootstraps
+(`returns_bootstrapped`): the Level's timeout and a completed lap, from the
+value of the terminal call's own observation (the reset slot's input): the
+car would race on, so the finish line is not the end of the value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+
+from racing_env import TerminationReason
+from racing_stack.interop import Handover
+from racing_stack.ppo.config import PPOConfig
+from racing_stack.ppo.networks import ActorCritic
+from racing_stack.wrappers import MARGIN, STALL, Endings
+
+__all__ = ["Rollout"]
+
+#: The rollout state a checkpoint keeps, beside the env's snapshot and observation.
+STATE_FIELDS = ("pending", "hold", "inside", "still", "previous_action")
+
+
+class Rollout:
+    """The rollout buffers and the state that carries from one rollout to
+    the next (the observation, the pending resets, the start-up holds, the
+    reward wrapper's memory and the previous action).
+
+    Args:
+        config: the run's settings.
+        env: its `racing_env.VecCarRacingEnv` (``config.worlds`` worlds, reset here with ``config.seed``).
+        device: Torch's device (JAX's too).
+        crossing: every JAX-Torch crossing goes through it.
+        generator: draws the start-up holds.
+    """
+
+    def __init__(self, config: PPOConfig, env, device: torch.device, crossing: Handover,
+                 generator: torch.Generator) -> None:
+        self.config, self.env, self.device, self.crossing = config, env, device, crossing
+        t, e, d = config.steps, config.worlds, config.features.size
+        z = dict(device=device)
+        self.buf = {
+            "x": torch.zeros((t, e, d), **z), "u": torch.zeros((t, e, 2), **z),
+            "logp": torch.zeros((t, e), **z), "value": torch.zeros((t, e), **z),
+            "reward": torch.zeros((t, e), **z), "terminated": torch.zeros((t, e), dtype=torch.bool, **z),
+            "truncated": torch.zeros((t, e), dtype=torch.bool, **z), "valid": torch.zeros((t, e), **z),
+            "progress": torch.zeros((t, e), **z), "reason": torch.zeros((t, e), dtype=torch.int32, **z),
+            "lap_time": torch.zeros((t, e), **z), "ending": torch.zeros((t, e), dtype=torch.int32, **z),
+            "speed": torch.zeros((t, e), **z),
+        }
+        obs, _ = env.reset(seed=config.seed)
+        self.obs = obs
+        self.last_value = torch.zeros(e, **z)
+        self.pending = torch.zeros(e, dtype=torch.bool, **z)  # the next call only resets
+        self.hold = torch.randint(0, config.stagger_steps + 1, (e,), generator=generator, dtype=torch.int32, **z)
+        endings = config.reward.start(e)
+        self.inside, self.still = endings.inside, endings.still
+        self.previous_action = jnp.zeros((e, 2), jnp.float32)
+        space = env.single_action_space
+        self.brake = torch.as_tensor(np.array([0.0, space.low[1]], np.float32), device=device)
+
+    def collect(self, policy: ActorCritic, generator: torch.Generator) -> None:
+        """One rollout into the buffers, on the device: each step crosses the
+        features to Torch, the action to JAX and the step's outputs to Torch,
+        then fences (`racing_stack.interop.Handover`)."""
+        env, buf, cfg, cross = self.env, self.buf, self.config, self.crossing
+        with torch.no_grad():
+            for t in range(cfg.steps):
+                x = cross.to_torch(cfg.features(self.obs, self.previous_action))
+                dist = policy.distribution(x)
+                u = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=generator, device=self.device)
+                held = self.hold > 0
+                buf["x"][t] = x
+                buf["u"][t] = u
+                buf["logp"][t] = dist.log_prob(u).sum(-1)
+                buf["value"][t] = policy.value(x)
+                buf["valid"][t] = (~self.pending & ~held).float()
+                action = torch.where(held[:, None], self.brake, policy.env_action(u))
+                sent = cross.to_jax(action)
+                active = cross.to_jax((~held).float())
+                obs, reward, terminated, truncated, info = env.step(sent)
+                shaped, ending, endings = cfg.reward(Endings(self.inside, self.still), reward, obs, info,
+                                                     terminated | truncated, active)
+                self.inside, self.still = endings
+                self.previous_action = _after(sent, terminated | truncated)
+                buf["reward"][t] = cross.to_torch(shaped)
+                buf["ending"][t] = cross.to_torch(ending)
+                buf["terminated"][t] = cross.to_torch(terminated)
+                buf["truncated"][t] = cross.to_torch(truncated)
+                buf["progress"][t] = cross.to_torch(obs["track_progress"])
+                buf["reason"][t] = cross.to_torch(info["termination_reason"])
+                buf["lap_time"][t] = cross.to_torch(info["lap_time_s"])
+                buf["speed"][t] = cross.to_torch(_speed(obs["velocity_body"]))
+                cross.fence()
+                self.pending = buf["terminated"][t] | buf["truncated"][t]
+                self.hold = (self.hold - 1).clamp(min=0)
+                self.obs = obs
+            self.last_value = policy.value(cross.to_torch(cfg.features(self.obs, self.previous_action)))
+            cross.fence()
+
+    def returns_cut(self) -> torch.Tensor:
+        """bool [T, E]: where a return ends (no bootstrap)."""
+        buf = self.buf
+        lap = buf["reason"] == TerminationReason.SUCCESS
+        return (buf["terminated"] & ~lap) | (buf["ending"] != 0)
+
+    def returns_bootstrapped(self) -> torch.Tensor:
+        """bool [T, E]: where a return ends by bootstrapping from the next slot's value."""
+        buf = self.buf
+        lap = buf["reason"] == TerminationReason.SUCCESS
+        return (buf["truncated"] | (buf["terminated"] & lap)) & ~self.returns_cut()
+
+    def episodes(self) -> dict[str, float]:
+        """The rollout's ended episodes and training endings (read once, after the rollout)."""
+        buf = self.buf
+        valid = buf["valid"] > 0
+        ended = (buf["terminated"] | buf["truncated"]) & valid
+        reason = buf["reason"][ended].cpu().numpy()
+        progress = buf["progress"][ended].cpu().numpy()
+        laps = buf["lap_time"][ended & (buf["reason"] == TerminationReason.SUCCESS)].cpu().numpy()
+        n = int(reason.size)
+        count = valid.sum().clamp(min=1)
+
+        def rate(code: int) -> float:
+            return float(np.mean(reason == code)) if n else float("nan")
+
+        return {
+            "episodes": n,
+            "success_rate": rate(TerminationReason.SUCCESS),
+            "off_track_rate": rate(TerminationReason.OFF_TRACK),
+            "timeout_rate": rate(TerminationReason.TIMEOUT),
+            "mean_progress": float(progress.mean()) if n else float("nan"),
+            "median_lap_time_s": float(np.median(laps)) if laps.size else float("nan"),
+            "margin_endings": int(((buf["ending"] == MARGIN) & valid).sum()),
+            "stall_endings": int(((buf["ending"] == STALL) & valid).sum()),
+            "mean_speed_mps": float((buf["speed"] * buf["valid"]).sum() / count),
+            "mean_reward": float((buf["reward"] * buf["valid"]).sum() / count),
+        }
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The `STATE_FIELDS` as CPU tensors."""
+        return {"pending": self.pending.cpu(), "hold": self.hold.cpu(),
+                "inside": torch.from_numpy(np.array(self.inside)), "still": torch.from_numpy(np.array(self.still)),
+                "previous_action": torch.from_numpy(np.array(self.previous_action))}
+
+    def check_state(self, state: Any) -> str | None:
+        """What is wrong with a checkpoint's rollout ``state`` for this
+        rollout (None: it fits)."""
+        mine = self.state()
+        if not isinstance(state, dict) or set(state) != set(mine):
+            return f"is not a dict of {sorted(mine)}"
+        for k, v in mine.items():
+            theirs = state[k]
+            if not isinstance(theirs, torch.Tensor) or theirs.dtype != v.dtype or theirs.shape != v.shape:
+                return f"field {k!r} is not a {v.dtype} tensor of shape {tuple(v.shape)}"
+            if theirs.is_floating_point() and not bool(theirs.isfinite().all()):
+                return f"field {k!r} is not finite"
+        if bool((state["hold"] < 0).any() or (state["hold"] > self.config.stagger_steps).any()):
+            return f"field 'hold' is outside [0, {self.config.stagger_steps}]"
+        if bool((state["still"] < 0).any()):
+            return "field 'still' is negative"
+        return None
+
+    def restore(self, state: dict[str, torch.Tensor], obs: dict[str, Any]) -> None:
+        """Continue from a checked ``state`` and observation."""
+        self.pending = state["pending"].to(self.device)
+        self.hold = state["hold"].to(self.device)
+        self.inside, self.still = jnp.asarray(state["inside"].numpy()), jnp.asarray(state["still"].numpy())
+        self.previous_action = jnp.asarray(state["previous_action"].numpy())
+        self.obs = {k: jnp.asarray(v) for k, v in obs.items()}
+
+
+@jax.jit
+def _after(action: jax.Array, done: jax.Array) -> jax.Array:
+    """The previous action of the next call: zero where an episode ends
+    (the next call starts a new one), a copy of ``action`` elsewhere."""
+    return jnp.where(done[:, None], 0.0, action).astype(jnp.float32)
+
+
+@jax.jit
+def _speed(velocity: jax.Array) -> jax.Array:
+    return jnp.linalg.norm(velocity, axis=-1)
