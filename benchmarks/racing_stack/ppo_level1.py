@@ -118,7 +118,8 @@ def against_pursuit(episodes: list, pursuit: dict[int, dict[str, Any]]) -> dict[
     reasons = [e.termination_reason for e in episodes]
     return {"tracks": len(episodes), "success_rate": float(np.mean([e.lap_completed for e in episodes])),
             "off_track": reasons.count("off_track"), "timeout": reasons.count("timeout"),
-            "failed_track_ids": [e.track_id for e in episodes if not e.lap_completed],
+            "failures": [{"track_id": e.track_id, "reason": e.termination_reason, "progress": e.progress,
+                          "steps": e.steps} for e in episodes if not e.lap_completed],
             "median_lap_s": float(np.median(laps)) if laps else None,
             "p90_lap_s": float(np.percentile(laps, 90)) if laps else None,
             "pursuit_success_rate": float(np.mean([pursuit[e.track_id]["lap_completed"] for e in episodes])),
