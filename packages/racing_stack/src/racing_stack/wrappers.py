@@ -240,9 +240,9 @@ class ShapedReward:
     step_cost: float = 0.0
     off_track_penalty: float = 1.0
     crash_energy_cost: float = 0.1
-    edge_margin_m: float = 1.0
+    edge_margin_m: float = 0.75
     stall_steps: int = 150
-    stall_penalty: float = 1.0
+    stall_penalty: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("metres_scale", "step_cost", "off_track_penalty", "crash_energy_cost", "stall_penalty"):

@@ -83,7 +83,7 @@ class PPOConfig:
     stagger_steps: int = 1500
     tracks: int | None = None
     checkpoint_every: int = 500
-    validate_every: int = 100
+    validate_every: int = 150
     validation_tracks: int = 500
     validation_steps: int = 2500
     features: LocalTrack = LocalTrack()
