@@ -185,10 +185,10 @@ def throughput(env, config, blocks: int, updates: int, tmp: Path) -> dict[str, A
     variants["unheld_unguarded"].guard = lambda *args: None
     variants["unheld_unguarded"].crossing = Unheld(variants["unheld_unguarded"].device)
     rates: dict[str, list[float]] = {name: [] for name in variants}
+    fresh = variants["fixed_guarded"].rollout.state()  # a block starts anew: no pending reset, the same holds
     for block in range(blocks):
         for name, trainer in variants.items():
-            trainer.obs = trainer.env.reset(seed=block)[0]  # the trainers share the env: a block starts anew
-            trainer.pending.zero_()
+            trainer.rollout.restore(fresh, trainer.env.reset(seed=block)[0])  # the trainers share the env
             timed = [trainer._one_update()["transitions_per_s"] for _ in range(updates)]
             rates[name] += timed[1:]
     steady = {name: statistics.median(v) for name, v in rates.items()}

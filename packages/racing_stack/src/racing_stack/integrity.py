@@ -43,11 +43,13 @@ def check_rollout(trainer) -> dict[str, Any]:
         `mismatches` of the trainer's rollout against the host's, and
         ``rollout``: the trainer's own rollout (its buffers, [T, E, ...]).
     """
-    start = (trainer.env.snapshot(), trainer.obs, trainer.pending.clone(), trainer.generator.get_state())
+    rollout = trainer.rollout
+    start = (trainer.env.snapshot(), rollout.state(), rollout.obs, trainer.generator.get_state())
     trainer.collect()
     own = _rollout(trainer)
-    snapshot, trainer.obs, trainer.pending, generator = start
+    snapshot, state, obs, generator = start
     trainer.env.restore(snapshot)
+    rollout.restore(state, obs)
     trainer.generator.set_state(generator)
     crossing = trainer.crossing
     trainer.crossing = HostCopy(trainer.device)
@@ -61,7 +63,7 @@ def check_rollout(trainer) -> dict[str, Any]:
 def _rollout(trainer) -> dict[str, torch.Tensor]:
     """Copies of a collected rollout's buffers, [T, E, ...] each, with the
     value after the rollout as a [1, E] field."""
-    return {**{k: v.clone() for k, v in trainer.buf.items()}, "last_value": trainer.last_value[None].clone()}
+    return {**{k: v.clone() for k, v in trainer.buf.items()}, "last_value": trainer.rollout.last_value[None].clone()}
 
 
 def mismatches(rollout: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> dict[str, Any]:

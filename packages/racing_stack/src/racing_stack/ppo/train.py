@@ -122,10 +122,19 @@ class Trainer:
         self.update = 0
         #: The update of the checkpoint last written or loaded (None: none yet).
         self.saved_update: int | None = None
-        self.crossing = Handover(self.device)
         self.reward_bounds = config.reward.bounds(float(np.max(np.asarray(env.track_pool.track_length))))
-        self.rollout = Rollout(config, env, self.device, self.crossing, self.generator)
+        self.rollout = Rollout(config, env, self.device, Handover(self.device), self.generator)
         self.buf = self.rollout.buf
+
+    @property
+    def crossing(self) -> Handover:
+        """The crossing every rollout and validation goes through (settable:
+        `racing_stack.integrity` swaps in checked or host-copy ones)."""
+        return self.rollout.crossing
+
+    @crossing.setter
+    def crossing(self, value: Handover) -> None:
+        self.rollout.crossing = value
 
     # -- one update ------------------------------------------------------------
 
