@@ -23,11 +23,13 @@ import torch
 from racing_stack import checkpoints
 from racing_stack.checkpoints import CorruptFile
 from racing_stack.ppo import LOG_FIELDS, PRESETS, GuardError, RunExists, Trainer, make_env
+from racing_stack.wrappers import Endings
 
 #: A tiny run (as test_ppo's TINY): 4 worlds on the first 4 Train tracks,
 #: 8 steps, 24-step episodes; a checkpoint every update, no validation.
 TINY = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=8, updates=4, minibatches=2, tracks=4,
-                           max_episode_steps=24, checkpoint_every=1, validate_every=0, validation_tracks=2)
+                           max_episode_steps=24, stagger_steps=3, checkpoint_every=1, validate_every=0,
+                           validation_tracks=2)
 #: The log columns that depend on the run's data only (not on its timing).
 DATA_FIELDS = [k for k in LOG_FIELDS if k not in ("seconds", "transitions_per_s")]
 
@@ -107,7 +109,10 @@ class Corrupting:
 def bad_reward(value, seen):
     def corrupt(obs, reward, info):
         reward = reward.at[1].set(value)  # an impossible lap fraction
-        seen["shaped"] = float(TINY.reward(reward, obs, info)[1])  # what the trainer learns from
+        rollout = seen["trainer"].rollout  # the reward wrapper's memory before this step
+        shaped, _, _ = TINY.reward(Endings(rollout.inside, rollout.still), reward, obs, info, jnp.zeros(4, bool),
+                                   jnp.ones(4))
+        seen["shaped"] = float(shaped[1])  # what the trainer learns from
         return obs, reward
     return corrupt
 
@@ -167,16 +172,18 @@ def trainer_state(trainer):
     return {"policy": {k: v.clone() for k, v in trainer.policy.state_dict().items()},
             "optimizer": copy.deepcopy(trainer.optimizer.state_dict()), "update": trainer.update,
             "saved_update": trainer.saved_update, "generator": trainer.generator.get_state(),
-            "pending": trainer.pending.clone(), "best": trainer.best,
-            "obs": {k: np.array(v) for k, v in trainer.obs.items()}, "env": trainer.env.snapshot()}
+            "rollout": trainer.rollout.state(), "rate": trainer.rate, "best": trainer.best,
+            "obs": {k: np.array(v) for k, v in trainer.rollout.obs.items()}, "env": trainer.env.snapshot()}
 
 
 def assert_unchanged(trainer, before):
     after = trainer_state(trainer)
     assert_same_policy(after["policy"], before["policy"])
-    assert (after["update"], after["saved_update"], after["best"]) == (before["update"], before["saved_update"],
-                                                                      before["best"])
-    assert torch.equal(after["generator"], before["generator"]) and torch.equal(after["pending"], before["pending"])
+    assert (after["update"], after["saved_update"], after["best"], after["rate"]) == \
+        (before["update"], before["saved_update"], before["best"], before["rate"])
+    assert torch.equal(after["generator"], before["generator"])
+    for key, value in before["rollout"].items():
+        assert torch.equal(after["rollout"][key], value), key
     assert repr(after["optimizer"]) == repr(before["optimizer"])
     for part in ("obs", "env"):
         assert list(after[part]) == list(before[part])
@@ -210,7 +217,17 @@ def nonsense(state, case):
     elif case == "generator state":
         state["generator"] = torch.zeros(3, dtype=torch.uint8)
     elif case == "pending of another shape":
-        state["pending"] = torch.zeros(TINY.worlds + 1, dtype=torch.bool)
+        state["rollout"]["pending"] = torch.zeros(TINY.worlds + 1, dtype=torch.bool)
+    elif case == "hold beyond the stagger":
+        state["rollout"]["hold"][0] = TINY.stagger_steps + 1
+    elif case == "previous action not finite":
+        state["rollout"]["previous_action"][0, 0] = math.nan
+    elif case == "rollout state missing a field":
+        del state["rollout"]["still"]
+    elif case == "learning rate negative":
+        state["learning_rate"] = -1e-3
+    elif case == "feature statistics negative":
+        policy["normalizer.var"][0] = -1.0
     elif case == "observation missing a field":
         del state["obs"]["yaw"]
     elif case == "observation of another type":
@@ -243,7 +260,9 @@ def nonsense(state, case):
 NONSENSE = ["policy of another shape", "policy missing a layer", "policy not finite", "policy not tensors",
             "update negative", "update beyond the run", "update a string", "optimizer moment of another shape",
             "optimizer moment not finite", "optimizer of another network", "generator state",
-            "pending of another shape", "observation missing a field", "observation of another type",
+            "pending of another shape", "hold beyond the stagger", "previous action not finite",
+            "rollout state missing a field", "learning rate negative", "feature statistics negative",
+            "observation missing a field", "observation of another type",
             "observation of a type NumPy lacks", "env snapshot missing a field", "env snapshot of another shape",
             "env snapshot of a type NumPy lacks", "fields missing", "fields extra",
             "best policy", "settings invalid", "not a dict"]

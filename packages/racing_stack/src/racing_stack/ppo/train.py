@@ -199,14 +199,19 @@ class Trainer:
                  "std_acceleration")
         return dict(zip(names, read))
 
-    def guard(self, advantage: torch.Tensor, returns: torch.Tensor, losses: dict[str, float]) -> None:
+    def guard(self, advantage: torch.Tensor, returns: torch.Tensor, losses: dict[str, float],
+              acted: torch.Tensor | None = None) -> None:
         """Check the update just computed (``self.update`` done before it):
-        the rollout's features, values, advantages and returns, the losses
-        and the parameters finite, its rewards within the reward wrapper's
-        bounds; one small read of the device.
+        the parameters that acted in the rollout (``acted``: `acting_parameters`,
+        taken before the update), the rollout's features, values,
+        advantages and returns, the losses and the updated parameters finite,
+        its rewards within the reward wrapper's bounds; one small read of the
+        device. Causes come before effects: bad parameters make bad actions,
+        which the features carry (the previous action), and bad data makes
+        bad parameters.
 
         Raises:
-            GuardError: naming the update, the field and its worst value.
+            GuardError: naming the update, the first bad field and its worst value.
         """
         buf = self.buf
         low, high = self.reward_bounds
@@ -214,12 +219,20 @@ class Trainer:
         low, high = low - 1e-5 * max(1.0, abs(low)), high + 1e-5 * max(1.0, abs(high))
         fields = [Violation("observation feature", buf["x"]), Violation("reward", buf["reward"], low, high),
                   Violation("value", [buf["value"], self.rollout.last_value]), Violation("advantage", advantage),
-                  Violation("return", returns),
-                  Violation("parameter", [*self.policy.parameters(), *self.policy.normalizer.buffers()])]
-        read = violations(fields).tolist()
-        read += [[0.0 if math.isfinite(v) else 1.0, v] for v in losses.values()]
+                  Violation("return", returns), self._parameters()]
+        read = violations(fields)
+        if acted is not None:
+            fields, read = [self._parameters(), *fields], torch.cat([acted, read])
+        read = read.tolist() + [[0.0 if math.isfinite(v) else 1.0, v] for v in losses.values()]
         fields += [Violation(name, torch.zeros(1)) for name in losses]
         check(fields, read, self.update + 1, self.last_checkpoint())
+
+    def acting_parameters(self) -> torch.Tensor:
+        """`racing_stack.guard.violations` of the parameters now (on the device, no wait)."""
+        return violations([self._parameters()])
+
+    def _parameters(self) -> Violation:
+        return Violation("parameter", [*self.policy.parameters(), *self.policy.normalizer.buffers()])
 
     def last_checkpoint(self) -> str:
         """What a stopped run can resume from, said for a message."""
@@ -346,9 +359,10 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         self.collect()
+        acted = self.acting_parameters()
         advantage, returns = self.advantages()
         losses = self.optimise(advantage, returns)
-        self.guard(advantage, returns, losses)
+        self.guard(advantage, returns, losses, acted)
         stats = self.episodes()
         self.rate = adapted_learning_rate(self.config, rate, losses["approx_kl"], self.update)
         self.update += 1
