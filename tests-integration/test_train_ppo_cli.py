@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from racing_stack import checkpoints, ppo
+from racing_stack.ppo import cli
 
 #: A tiny CPU run, as train-ppo's flags.
 FLAGS = ["--preset", "cpu", "--updates", "2", "--set", "worlds=4", "--set", "steps=8", "--set", "tracks=4",
@@ -46,7 +47,7 @@ def envs(built, monkeypatch):
             return built
         return real(config)
 
-    monkeypatch.setattr(ppo, "make_env", make_env)
+    monkeypatch.setattr(cli, "make_env", make_env)
     return calls
 
 
@@ -76,7 +77,7 @@ def run(run_folder, tmp_path):
 
 # Errors in the flags themselves: nothing is read, nothing built.
 @pytest.mark.parametrize("extra, flag, said", [
-    (["--updates", "0"], "--updates", "updates must be an int >= 1, got 0"),
+    (["--updates", "0"], "--updates", "updates must be an int in [1, 2**31), got 0"),
     (["--updates", "-3"], "--updates", "got -3"),
     (["--updates", "abc"], "--updates", "invalid int value: 'abc'"),
     (["--updates", "1.5"], "--updates", "invalid int value: '1.5'"),
@@ -199,7 +200,7 @@ def test_resume_from_a_checkpoint_of_nonsense_fields_is_refused_once_the_env_is_
 
 
 @pytest.mark.parametrize("setting, split", [("tracks=100000", "'train'"),
-                                            ("validation_tracks=100000", "'validation'")])
+                                            ("validation_tracks=100000", "Validation split")])
 def test_more_tracks_than_a_split_holds_are_refused(capsys, envs, tmp_path, setting, split):
     flags = FLAGS + (["--set", "validate_every=1"] if setting.startswith("validation") else [])
     message = usage_error(capsys, flags + ["--out", str(tmp_path / "out"), "--set", setting])

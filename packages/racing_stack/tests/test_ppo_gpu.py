@@ -28,7 +28,9 @@ from racing_stack.ppo import PRESETS, Trainer, make_env, make_validation_env
 pytestmark = pytest.mark.gpu
 
 CONFIG = dataclasses.replace(PRESETS["gpu"], worlds=256, steps=16, updates=1, minibatches=4, tracks=64,
-                             max_episode_steps=20, validation_tracks=8)
+                             max_episode_steps=20, stagger_steps=4, validation_tracks=8)
+#: Crossings of a rollout step: the features, the action and the active mask to JAX, and eight outputs back.
+CROSSINGS_PER_STEP = 11
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,7 @@ def trainer(tmp_path_factory):
 
 
 def test_env_outputs_are_views_of_the_gpu_buffers(trainer):
-    obs = trainer.obs
+    obs = trainer.rollout.obs
     view = to_torch(obs["centerline"])
     assert view.is_cuda and view.data_ptr() == obs["centerline"].unsafe_buffer_pointer()
 
@@ -63,25 +65,22 @@ def test_an_update_trains_on_the_gpu(trainer):
 
 
 def test_a_validation_on_the_gpu_drives_what_the_runner_drives(trainer, tmp_path):
-    import numpy as np
     from racing_env.plugins import load_plugin
     from racing_env.runner import run
 
     from racing_stack.export import export_plugin
+    from racing_stack.ppo.validation import validate
 
     validation = make_validation_env(CONFIG)
-    trainer.validation = validation
-    try:
-        result = trainer.validate()
-    finally:
-        trainer.validation = None
+    rows = list(range(CONFIG.validation_tracks))
+    mine = validate(trainer.policy, validation, CONFIG, trainer.crossing, rows, early_exit=False)
     plugin = export_plugin(trainer.policy, CONFIG, tmp_path / "plugin")
-    episodes = sorted(run(load_plugin(plugin), validation, seed=CONFIG.seed,
-                          track_indices=list(range(CONFIG.validation_tracks))).episodes, key=lambda e: e.world)
-    assert [e.world for e in episodes] == list(range(CONFIG.validation_tracks))
-    assert result["validation_success_rate"] == np.mean([e.termination_reason == "success" for e in episodes])
-    np.testing.assert_allclose(result["validation_mean_progress"], np.mean([e.progress for e in episodes]),
-                               atol=1e-3)
+    episodes = sorted(run(load_plugin(plugin), validation, seed=CONFIG.seed, track_indices=rows).episodes,
+                      key=lambda e: e.world)
+    assert [e.world for e in episodes] == rows
+    for a, b in zip(mine, episodes):  # the Runner's accounting of the same episodes
+        assert (a.track_id, a.episode_seed, a.termination_reason) == (b.track_id, b.episode_seed, b.termination_reason)
+        assert a.progress == pytest.approx(b.progress, abs=1e-3)
 
 
 def test_rollouts_under_injected_delays_deliver_what_was_written(trainer):
@@ -100,7 +99,7 @@ def test_rollouts_under_injected_delays_deliver_what_was_written(trainer):
         assert trainer.crossing.held == 0  # every crossing released once the device passed its fence
     finally:
         trainer.crossing = own
-    assert all(f["crossings"] == 8 * CONFIG.steps + 1 for f in found)
+    assert all(f["crossings"] == CROSSINGS_PER_STEP * CONFIG.steps + 1 for f in found)
     assert [f["mismatched_bytes"] for f in found] == [0] * 10
 
 
@@ -138,5 +137,5 @@ def test_a_cold_start_at_the_gpu_preset_shapes_delivers_what_was_written(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert (result["worlds"], result["steps"]) == (8192, 32)
-    assert [f["crossings"] for f in result["found"]] == [8 * 32 + 1] * 5
+    assert [f["crossings"] for f in result["found"]] == [CROSSINGS_PER_STEP * 32 + 1] * 5
     assert [f["mismatched_bytes"] for f in result["found"]] == [0] * 5

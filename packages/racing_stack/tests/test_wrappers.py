@@ -1,5 +1,6 @@
 """The learning wrappers against NumPy references: the local-track
-features of random poses on random tracks, and the shaped reward."""
+features of random poses on random tracks (the road geometry by brute
+force over every segment, in float64), and the shaped reward's bounds."""
 
 import math
 
@@ -7,8 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from racing_env import TRACK_CAPACITY, TerminationReason
-from racing_stack.wrappers import LocalTrack, ShapedReward
+from racing_env import TRACK_CAPACITY, ProjectConfig, TerminationReason
+from racing_stack.wrappers import Endings, LocalTrack, ShapedReward
+
+VEHICLE = ProjectConfig()
 
 
 def random_obs(rng, worlds):
@@ -39,17 +42,39 @@ def random_obs(rng, worlds):
     return {k: np.asarray(v, dtypes.get(k, np.float32)) for k, v in obs.items()}
 
 
-def reference_features(obs, points, spacing, scale):
+def signed_distance(line, q):
+    """The distance of ``q`` to the closed polyline ``line`` (+ left of its
+    direction), and the direction of the nearest segment: every segment tried."""
+    a, b = line, np.roll(line, -1, 0)
+    ab = b - a
+    t = np.clip(((q - a) * ab).sum(1) / (ab * ab).sum(1), 0, 1)
+    d = np.linalg.norm(a + t[:, None] * ab - q, axis=1)
+    i = int(np.argmin(d))
+    side = 1.0 if ab[i, 0] * (q - a[i])[1] - ab[i, 1] * (q - a[i])[0] >= 0 else -1.0
+    return side * d[i], ab[i]
+
+
+def reference_features(obs, previous, points, spacing, scale):
     out = []
     for w in range(len(obs["yaw"])):
         n = int(obs["track_mask"][w].sum())
         line = obs["centerline"][w, :n].astype(np.float64)
         p = obs["position"][w].astype(np.float64)
+        yaw = float(obs["yaw"][w])
         nearest = int(np.argmin(((line - p) ** 2).sum(1)))
-        step = float(obs["track_length"][w]) / n
-        c, s = math.cos(obs["yaw"][w]), math.sin(obs["yaw"][w])
+        half = float(np.linalg.norm(obs["left_boundary"][w, nearest] - obs["centerline"][w, nearest]))
+        lateral, direction = signed_distance(line, p)
+        heading = yaw - math.atan2(direction[1], direction[0])
+        c, s = math.cos(yaw), math.sin(yaw)
+        margins = []
+        for ahead, left in ((VEHICLE.wheelbase_m, 1), (VEHICLE.wheelbase_m, -1), (0.0, 1), (0.0, -1)):
+            side = left * VEHICLE.track_width_m / 2
+            wheel = p + [c * ahead - s * side, s * ahead + c * side]
+            margins.append((half - abs(signed_distance(line, wheel)[0])) / 6.0)
         row = [obs["velocity_body"][w, 0] / 20, obs["velocity_body"][w, 1] / 20, obs["yaw_rate"][w] / 2,
-               obs["steering_angle"][w] / 0.6]
+               obs["steering_angle"][w] / 0.6, previous[w, 0] / 0.6, previous[w, 1] / 8.0, half / 6.0,
+               lateral / half, math.sin(heading), math.cos(heading), *margins]
+        step = float(obs["track_length"][w]) / n
         for key in ("centerline", "left_boundary", "right_boundary"):
             for k in range(points):
                 q = obs[key][w, (nearest + round(k * spacing / step)) % n] - p
@@ -58,17 +83,19 @@ def reference_features(obs, points, spacing, scale):
     return np.asarray(out)
 
 
-@pytest.mark.parametrize("points, spacing", [(1, 3.0), (12, 5.0), (7, 17.5)])
-def test_local_track_matches_the_reference(points, spacing):
-    obs = random_obs(np.random.default_rng(points), 9)
-    wrapper = LocalTrack(points=points, spacing_m=spacing)
-    got = np.asarray(wrapper({k: jnp.asarray(v) for k, v in obs.items()}))
+@pytest.mark.parametrize("points, spacing, scale", [(1, 3.0, 50.0), (12, 5.0, 25.0), (7, 17.5, 10.0)])
+def test_local_track_matches_the_reference(points, spacing, scale):
+    rng = np.random.default_rng(points)
+    obs = random_obs(rng, 9)
+    previous = rng.uniform([-0.6, -8.0], [0.6, 4.0], (9, 2)).astype(np.float32)
+    wrapper = LocalTrack(points=points, spacing_m=spacing, scale_m=scale)
+    got = np.asarray(wrapper({k: jnp.asarray(v) for k, v in obs.items()}, jnp.asarray(previous)))
     assert got.shape == (9, wrapper.size) and got.dtype == np.float32
-    want = reference_features(obs, points, spacing, 50.0)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    host = wrapper.host(obs)  # the NumPy path a controller takes
+    want = reference_features(obs, previous, points, spacing, scale)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
+    host = wrapper.host(obs, previous)  # the NumPy path a controller takes
     assert host.dtype == np.float32
-    np.testing.assert_allclose(host, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(host, want, rtol=1e-4, atol=2e-5)
 
 
 def test_numpy_and_jax_round_half_way_points_alike():
@@ -82,7 +109,9 @@ def test_numpy_and_jax_round_half_way_points_alike():
         hair = 1.0 + rng.uniform(-6e-8, 6e-8, counts.shape)
         obs["track_length"] = (2.0 * counts * hair).astype(np.float32)  # 5 m / ~2 m = ~2.5 points
         # The same points: a neighbouring one would move a coordinate by ~0.04.
-        np.testing.assert_allclose(wrapper.host(obs), np.asarray(wrapper({k: jnp.asarray(v) for k, v in obs.items()})),
+        previous = np.zeros((8, 2), np.float32)
+        np.testing.assert_allclose(wrapper.host(obs, previous),
+                                   np.asarray(wrapper({k: jnp.asarray(v) for k, v in obs.items()}, previous)),
                                    rtol=1e-5, atol=1e-5)
 
 
@@ -99,31 +128,45 @@ def test_bad_feature_settings_are_refused(kwargs, match):
         LocalTrack(**kwargs)
 
 
-def test_shaped_reward_is_metres_less_time_less_leaving_the_track():
-    wrapper = ShapedReward(metres_scale=0.1, step_cost=0.01, off_track_penalty=2.0)
-    reward = jnp.array([0.01, 0.0, 0.002, 0.0], jnp.float32)
-    obs = {"track_length": jnp.array([400.0, 400.0, 300.0, 350.0], jnp.float32)}
-    reason = jnp.array([TerminationReason.NONE, TerminationReason.NONE, TerminationReason.OFF_TRACK,
-                        TerminationReason.TIMEOUT], jnp.int32)
-    got = np.asarray(wrapper(reward, obs, {"termination_reason": reason}))
-    np.testing.assert_allclose(got, [0.4 - 0.01, -0.01, 0.06 - 0.01 - 2.0, -0.01], rtol=1e-6)
-    for bad in (-1.0, float("nan"), float("inf"), 1e400, 1e7, True, "1"):
-        with pytest.raises(ValueError, match="step_cost must be a number in \\[0, 1e\\+06\\]"):
-            ShapedReward(step_cost=bad)
+@pytest.mark.parametrize("kwargs, match", [({"step_cost": -1.0}, "step_cost must be a number in \\[0, 1e\\+06\\]"),
+                                           ({"step_cost": float("nan")}, "step_cost must be a number in"),
+                                           ({"off_track_penalty": 1e400}, "off_track_penalty must be a number in"),
+                                           ({"crash_energy_cost": 1e7}, "crash_energy_cost must be a number in"),
+                                           ({"stall_penalty": True}, "stall_penalty must be a number in"),
+                                           ({"metres_scale": "1"}, "metres_scale must be a number in"),
+                                           ({"edge_margin_m": -0.1}, "edge_margin_m must be a number in"),
+                                           ({"edge_margin_m": float("inf")}, "edge_margin_m must be a number in"),
+                                           ({"stall_steps": 0}, "stall_steps must be an int in \\[1, 2\\*\\*31\\)"),
+                                           ({"stall_steps": 150.0}, "stall_steps must be an int"),
+                                           ({"stall_steps": 2**31}, "stall_steps must be an int")])
+def test_bad_reward_settings_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ShapedReward(**kwargs)
 
 
 def test_shaped_reward_stays_within_its_bounds():
-    wrapper = ShapedReward(metres_scale=0.3, step_cost=0.02, off_track_penalty=4.0)
+    """Random steps on random tracks (random progress, speeds up to 150 m/s,
+    crashes, stalls about to end): every reward within `bounds`, both
+    bounds reached."""
+    wrapper = ShapedReward(metres_scale=0.3, step_cost=0.02, off_track_penalty=4.0, crash_energy_cost=0.2,
+                           stall_steps=5, stall_penalty=3.0)
     rng = np.random.default_rng(3)
-    length = rng.uniform(300.0, 450.0, 4096).astype(np.float32)
-    reward = rng.uniform(0.0, 1.0, 4096).astype(np.float32)  # the Challenge reward: a lap fraction
-    reward[:2] = [0.0, 1.0]
-    length[:2] = 450.0
-    reason = rng.choice([TerminationReason.NONE, TerminationReason.OFF_TRACK], 4096).astype(np.int32)
+    worlds = 64
+    obs = {k: jnp.asarray(v) for k, v in random_obs(rng, worlds).items()}
+    length = rng.uniform(300.0, 450.0, worlds).astype(np.float32)
+    reward = rng.uniform(0.0, 1.0, worlds).astype(np.float32)  # the Challenge reward: a lap fraction
+    reward[rng.random(worlds) < 0.5] = 0.0
+    speed = rng.uniform(0.0, 150.0, (worlds, 1)).astype(np.float32)
+    reward[:2], length[:2], speed[:2] = [0.0, 1.0], 450.0, [[150.0], [0.0]]
+    reason = rng.choice([TerminationReason.NONE, TerminationReason.OFF_TRACK], worlds).astype(np.int32)
     reason[:2] = [TerminationReason.OFF_TRACK, TerminationReason.NONE]
-    got = np.asarray(wrapper(jnp.asarray(reward), {"track_length": jnp.asarray(length)},
-                             {"termination_reason": jnp.asarray(reason)}))
+    obs["track_length"] = jnp.asarray(length)
+    obs["velocity_body"] = jnp.asarray(np.concatenate([speed, np.zeros_like(speed)], 1))
+    memory = Endings(jnp.asarray(rng.random(worlds) < 0.5), jnp.asarray(rng.integers(0, 5, worlds), jnp.int32))
+    got, _, _ = wrapper(memory._replace(still=memory.still.at[0].set(4)), jnp.asarray(reward), obs,
+                        {"termination_reason": jnp.asarray(reason)}, jnp.asarray(reason != 0), jnp.ones(worlds))
+    got = np.asarray(got)
     low, high = wrapper.bounds(450.0)
-    assert (low, high) == pytest.approx((-4.02, 0.3 * 450.0 - 0.02))
-    assert got.min() >= low - 1e-5 and got.max() <= high + 1e-4
+    assert (low, high) == pytest.approx((-0.02 - 4.0 - 0.2 * 100.0**2 - 3.0, 0.3 * 450.0 - 0.02))
+    assert got.min() >= low - 1e-5 * abs(low) and got.max() <= high + 1e-4
     np.testing.assert_allclose(got[:2], [low, high], rtol=1e-6)  # both bounds are reached
