@@ -74,3 +74,15 @@ def test_the_manifest_uses_current_pixi_syntax():
     assert cpu["pypi-dependencies"]["torch"]["index"] == "https://download.pytorch.org/whl/cpu"
     assert gpu["pypi-dependencies"]["torch"]["index"] == "https://download.pytorch.org/whl/cu130"
     assert gpu["pypi-dependencies"]["jax"]["extras"] == ["cuda13"]
+
+
+def test_one_python_floor_everywhere():
+    """Python 3.10 cannot install the JAX racing_env needs: every package,
+    the pixi manifest, the lint and the docs say 3.11."""
+    for pyproject in sorted((ROOT / "packages").glob("*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        assert project["requires-python"] == ">=3.11", pyproject
+        assert not any("python_version" in d for d in project["dependencies"]), pyproject
+    assert tomllib.loads((ROOT / "pixi.toml").read_text())["dependencies"]["python"].startswith(">=3.11,")
+    assert tomllib.loads((ROOT / "ruff.toml").read_text())["target-version"] == "py311"
+    assert 'needs Python 3.11 or newer (`requires-python = ">=3.11"`)' in (ROOT / "docs/development.md").read_text()
