@@ -61,7 +61,6 @@ def test_the_command_line_writes_the_result_and_draws_it(first_two, tmp_path, ca
 
 @pytest.mark.parametrize("argv,message", [
     (["--level", "1", "--split", "nope"], "split must be one of"),
-    (["--tracks", "0"], "tracks must be in [1, 1000]"),
     (["--tracks", "1001"], "tracks must be in [1, 1000]"),
     (["--controller", "/nonexistent/plugin"], "nonexistent"),
     (["--split", "train", "--tracks", "10001"], "tracks must be in [1, 10000]"),
@@ -72,3 +71,45 @@ def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsy
     assert evaluate.main(["--backend", "cpu_reference", *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (cache / f"{pools.pool_name('train')}.npz").exists()  # refused before any pool is built
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--seed", "-1"], "argument --seed: must be in [0, 2**32), got -1"),
+    (["--tracks", "0"], "argument --tracks: must be >= 1, got 0"),
+    (["--episodes", "0"], "argument --episodes: must be >= 1, got 0"),
+    (["--worlds", "0"], "argument --worlds: must be >= 1, got 0"),
+    (["--worlds", "two"], "argument --worlds: must be an integer, got 'two'"),
+    (["--record", "laps.gif", "--record-fps", "61"], "argument --record-fps: must be in (0, 60], got 61"),
+])
+def test_bad_numbers_are_usage_errors_naming_the_flag(argv, message, cache, monkeypatch, capsys):
+    monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
+    monkeypatch.setattr(evaluate, "evaluate", None)  # nothing may run
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["--split", "train", *argv])
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+BOOM = """
+from racing_env.controller import Controller
+
+
+class Boom(Controller):
+    def compute_control(self, obs, info=None):
+        raise RuntimeError("boom")
+"""
+
+
+def test_a_run_where_every_episode_failed_with_a_controller_error_exits_1(tmp_path, capsys):
+    plugin = tmp_path / "boom"
+    plugin.mkdir()
+    (plugin / "controller.py").write_text(BOOM)
+    (plugin / "config.toml").write_text("")
+    out = tmp_path / "boom.json"
+    argv = ["--controller", str(plugin), "--level", "0", "--episodes", "2", "--backend", "cpu_reference"]
+    assert evaluate.main([*argv, "--out", str(out)]) == 1
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["summary"]["controller_errors"] == 2  # the summary still comes
+    assert "every episode (2) ended with a controller error" in printed.err and "RuntimeError: boom" in printed.err
+    assert [e["termination_reason"] for e in json.loads(out.read_text())["episodes"]] == ["invalid_action"] * 2
+    assert "1 when every" in evaluate.__doc__  # --help says so

@@ -16,6 +16,11 @@ result (``--reference``, a JSON result of another controller on the same
 tracks) where one is given. ``--render`` and ``--record`` draw world 0's
 episodes (a window; an animated GIF or MP4). Progress goes to stderr, the
 JSON summary to stdout.
+
+Exit status: 0 after a run (whatever the controller scored); 1 when every
+episode ended with a controller error (it raised, or returned no valid
+action; the result and the summary are still written); 2 for a usage error
+(a bad option, plugin or pool), refused before anything runs.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from racing_stack._cli import SEED_END, int_in
 from racing_stack.viewing import add_view_arguments, open_view
 
 __all__ = ["evaluate", "draw", "main"]
@@ -154,11 +160,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="a controller plugin directory (default: the pure-pursuit reference)")
     parser.add_argument("--level", type=int, choices=(0, 1), default=1)
     parser.add_argument("--split", default="validation", help="Level 1's split: train, validation or test")
-    parser.add_argument("--tracks", type=int, default=None, help="Level 1: only the split's first N tracks")
-    parser.add_argument("--episodes", type=int, default=1, help="Level 0: episodes on the fixed track")
+    parser.add_argument("--tracks", type=int_in(1), default=None, help="Level 1: only the split's first N tracks")
+    parser.add_argument("--episodes", type=int_in(1), default=1, help="Level 0: episodes on the fixed track")
     parser.add_argument("--backend", choices=("cpu_reference", "mjx_warp"), default="mjx_warp")
-    parser.add_argument("--worlds", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--worlds", type=int_in(1), default=None, help="worlds at once")
+    parser.add_argument("--seed", type=int_in(0, SEED_END, "2**32"), default=0,
+                        help="the env's root reset seed, in [0, 2**32) (default 0)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON result here")
     parser.add_argument("--plot", type=Path, default=None, help="draw the result as a PNG here")
     parser.add_argument("--reference", type=Path, default=None, help="a reference JSON result for the picture")
@@ -169,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     from racing_env import ProjectConfig
     from racing_env.plugins import PluginError
 
+    status = 0
     if args.from_result is not None:
         result = json.loads(args.from_result.read_text())
     else:
@@ -193,12 +201,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.out is not None:
             args.out.write_text(json.dumps(result, indent=1) + "\n")
+        errors = result["summary"]["controller_errors"]
+        if errors == result["summary"]["episodes"]:
+            first = next(e["error"] for e in result["episodes"])
+            print(f"evaluate: every episode ({errors}) ended with a controller error; the first:\n{first}",
+                  file=sys.stderr)
+            status = 1
     if args.plot is not None:
         reference = None if args.reference is None else json.loads(args.reference.read_text())
         draw(result, args.plot, reference)
     print(json.dumps({k: result[k] for k in ("plugin", "backend", "worlds", "level", "split", "summary", "seconds")},
                      indent=2))
-    return 0
+    return status
 
 
 if __name__ == "__main__":

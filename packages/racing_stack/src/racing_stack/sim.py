@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from racing_stack._cli import SEED_END, int_in
 from racing_stack.viewing import add_view_arguments, open_view
 
 #: The track_gen seed ``sim`` drives on.
@@ -51,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("cpu_reference", "mjx_warp"), default="cpu_reference")
     parser.add_argument("--controller", type=Path, default=None, help="a controller plugin directory "
                         "(default: the neutral template)")
-    parser.add_argument("--seed", type=int, default=0, help="the env's root reset seed")
+    parser.add_argument("--seed", type=int_in(0, SEED_END, "2**32"), default=0,
+                        help="the env's root reset seed, in [0, 2**32) (default 0)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     add_view_arguments(parser)
     args = parser.parse_args(argv)
