@@ -1,13 +1,16 @@
-"""What the command lines check before any work: a bad number is a usage
-error (exit 2) naming its flag."""
+"""What the command lines check before any work: a bad number or an output
+file that cannot be written is a usage error (exit 2) naming its flag."""
 
 from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+import os
+import tempfile
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
 
-__all__ = ["SEED_END", "int_in", "float_in"]
+__all__ = ["SEED_END", "int_in", "float_in", "check_outputs"]
 
 #: Reset seeds are one uint32 SeedSequence word: ``[0, 2**32)``.
 SEED_END = 2**32
@@ -43,3 +46,40 @@ def float_in(low: float, high: float) -> Callable[[str], float]:
         return value
 
     return parse
+def check_outputs(parser: argparse.ArgumentParser, outputs: Mapping[str, Path | None],
+                  suffixes: Mapping[str, Collection[str]] | None = None) -> None:
+    """Refuse, as a usage error naming the flag, an output file (flag ->
+    path; None: not asked for) without one of its flag's ``suffixes``
+    (lower case, with the dot), that is a folder or cannot be written, or a
+    new one whose folder is a file or cannot be written in; then create
+    the missing folders.
+
+    The folder check writes and removes a temporary file there (or in its
+    nearest existing parent, where the folder is still to be made), so a
+    read-only file system or missing permission is found, root included.
+    """
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        allowed = sorted((suffixes or {}).get(flag, ()))
+        if allowed and path.suffix.lower() not in allowed:
+            parser.error(f"argument {flag}: must end in one of {', '.join(allowed)}, got {str(path)!r}")
+        if path.is_dir():
+            parser.error(f"argument {flag}: {str(path)!r} is a folder, not a file")
+        if path.exists():
+            if not os.access(path, os.W_OK):
+                parser.error(f"argument {flag}: {str(path)!r} exists and cannot be written")
+            continue
+        folder = path.absolute().parent
+        while not folder.exists():
+            folder = folder.parent
+        if not folder.is_dir():
+            parser.error(f"argument {flag}: {str(folder)!r} is a file, not a folder")
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as error:
+            parser.error(f"argument {flag}: cannot write in {str(folder)!r} ({error.strerror or error})")
+    for path in outputs.values():
+        if path is not None:
+            path.absolute().parent.mkdir(parents=True, exist_ok=True)

@@ -32,11 +32,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from racing_stack._cli import SEED_END, int_in
+from racing_stack._cli import SEED_END, check_outputs, int_in
 from racing_stack.viewing import add_view_arguments, open_view
 
 __all__ = ["evaluate", "draw", "main"]
 
+#: What the command prints of a result (its JSON summary).
+_SUMMARY_KEYS = ("plugin", "backend", "worlds", "level", "split", "summary", "seconds")
 #: Outcome colours of the picture.
 _COLOURS = {"success": "tab:green", "off_track": "tab:red", "timeout": "tab:orange", "invalid_action": "tab:purple"}
 
@@ -173,12 +175,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="draw an existing JSON result instead of running")
     add_view_arguments(parser)
     args = parser.parse_args(argv)
+    from matplotlib.backend_bases import FigureCanvasBase
     from racing_env import ProjectConfig
     from racing_env.plugins import PluginError
+    from racing_env.render import RECORD_SUFFIXES
 
+    pictures = {f".{kind}" for kind in FigureCanvasBase.get_supported_filetypes()}
+    check_outputs(parser, {"--out": args.out, "--plot": args.plot, "--record": args.record},
+                  {"--plot": pictures, "--record": RECORD_SUFFIXES})
+    reference = None if args.reference is None else _read_result(parser, "--reference", args.reference,
+                                                                  ("plugin", "episodes"))
     status = 0
     if args.from_result is not None:
-        result = json.loads(args.from_result.read_text())
+        result = _read_result(parser, "--from-result", args.from_result,
+                              (*_SUMMARY_KEYS, "episodes", "track_length_m"))
     else:
         def progress(ended: int, total: int) -> None:
             if ended == total or ended % max(1, total // 20) == 0:
@@ -208,11 +218,22 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             status = 1
     if args.plot is not None:
-        reference = None if args.reference is None else json.loads(args.reference.read_text())
         draw(result, args.plot, reference)
-    print(json.dumps({k: result[k] for k in ("plugin", "backend", "worlds", "level", "split", "summary", "seconds")},
-                     indent=2))
+    print(json.dumps({k: result[k] for k in _SUMMARY_KEYS}, indent=2))
     return status
+
+
+def _read_result(parser: argparse.ArgumentParser, flag: str, path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON result in ``path`` (an object with ``keys``), or a usage
+    error naming ``flag``."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        parser.error(f"argument {flag}: cannot read a JSON result from {str(path)!r} ({error})")
+    missing = [k for k in keys if not isinstance(result, dict) or k not in result]
+    if missing:
+        parser.error(f"argument {flag}: {str(path)!r} is not an evaluate result (no {', '.join(missing)})")
+    return result
 
 
 if __name__ == "__main__":

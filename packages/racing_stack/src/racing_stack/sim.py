@@ -11,6 +11,10 @@ the Level's timeout: it shows the API, not a driving result).
 ``--render`` shows the episode in a 2D window in real time, the
 controller's ``render_callback`` drawn over the track; ``--record`` writes
 it as an animated GIF or MP4 without a display.
+
+A bad option, or an output file (``--out``, ``--record``) that cannot be
+written, is a usage error (exit 2) naming it, before anything runs;
+missing folders of the output files are made.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-from racing_stack._cli import SEED_END, int_in
+from racing_stack._cli import SEED_END, check_outputs, int_in
 from racing_stack.viewing import add_view_arguments, open_view
 
 #: The track_gen seed ``sim`` drives on.
@@ -57,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     add_view_arguments(parser)
     args = parser.parse_args(argv)
+    from racing_env.render import RECORD_SUFFIXES
+
+    check_outputs(parser, {"--out": args.out, "--record": args.record}, {"--record": RECORD_SUFFIXES})
     # stdout carries the JSON result only: what the libraries print goes to stderr.
     with contextlib.redirect_stdout(sys.stderr):
         result = _simulate(args)
