@@ -141,3 +141,17 @@ def test_a_run_where_every_episode_failed_with_a_controller_error_exits_1(tmp_pa
     assert "every episode (2) ended with a controller error" in printed.err and "RuntimeError: boom" in printed.err
     assert [e["termination_reason"] for e in json.loads(out.read_text())["episodes"]] == ["invalid_action"] * 2
     assert "1 when every" in evaluate.__doc__  # --help says so
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_warp_s_info_messages_only_with_verbose(first_two, tmp_path, capsys, verbose):
+    import warp as wp
+
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps(first_two))
+    before = wp.config.log_level
+    try:
+        assert evaluate.main(["--from-result", str(result)] + ["--verbose"] * verbose) == 0
+        assert wp.config.log_level == (wp.LOG_INFO if verbose else wp.LOG_WARNING)
+    finally:
+        wp.config.log_level = before

@@ -113,3 +113,19 @@ def test_sim_render_opens_its_window_on_a_display(tmp_path):
     out = subprocess.run([sys.executable, "-m", "racing_stack.sim", "--render"], env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 2 and "the window needs a display" in out.stderr
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_warp_says_nothing_unless_asked(tmp_path, verbose):
+    """Warp's banner and its line per loaded module only with --verbose (a
+    fresh process: Warp initialises, and loads its modules, once)."""
+    plugin = tmp_path / "boom"
+    plugin.mkdir()
+    (plugin / "controller.py").write_text(BOOM)
+    (plugin / "config.toml").write_text("")
+    out = subprocess.run([sys.executable, "-m", "racing_stack.sim", "--controller", str(plugin)]
+                         + ["--verbose"] * verbose, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    json.loads(out.stdout)
+    said = [line for line in out.stderr.splitlines() if line.startswith(("Warp 1.", "Module "))]
+    assert bool(said) == verbose, out.stderr

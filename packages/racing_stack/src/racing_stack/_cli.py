@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
-__all__ = ["SEED_END", "int_in", "float_in", "check_outputs"]
+__all__ = ["SEED_END", "int_in", "float_in", "check_outputs", "add_verbose_argument", "quiet_warp"]
 
 #: Reset seeds are one uint32 SeedSequence word: ``[0, 2**32)``.
 SEED_END = 2**32
@@ -46,6 +46,24 @@ def float_in(low: float, high: float) -> Callable[[str], float]:
         return value
 
     return parse
+def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--verbose``: Warp's banner and its line per loaded module."""
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print Warp's banner and a line per loaded kernel module (stderr)")
+
+
+def quiet_warp(verbose: bool) -> None:
+    """Warp's info messages (its banner at initialisation, a line per
+    loaded module) only when ``verbose``; its warnings and errors always.
+
+    Warp 1.18 reads ``warp.config.log_level`` (``warp.config.quiet`` is
+    gone and does nothing); call this before anything initialises Warp.
+    """
+    import warp as wp
+
+    wp.config.log_level = wp.LOG_INFO if verbose else wp.LOG_WARNING
+
+
 def check_outputs(parser: argparse.ArgumentParser, outputs: Mapping[str, Path | None],
                   suffixes: Mapping[str, Collection[str]] | None = None) -> None:
     """Refuse, as a usage error naming the flag, an output file (flag ->

@@ -4,7 +4,7 @@ tracks, a JSON result and, optionally, its picture.
     python -m racing_stack.evaluate [--controller DIR] [--level 0|1]
         [--split train|validation|test] [--tracks N] [--episodes N]
         [--backend cpu_reference|mjx_warp] [--worlds N] [--seed N]
-        [--out FILE] [--plot FILE] [--reference FILE] [--render] [--record FILE]
+        [--out FILE] [--plot FILE] [--reference FILE] [--render] [--record FILE] [--verbose]
 
 Level 1 drives every track of the split once (or its first ``--tracks``),
 from the verified pool in the cache (built there on first use, as
@@ -15,7 +15,8 @@ track against its length, coloured by outcome, and against a reference
 result (``--reference``, a JSON result of another controller on the same
 tracks) where one is given. ``--render`` and ``--record`` draw world 0's
 episodes (a window; an animated GIF or MP4). Progress goes to stderr, the
-JSON summary to stdout.
+JSON summary to stdout (Warp's banner and module lines only with
+``--verbose``).
 
 Exit status: 0 after a run (whatever the controller scored); 1 when every
 episode ended with a controller error (it raised, or returned no valid
@@ -32,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from racing_stack._cli import SEED_END, check_outputs, int_in
+from racing_stack._cli import SEED_END, add_verbose_argument, check_outputs, int_in, quiet_warp
 from racing_stack.viewing import add_view_arguments, open_view
 
 __all__ = ["evaluate", "draw", "main"]
@@ -174,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-result", type=Path, default=None,
                         help="draw an existing JSON result instead of running")
     add_view_arguments(parser)
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
     from matplotlib.backend_bases import FigureCanvasBase
     from racing_env import ProjectConfig
@@ -185,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                   {"--plot": pictures, "--record": RECORD_SUFFIXES})
     reference = None if args.reference is None else _read_result(parser, "--reference", args.reference,
                                                                   ("plugin", "episodes"))
+    quiet_warp(args.verbose)
     status = 0
     if args.from_result is not None:
         result = _read_result(parser, "--from-result", args.from_result,

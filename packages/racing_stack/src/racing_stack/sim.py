@@ -1,7 +1,7 @@
 """``sim``: one episode of a controller on a generated track, printed as JSON.
 
     python -m racing_stack.sim [--backend cpu_reference|mjx_warp] [--controller DIR]
-        [--seed N] [--out FILE] [--render] [--record FILE.gif|FILE.mp4]
+        [--seed N] [--out FILE] [--render] [--record FILE.gif|FILE.mp4] [--verbose]
 
 It generates and validates exactly track_gen seed 42 (a rejected seed is an
 error, never retried), scales it to car metres with the bridge, builds one
@@ -14,7 +14,8 @@ it as an animated GIF or MP4 without a display.
 
 A bad option, or an output file (``--out``, ``--record``) that cannot be
 written, is a usage error (exit 2) naming it, before anything runs;
-missing folders of the output files are made.
+missing folders of the output files are made. Warp's banner and its line
+per loaded kernel module show only with ``--verbose``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 
-from racing_stack._cli import SEED_END, check_outputs, int_in
+from racing_stack._cli import SEED_END, add_verbose_argument, check_outputs, int_in, quiet_warp
 from racing_stack.viewing import add_view_arguments, open_view
 
 #: The track_gen seed ``sim`` drives on.
@@ -60,10 +61,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the env's root reset seed, in [0, 2**32) (default 0)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     add_view_arguments(parser)
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
     from racing_env.render import RECORD_SUFFIXES
 
     check_outputs(parser, {"--out": args.out, "--record": args.record}, {"--record": RECORD_SUFFIXES})
+    quiet_warp(args.verbose)
     # stdout carries the JSON result only: what the libraries print goes to stderr.
     with contextlib.redirect_stdout(sys.stderr):
         result = _simulate(args)
