@@ -46,6 +46,8 @@ def float_in(low: float, high: float) -> Callable[[str], float]:
         return value
 
     return parse
+
+
 def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
     """Add ``--verbose``: Warp's banner and its line per loaded module."""
     parser.add_argument("--verbose", action="store_true",

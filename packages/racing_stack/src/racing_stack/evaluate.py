@@ -21,7 +21,7 @@ JSON summary to stdout (Warp's banner and module lines only with
 Exit status: 0 after a run (whatever the controller scored); 1 when every
 episode ended with a controller error (it raised, or returned no valid
 action; the result and the summary are still written); 2 for a usage error
-(a bad option, plugin or pool), refused before anything runs.
+(a bad option, plugin, pool or output file), refused before anything runs.
 """
 
 from __future__ import annotations
