@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-
 from racing_env.controller import Controller
 from racing_env.tracks import TRACK_CAPACITY
 from racing_env.vector import VecCarRacingEnv
