@@ -34,12 +34,14 @@ help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z0-9-]+):.*## (.*)/  \1|\2/' | \
 		awk -F'|' '{printf "  %-24s %s\n", $$1, $$2}'
 
+# Silent, its news on stderr: the first `make sim > run.json` still writes only JSON.
 $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q $(TORCH_PIP) "$(TORCH)"
-	$(PY) -m pip install -q "$(TORCH)" $(DEV) \
-		$(foreach p,$(PACKAGES),-e packages/$(p))
-	touch $@
+	@echo "make: installing the packages into $(VENV) ($(TORCH), the dev tools, the four packages editable)" >&2
+	@$(PYTHON) -m venv $(VENV) >&2
+	@$(PY) -m pip install -q $(TORCH_PIP) "$(TORCH)" >&2
+	@$(PY) -m pip install -q "$(TORCH)" $(DEV) \
+		$(foreach p,$(PACKAGES),-e packages/$(p)) >&2
+	@touch $@
 
 tests: test-rl-triton test-track-gen test-racing-env test-racing-stack test-integration ## every package's CPU tests, then the integration tests
 
@@ -66,16 +68,18 @@ gpu-tests: $(STAMP) ## the CUDA tests (on a GPU machine)
 		&& $(PY) -m pytest -q packages/racing_stack/tests -m gpu
 
 # One episode of a controller on track seed 42 (ARGS="--backend mjx_warp", ...).
+# Silent (@): stdout is the JSON alone, so `make sim > run.json` is valid JSON.
 sim: $(STAMP) ## one episode on track_gen seed 42, printed as JSON
-	$(PY) -m racing_stack.sim $(ARGS)
+	@$(PY) -m racing_stack.sim $(ARGS)
 
 # Level 1's Train, Validation and Test pools into the cache, verified (ARGS="--splits validation", ...).
 materialize-track-pool: $(STAMP) ## Level 1's pools into the cache, verified
 	$(PY) -m racing_stack.pools $(ARGS)
 
 # A controller plugin on a Level's tracks, as JSON and a picture (ARGS="--tracks 10 --plot run.png", ...).
+# Silent (@), as sim: stdout is the JSON summary alone.
 evaluate: $(STAMP) ## a controller plugin on a Level's tracks
-	$(PY) -m racing_stack.evaluate $(ARGS)
+	@$(PY) -m racing_stack.evaluate $(ARGS)
 
 # PPO on Level 1's Train pool, exported as a plugin (ARGS="--preset gpu", "--resume", ...).
 train-ppo: $(STAMP) ## PPO on the Train pool, exported as a plugin

@@ -74,3 +74,54 @@ def test_the_manifest_uses_current_pixi_syntax():
     assert cpu["pypi-dependencies"]["torch"]["index"] == "https://download.pytorch.org/whl/cpu"
     assert gpu["pypi-dependencies"]["torch"]["index"] == "https://download.pytorch.org/whl/cu130"
     assert gpu["pypi-dependencies"]["jax"]["extras"] == ["cuda13"]
+
+
+def test_one_python_floor_everywhere():
+    """Python 3.10 cannot install the JAX racing_env needs: every package,
+    the pixi manifest, the lint and the docs say 3.11."""
+    for pyproject in sorted((ROOT / "packages").glob("*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        assert project["requires-python"] == ">=3.11", pyproject
+        assert not any("python_version" in d for d in project["dependencies"]), pyproject
+    assert tomllib.loads((ROOT / "pixi.toml").read_text())["dependencies"]["python"].startswith(">=3.11,")
+    assert tomllib.loads((ROOT / "ruff.toml").read_text())["target-version"] == "py311"
+    assert 'needs Python 3.11 or newer (`requires-python = ">=3.11"`)' in (ROOT / "docs/development.md").read_text()
+
+
+BOOM = """
+from racing_env.controller import Controller
+
+
+class Boom(Controller):
+    def compute_control(self, obs, info=None):
+        raise RuntimeError("boom")
+"""
+
+
+def test_make_sim_prints_only_json(tmp_path):
+    """`make sim > run.json` is valid JSON: make echoes no command on stdout
+    (a controller that raises at once keeps the episode short)."""
+    import json
+    import subprocess
+    import sys
+
+    plugin = tmp_path / "boom"
+    plugin.mkdir()
+    (plugin / "controller.py").write_text(BOOM)
+    (plugin / "config.toml").write_text("")
+    # This interpreter instead of .venv's, and no venv to build first.
+    out = subprocess.run(["make", "--no-print-directory", "sim", f"PY={sys.executable}", "STAMP=",
+                          f"ARGS=--controller {plugin}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (episode,) = json.loads(out.stdout)["episodes"]
+    assert episode["termination_reason"] == "invalid_action"
+
+
+def test_json_targets_and_the_venv_echo_nothing_on_stdout():
+    text = (ROOT / "Makefile").read_text()
+    for target in ("sim", "evaluate", "$(STAMP)"):
+        recipe = re.search(rf"^{re.escape(target)}:.*\n((?:\t.*\n)+)", text, flags=re.M).group(1)
+        commands = re.findall(r"^\t(?!\t)(.*)", recipe, flags=re.M)
+        assert commands and all(c.startswith("@") for c in commands), (target, commands)
+    stamp = re.search(r"^\$\(STAMP\):.*\n((?:\t.*\n)+)", text, flags=re.M).group(1)
+    assert "install" in stamp and all(">&2" in c for c in re.split(r"\n\t(?=@)", stamp) if "touch" not in c)

@@ -234,7 +234,7 @@ def main() -> None:
     args = parser.parse_args()
     gpu = jax.default_backend() == "gpu"
     if not gpu:
-        wp.config.quiet = True
+        wp.config.log_level = wp.LOG_WARNING  # no banner or module lines (Warp 1.18 ignores config.quiet)
         args.worlds, args.steps, args.scale_worlds, args.scale_steps, args.rounds = 4, 20, [], 0, 2
     if args.out is None:
         folder = "benchmarks/v0.1/" if gpu and args.publish else "benchmarks/out/"

@@ -147,7 +147,14 @@ def test_bad_run_arguments_are_refused(env, kwargs, error, match):
 
 @pytest.mark.parametrize("body,reason,error", [
     ("return np.zeros((1, 2))", "invalid_action", "shape [2]"),
-    ("return 'ab'", "invalid_action", "ValueError"),
+    ("return 'ab'", "invalid_action", "TypeError: compute_control must return 2 real numbers, got dtype <U2"),
+    ("return np.array(['0.1', '2.0'])", "invalid_action", "must return 2 real numbers, got dtype <U3"),
+    ("return ['0.1', '2.0']", "invalid_action", "must return 2 real numbers, got dtype <U3"),
+    ("return np.array([0.1 + 2j, 0.0])", "invalid_action", "must return 2 real numbers, got dtype complex128"),
+    ("return [True, False]", "invalid_action", "must return 2 real numbers, got dtype bool"),
+    ("return np.array([0.1, 0.0], dtype=object)", "invalid_action", "must return 2 real numbers, got dtype object"),
+    ("return [0, 1]", "timeout", None),  # integers are real numbers
+    ("import jax.numpy as jnp; return jnp.zeros(2, jnp.bfloat16)", "timeout", None),  # so is a JAX policy's bfloat16
     ("return np.full(2, np.inf)", "invalid_action", None),  # the env's own invalid action
     ("return np.array([0.0, 1e300])", "timeout", None),  # finite: the env clips it, as for any host action
 ])

@@ -356,6 +356,15 @@ def test_timeout_truncates(config):
     assert flags == [(False, False)] * 4 + [(False, True)] + [(False, False)] * 2
 
 
+def test_the_largest_timeout_the_step_counter_holds_steps(config):
+    from racing_env.config import MAX_EPISODE_STEPS
+
+    level = Level(level_id=0, name="endless", max_episode_steps=MAX_EPISODE_STEPS)
+    env = VecCarRacingEnv(1, config=config, level=level, backend="cpu_reference", track=level0_track())
+    env.reset(seed=0)
+    assert [step(env, [[0.0, 0.0]])[2:4] for _ in range(2)] == [(False, False)] * 2
+
+
 def test_neutral_action_reaches_the_timeout_at_rest(config):
     level = Level(level_id=0, name="quick", max_episode_steps=60)
     env = VecCarRacingEnv(1, config=config, level=level, backend="cpu_reference", track=level0_track())

@@ -61,14 +61,97 @@ def test_the_command_line_writes_the_result_and_draws_it(first_two, tmp_path, ca
 
 @pytest.mark.parametrize("argv,message", [
     (["--level", "1", "--split", "nope"], "split must be one of"),
-    (["--tracks", "0"], "tracks must be in [1, 1000]"),
     (["--tracks", "1001"], "tracks must be in [1, 1000]"),
     (["--controller", "/nonexistent/plugin"], "nonexistent"),
     (["--split", "train", "--tracks", "10001"], "tracks must be in [1, 10000]"),
-    (["--record", "/nonexistent/laps.gif"], "record's folder"),
 ])
 def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsys):
     monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
     assert evaluate.main(["--backend", "cpu_reference", *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (cache / f"{pools.pool_name('train')}.npz").exists()  # refused before any pool is built
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--seed", "-1"], "argument --seed: must be in [0, 2**32), got -1"),
+    (["--tracks", "0"], "argument --tracks: must be >= 1, got 0"),
+    (["--episodes", "0"], "argument --episodes: must be >= 1, got 0"),
+    (["--worlds", "0"], "argument --worlds: must be >= 1, got 0"),
+    (["--worlds", "two"], "argument --worlds: must be an integer, got 'two'"),
+    (["--record", "laps.gif", "--record-fps", "61"], "argument --record-fps: must be in (0, 60], got 61"),
+    (["--out", "taken"], "argument --out: 'taken' is a folder, not a file"),
+    (["--out", "/proc/evaluate/result.json"], "argument --out: cannot write in '/proc'"),
+    (["--plot", "file.txt/result.png"], "argument --plot: "),
+    (["--plot", "result.xyz"], "argument --plot: must end in one of "),
+    (["--record", "taken/sub/laps.mp4", "--out", "file.txt/x.json"], "argument --out: "),  # no folder made
+    (["--record", "new/laps.png"], "argument --record: must end in one of .gif, .mp4"),
+    (["--reference", "missing.json"], "argument --reference: cannot read a JSON result from 'missing.json'"),
+    (["--reference", "file.txt"], "argument --reference: cannot read a JSON result from 'file.txt'"),
+    (["--from-result", "taken"], "argument --from-result: cannot read a JSON result from 'taken'"),
+])
+def test_bad_options_are_usage_errors_naming_the_flag(argv, message, cache, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "file.txt").write_text("")
+    monkeypatch.setattr(evaluate, "evaluate", None)  # nothing may run
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["--split", "train", *argv])
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["file.txt", "taken"]  # nothing written
+
+
+def test_a_from_result_without_a_summary_is_named(tmp_path, capsys):
+    sim_result = tmp_path / "sim.json"
+    sim_result.write_text(json.dumps({"plugin": "x", "episodes": []}))
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["--from-result", str(sim_result)])
+    assert stop.value.code == 2 and "is not an evaluate result (no backend, worlds, level" in capsys.readouterr().err
+
+
+def test_the_picture_s_folder_is_made(first_two, tmp_path, capsys):
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps(first_two))
+    picture = tmp_path / "new" / "folder" / "result.png"
+    assert evaluate.main(["--from-result", str(result), "--plot", str(picture)]) == 0
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+BOOM = """
+from racing_env.controller import Controller
+
+
+class Boom(Controller):
+    def compute_control(self, obs, info=None):
+        raise RuntimeError("boom")
+"""
+
+
+def test_a_run_where_every_episode_failed_with_a_controller_error_exits_1(tmp_path, capsys):
+    plugin = tmp_path / "boom"
+    plugin.mkdir()
+    (plugin / "controller.py").write_text(BOOM)
+    (plugin / "config.toml").write_text("")
+    out = tmp_path / "boom.json"
+    argv = ["--controller", str(plugin), "--level", "0", "--episodes", "2", "--backend", "cpu_reference"]
+    assert evaluate.main([*argv, "--out", str(out)]) == 1
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["summary"]["controller_errors"] == 2  # the summary still comes
+    assert "every episode (2) ended with a controller error" in printed.err and "RuntimeError: boom" in printed.err
+    assert [e["termination_reason"] for e in json.loads(out.read_text())["episodes"]] == ["invalid_action"] * 2
+    assert "1 when every" in evaluate.__doc__  # --help says so
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_warp_s_info_messages_only_with_verbose(first_two, tmp_path, capsys, verbose):
+    import warp as wp
+
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps(first_two))
+    before = wp.config.log_level
+    try:
+        assert evaluate.main(["--from-result", str(result)] + ["--verbose"] * verbose) == 0
+        assert wp.config.log_level == (wp.LOG_INFO if verbose else wp.LOG_WARNING)
+    finally:
+        wp.config.log_level = before

@@ -77,3 +77,14 @@ def test_a_prefix_beyond_its_split_is_refused_before_building(size, monkeypatch)
     monkeypatch.setattr(pools, "build_pool", lambda *a, **k: pytest.fail("built before the size was checked"))
     with pytest.raises(ValueError, match=r"size must be None or an int in \[1, 1000\] for split 'validation'"):
         pools.materialize_prefix("validation", size)
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_warp_s_info_messages_only_with_verbose(monkeypatch, verbose):
+    monkeypatch.setattr(pools, "materialize", lambda *args, **kwargs: None)
+    before = wp.config.log_level
+    try:
+        assert pools.main(["--splits", "test"] + ["--verbose"] * verbose) == 0
+        assert wp.config.log_level == (wp.LOG_INFO if verbose else wp.LOG_WARNING)
+    finally:
+        wp.config.log_level = before

@@ -52,13 +52,36 @@ def test_sim_with_the_pursuit_controller_completes_the_lap_and_records_it(tmp_pa
 
 
 @pytest.mark.parametrize("args, match", [
-    (["--record", "lap.png"], "record must be a .gif or .mp4"),
-    (["--record", "lap.gif", "--record-fps", "0"], "record_fps must be in"),
+    (["--record", "lap.png"], "argument --record: must end in one of .gif, .mp4, got 'lap.png'"),
+    (["--record", "new/lap.png"], "argument --record: must end in one of .gif, .mp4"),  # no folder made
+    (["--record", "taken"], "argument --record: must end in one of .gif, .mp4, got 'taken'"),
+    (["--out", "taken"], "argument --out: 'taken' is a folder, not a file"),
+    (["--out", "file.txt/result.json"], "argument --out: "),
+    (["--out", "/proc/sim/result.json"], "argument --out: cannot write in '/proc'"),
+    (["--record", "file.txt/lap.gif"], "is a file, not a folder"),
+    (["--seed", "-1"], "argument --seed: must be in [0, 2**32), got -1"),
+    (["--seed", str(2**32)], "argument --seed: must be in [0, 2**32), got 4294967296"),
+    (["--seed", "1.5"], "argument --seed: must be an integer, got '1.5'"),
+    (["--record", "lap.gif", "--record-fps", "0"], "argument --record-fps: must be in (0, 60], got 0"),
+    (["--record", "lap.gif", "--record-fps", "nan"], "argument --record-fps: must be in (0, 60], got nan"),
 ])
-def test_bad_drawing_options_are_named_before_anything_runs(tmp_path, monkeypatch, capsys, args, match):
+def test_bad_options_are_usage_errors_naming_the_flag(tmp_path, monkeypatch, capsys, args, match):
     monkeypatch.chdir(tmp_path)
-    assert sim.main(args) == 2
-    assert match in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "file.txt").write_text("")
+    monkeypatch.setattr(sim, "build_track", None)  # nothing may run
+    with pytest.raises(SystemExit) as stop:
+        sim.main(args)
+    assert stop.value.code == 2
+    assert match in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "taken"]  # nothing written
+
+
+def test_output_folders_are_made_before_the_run(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "runs" / "today" / "result.json"
+    monkeypatch.setattr(sim, "_simulate", lambda args: {"made": args.out.parent.is_dir()})
+    assert sim.main(["--out", str(out)]) == 0
+    assert json.loads(out.read_text()) == {"made": True}
 
 
 BOOM = """
@@ -90,3 +113,19 @@ def test_sim_render_opens_its_window_on_a_display(tmp_path):
     out = subprocess.run([sys.executable, "-m", "racing_stack.sim", "--render"], env=env, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 2 and "the window needs a display" in out.stderr
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_warp_says_nothing_unless_asked(tmp_path, verbose):
+    """Warp's banner and its line per loaded module only with --verbose (a
+    fresh process: Warp initialises, and loads its modules, once)."""
+    plugin = tmp_path / "boom"
+    plugin.mkdir()
+    (plugin / "controller.py").write_text(BOOM)
+    (plugin / "config.toml").write_text("")
+    out = subprocess.run([sys.executable, "-m", "racing_stack.sim", "--controller", str(plugin)]
+                         + ["--verbose"] * verbose, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    json.loads(out.stdout)
+    said = [line for line in out.stderr.splitlines() if line.startswith(("Warp 1.", "Module "))]
+    assert bool(said) == verbose, out.stderr

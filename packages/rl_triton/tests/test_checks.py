@@ -36,6 +36,8 @@ def gae(**over):
     (dict(gamma=1.5), ValueError, r"gamma must be in \[0, 1\]"),
     (dict(lambda_=float("nan")), ValueError, "lambda_ must not be NaN"),
     (dict(gamma="0.9"), TypeError, "gamma must be a Python float"),
+    (dict(gamma=10**400), ValueError, "gamma must be a real number a float can hold"),
+    (dict(lambda_=-(10**400)), ValueError, "lambda_ must be a real number a float can hold"),
 ])
 def test_gae_rejects(over, error, match):
     with pytest.raises(error, match=match):
@@ -57,6 +59,8 @@ def test_vtrace_rejects_bad_clip():
     x = f(E, T)
     with pytest.raises(ValueError, match="rho_bar must be > 0"):
         rl_triton.compute_vtrace(x, x, x, x, x, rho_bar=0.0)
+    with pytest.raises(ValueError, match="c_bar must be a real number a float can hold"):
+        rl_triton.compute_vtrace(x, x, x, x, x, c_bar=2**1100)
     with pytest.raises(ValueError, match="log_pi_behavior must have shape"):
         rl_triton.compute_vtrace(x, f(E, 2), x, x, x)
 
@@ -89,6 +93,10 @@ def test_returns_and_scans_reject():
 def test_launch_config_is_validated():
     with pytest.raises(ValueError, match="block_t must be a power of two"):
         rl_triton.LaunchConfig(block_t=12)
+    for field, huge in (("block_e", 2**64), ("block_t", 2**40), ("num_warps", 2**70), ("num_warps", 64)):
+        with pytest.raises(ValueError, match=rf"{field} must be a power of two in \[\d+, \d+\]"):
+            rl_triton.LaunchConfig(**{field: huge})
+    assert rl_triton.LaunchConfig(block_e=2**20, block_t=2**20, num_warps=32).num_warps == 32
     with pytest.raises(ValueError, match="chunked must be a bool"):
         rl_triton.LaunchConfig(chunked=1)
     for bad in (8, 256, True, 64.0):

@@ -13,7 +13,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
-__all__ = ["ProjectConfig", "Level", "LEVEL_0", "KNUCKLE_MASS_KG"]
+__all__ = ["ProjectConfig", "Level", "LEVEL_0", "KNUCKLE_MASS_KG", "MAX_EPISODE_STEPS"]
 
 #: Most physics substeps per control step, and most solver iterations.
 _MAX_ITERATIONS = 1000
@@ -149,6 +149,11 @@ class ProjectConfig:
         return self.total_mass_kg + 4 * self.wheel_spin_inertia / self.wheel_radius_m**2
 
 
+#: The largest ``Level.max_episode_steps``: each world's step counter is an
+#: int32 on the device (``EnvState.steps``), so a timeout must be one it holds.
+MAX_EPISODE_STEPS = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class Level:
     """What differs per level.
@@ -158,7 +163,8 @@ class Level:
             refused.
         name: a short human name.
         max_episode_steps: control steps after which an episode is truncated
-            (termination reason `timeout`).
+            (termination reason `timeout`), in ``[1, MAX_EPISODE_STEPS]``
+            (2**31 - 1: the env counts steps in int32).
     """
 
     level_id: int
@@ -171,7 +177,7 @@ class Level:
             raise TypeError(f"name must be a str, got {type(self.name).__name__}")
         if not self.name:
             raise ValueError("name must be a non-empty str")
-        _count("max_episode_steps", self.max_episode_steps)
+        _count("max_episode_steps", self.max_episode_steps, high=MAX_EPISODE_STEPS)
 
 
 #: Level 0: the built-in development track, a timeout of 3,970 control steps

@@ -22,15 +22,11 @@ import importlib.util
 import inspect
 import re
 import sys
+import tomllib
 import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 from racing_env.controller import Controller
 from racing_env.tracks import TRACK_CAPACITY

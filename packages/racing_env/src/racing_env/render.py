@@ -24,12 +24,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["COLORS", "MAX_FRAME_POINTS", "DrawCommand", "DrawList", "EpisodeView", "FramePainter"]
+__all__ = ["COLORS", "MAX_FRAME_POINTS", "RECORD_SUFFIXES", "DrawCommand", "DrawList", "EpisodeView", "FramePainter"]
 
 #: The most points (over all commands) one frame's commands may hold.
 MAX_FRAME_POINTS = 100_000
 #: The longest ``text`` command, in characters.
 MAX_TEXT = 200
+#: The recordings `EpisodeView` writes: an animated GIF or an MP4.
+RECORD_SUFFIXES = (".gif", ".mp4")
 
 _GRASS = (46, 102, 54)
 _ASPHALT = (72, 72, 78)
@@ -352,7 +354,7 @@ class EpisodeView:
             raise ValueError("give window=True, a record file, or both")
         path = None if record is None else Path(record)
         if path is not None:
-            if path.suffix.lower() not in (".gif", ".mp4"):
+            if path.suffix.lower() not in RECORD_SUFFIXES:
                 raise ValueError(f"record must be a .gif or .mp4 file, got {str(path)!r}")
             if not path.parent.is_dir():
                 raise ValueError(f"record's folder {str(path.parent)!r} does not exist")

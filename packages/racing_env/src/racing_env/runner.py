@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from racing_env.controller import Controller
@@ -321,13 +322,16 @@ def _start(plugin: Plugin, obs: Mapping[str, Any], info: Mapping[str, Any], w: i
 def _act(world: _World, obs: Mapping[str, Any], info: Mapping[str, Any]) -> np.ndarray:
     """The controller's action, or NaN (an invalid action that ends the
     episode) once it has raised or returned something that is not two
-    real numbers."""
+    real numbers: an integer or floating dtype (bfloat16 included), never
+    strings, complex, bool or object values, which a cast would coerce."""
     if world.controller is not None:
         try:
-            action = np.asarray(world.controller.compute_control(obs, info), np.float64)
-            if action.shape != (2,):
-                raise ValueError(f"compute_control must return 2 numbers (shape [2]), got shape {list(action.shape)}")
-            return action
+            returned = np.asarray(world.controller.compute_control(obs, info))
+            if not (jnp.issubdtype(returned.dtype, jnp.floating) or jnp.issubdtype(returned.dtype, jnp.integer)):
+                raise TypeError(f"compute_control must return 2 real numbers, got dtype {returned.dtype}")
+            if returned.shape != (2,):
+                raise ValueError(f"compute_control must return 2 numbers (shape [2]), got shape {list(returned.shape)}")
+            return returned.astype(np.float64)
         except Exception:
             world.error = traceback.format_exc()
             world.controller = None

@@ -4,7 +4,7 @@ tracks, a JSON result and, optionally, its picture.
     python -m racing_stack.evaluate [--controller DIR] [--level 0|1]
         [--split train|validation|test] [--tracks N] [--episodes N]
         [--backend cpu_reference|mjx_warp] [--worlds N] [--seed N]
-        [--out FILE] [--plot FILE] [--reference FILE] [--render] [--record FILE]
+        [--out FILE] [--plot FILE] [--reference FILE] [--render] [--record FILE] [--verbose]
 
 Level 1 drives every track of the split once (or its first ``--tracks``),
 from the verified pool in the cache (built there on first use, as
@@ -15,7 +15,13 @@ track against its length, coloured by outcome, and against a reference
 result (``--reference``, a JSON result of another controller on the same
 tracks) where one is given. ``--render`` and ``--record`` draw world 0's
 episodes (a window; an animated GIF or MP4). Progress goes to stderr, the
-JSON summary to stdout.
+JSON summary to stdout (Warp's banner and module lines only with
+``--verbose``).
+
+Exit status: 0 after a run (whatever the controller scored); 1 when every
+episode ended with a controller error (it raised, or returned no valid
+action; the result and the summary are still written); 2 for a usage error
+(a bad option, plugin, pool or output file), refused before anything runs.
 """
 
 from __future__ import annotations
@@ -27,10 +33,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from racing_stack._cli import SEED_END, add_verbose_argument, check_outputs, int_in, quiet_warp
 from racing_stack.viewing import add_view_arguments, open_view
 
 __all__ = ["evaluate", "draw", "main"]
 
+#: What the command prints of a result (its JSON summary).
+_SUMMARY_KEYS = ("plugin", "backend", "worlds", "level", "split", "summary", "seconds")
 #: Outcome colours of the picture.
 _COLOURS = {"success": "tab:green", "off_track": "tab:red", "timeout": "tab:orange", "invalid_action": "tab:purple"}
 
@@ -154,23 +163,35 @@ def main(argv: list[str] | None = None) -> int:
                         help="a controller plugin directory (default: the pure-pursuit reference)")
     parser.add_argument("--level", type=int, choices=(0, 1), default=1)
     parser.add_argument("--split", default="validation", help="Level 1's split: train, validation or test")
-    parser.add_argument("--tracks", type=int, default=None, help="Level 1: only the split's first N tracks")
-    parser.add_argument("--episodes", type=int, default=1, help="Level 0: episodes on the fixed track")
+    parser.add_argument("--tracks", type=int_in(1), default=None, help="Level 1: only the split's first N tracks")
+    parser.add_argument("--episodes", type=int_in(1), default=1, help="Level 0: episodes on the fixed track")
     parser.add_argument("--backend", choices=("cpu_reference", "mjx_warp"), default="mjx_warp")
-    parser.add_argument("--worlds", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--worlds", type=int_in(1), default=None, help="worlds at once")
+    parser.add_argument("--seed", type=int_in(0, SEED_END, "2**32"), default=0,
+                        help="the env's root reset seed, in [0, 2**32) (default 0)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON result here")
     parser.add_argument("--plot", type=Path, default=None, help="draw the result as a PNG here")
     parser.add_argument("--reference", type=Path, default=None, help="a reference JSON result for the picture")
     parser.add_argument("--from-result", type=Path, default=None,
                         help="draw an existing JSON result instead of running")
     add_view_arguments(parser)
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    from matplotlib.backend_bases import FigureCanvasBase
     from racing_env import ProjectConfig
     from racing_env.plugins import PluginError
+    from racing_env.render import RECORD_SUFFIXES
 
+    pictures = {f".{kind}" for kind in FigureCanvasBase.get_supported_filetypes()}
+    check_outputs(parser, {"--out": args.out, "--plot": args.plot, "--record": args.record},
+                  {"--plot": pictures, "--record": RECORD_SUFFIXES})
+    reference = None if args.reference is None else _read_result(parser, "--reference", args.reference,
+                                                                  ("plugin", "episodes"))
+    quiet_warp(args.verbose)
+    status = 0
     if args.from_result is not None:
-        result = json.loads(args.from_result.read_text())
+        result = _read_result(parser, "--from-result", args.from_result,
+                              (*_SUMMARY_KEYS, "episodes", "track_length_m"))
     else:
         def progress(ended: int, total: int) -> None:
             if ended == total or ended % max(1, total // 20) == 0:
@@ -193,12 +214,29 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.out is not None:
             args.out.write_text(json.dumps(result, indent=1) + "\n")
+        errors = result["summary"]["controller_errors"]
+        if errors == result["summary"]["episodes"]:
+            first = next(e["error"] for e in result["episodes"])
+            print(f"evaluate: every episode ({errors}) ended with a controller error; the first:\n{first}",
+                  file=sys.stderr)
+            status = 1
     if args.plot is not None:
-        reference = None if args.reference is None else json.loads(args.reference.read_text())
         draw(result, args.plot, reference)
-    print(json.dumps({k: result[k] for k in ("plugin", "backend", "worlds", "level", "split", "summary", "seconds")},
-                     indent=2))
-    return 0
+    print(json.dumps({k: result[k] for k in _SUMMARY_KEYS}, indent=2))
+    return status
+
+
+def _read_result(parser: argparse.ArgumentParser, flag: str, path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON result in ``path`` (an object with ``keys``), or a usage
+    error naming ``flag``."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        parser.error(f"argument {flag}: cannot read a JSON result from {str(path)!r} ({error})")
+    missing = [k for k in keys if not isinstance(result, dict) or k not in result]
+    if missing:
+        parser.error(f"argument {flag}: {str(path)!r} is not an evaluate result (no {', '.join(missing)})")
+    return result
 
 
 if __name__ == "__main__":

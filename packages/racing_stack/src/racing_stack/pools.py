@@ -1,7 +1,7 @@
 """Level 1's TrackPools: disjoint track_gen seed namespaces per split, built
 reproducibly into a local cache and verified against committed manifests.
 
-    python -m racing_stack.pools [--splits train validation test] [--cache DIR] [--write-manifests]
+    python -m racing_stack.pools [--splits train validation test] [--cache DIR] [--write-manifests] [--verbose]
 
 Split ``s`` draws its tracks from the seed namespace ``[first, first +
 NAMESPACE)`` of `SPLITS`: seeds are generated in order, in batches, at
@@ -26,6 +26,8 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from racing_stack._cli import add_verbose_argument, quiet_warp
 
 
 #: Seeds in each split's namespace.
@@ -71,7 +73,6 @@ def build_pool(split: str, size: int | None = None, progress: Callable[[int, int
         ValueError: an unknown split, or a size beyond what the namespace holds.
     """
     import jax.numpy as jnp
-    import warp as wp
     from racing_env import LEVEL_1, TrackPool
     from track_gen.course import Course
     from track_gen.pipeline import presets
@@ -79,7 +80,6 @@ def build_pool(split: str, size: int | None = None, progress: Callable[[int, int
     from racing_stack.bridge import pool_from_course
 
     want = _checked_size(split, size, NAMESPACE // 2)
-    wp.config.quiet = True
     # Seeds are consecutive whatever the batch, so the batch only sets the pace.
     batch = min(BATCH, want + want // 8 + 16)
     course = Course.track(presets.track(num_envs=batch, device="cpu"), seeds=SPLITS[split].first_seed)
@@ -211,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--splits", nargs="+", choices=sorted(SPLITS), default=["train", "validation", "test"])
     parser.add_argument("--cache", type=Path, default=None)
     parser.add_argument("--write-manifests", action="store_true")
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    quiet_warp(args.verbose)
     for split in args.splits:
         try:
             materialize(split, args.cache, args.write_manifests, progress=lambda line: print(line, file=sys.stderr))

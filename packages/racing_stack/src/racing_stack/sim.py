@@ -1,7 +1,7 @@
 """``sim``: one episode of a controller on a generated track, printed as JSON.
 
     python -m racing_stack.sim [--backend cpu_reference|mjx_warp] [--controller DIR]
-        [--seed N] [--out FILE] [--render] [--record FILE.gif|FILE.mp4]
+        [--seed N] [--out FILE] [--render] [--record FILE.gif|FILE.mp4] [--verbose]
 
 It generates and validates exactly track_gen seed 42 (a rejected seed is an
 error, never retried), scales it to car metres with the bridge, builds one
@@ -11,6 +11,11 @@ the Level's timeout: it shows the API, not a driving result).
 ``--render`` shows the episode in a 2D window in real time, the
 controller's ``render_callback`` drawn over the track; ``--record`` writes
 it as an animated GIF or MP4 without a display.
+
+A bad option, or an output file (``--out``, ``--record``) that cannot be
+written, is a usage error (exit 2) naming it, before anything runs;
+missing folders of the output files are made. Warp's banner and its line
+per loaded kernel module show only with ``--verbose``.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import sys
 from pathlib import Path
 
+from racing_stack._cli import SEED_END, add_verbose_argument, check_outputs, int_in, quiet_warp
 from racing_stack.viewing import add_view_arguments, open_view
 
 #: The track_gen seed ``sim`` drives on.
@@ -51,10 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("cpu_reference", "mjx_warp"), default="cpu_reference")
     parser.add_argument("--controller", type=Path, default=None, help="a controller plugin directory "
                         "(default: the neutral template)")
-    parser.add_argument("--seed", type=int, default=0, help="the env's root reset seed")
+    parser.add_argument("--seed", type=int_in(0, SEED_END, "2**32"), default=0,
+                        help="the env's root reset seed, in [0, 2**32) (default 0)")
     parser.add_argument("--out", type=Path, default=None, help="also write the JSON result here")
     add_view_arguments(parser)
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    from racing_env.render import RECORD_SUFFIXES
+
+    check_outputs(parser, {"--out": args.out, "--record": args.record}, {"--record": RECORD_SUFFIXES})
+    quiet_warp(args.verbose)
     # stdout carries the JSON result only: what the libraries print goes to stderr.
     with contextlib.redirect_stdout(sys.stderr):
         result = _simulate(args)

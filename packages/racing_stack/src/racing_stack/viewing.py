@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from racing_stack._cli import float_in
+
 __all__ = ["add_view_arguments", "open_view"]
 
 
@@ -16,14 +18,15 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
                         help="show the episode in a 2D window, in real time (needs a display)")
     parser.add_argument("--record", type=Path, default=None, metavar="FILE",
                         help="write the episode as an animated .gif or .mp4 (no display needed)")
-    parser.add_argument("--record-fps", type=float, default=10.0, help="the recording's frame rate (default 10)")
+    parser.add_argument("--record-fps", type=float_in(0.0, 60.0), default=10.0,
+                        help="the recording's frame rate, in (0, 60] (default 10)")
 
 
 def open_view(args: argparse.Namespace, config):
     """The `racing_env.render.EpisodeView` the options ask for, or None.
 
     Raises:
-        ValueError: a bad ``--record`` file or frame rate.
+        ValueError: a bad ``--record`` file.
         RuntimeError: ``--render`` without a display.
     """
     if not args.render and args.record is None:

@@ -88,7 +88,11 @@ def positive(name: str, value: object) -> float:
 def real(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a Python float, got {type(value).__name__}")
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int beyond float64's range
+        raise ValueError(f"{name} must be a real number a float can hold, got an int of "
+                         f"{value.bit_length()} bits") from None
     if math.isnan(v):
         raise ValueError(f"{name} must not be NaN")
     return v

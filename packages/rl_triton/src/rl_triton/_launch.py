@@ -54,6 +54,10 @@ CHUNK_TILE = 2048
 CHUNK_MAX_REGISTERS = 64
 #: Shortest tile along time (backward ops group steps by 4).
 MIN_BLOCK_T = 4
+#: Largest tile side: Triton's most elements in one block (``TRITON_MAX_TENSOR_NUMEL``).
+MAX_BLOCK = 2**20
+#: Most warps per program (1,024 threads, the CUDA block limit).
+MAX_NUM_WARPS = 32
 #: Programs per streaming multiprocessor the plan aims for before it chunks.
 PROGRAMS_PER_SM = 8
 #: Most chunks per row block on the chunked path (the width of the carry composition).
@@ -88,11 +92,12 @@ class LaunchConfig:
     """Launch parameters; ``None`` fields are chosen by the plan.
 
     Attributes:
-        block_e: rows (environments) per program, a power of two.
-        block_t: time steps per tile, a power of two >= 4.
+        block_e: rows (environments) per program, a power of two in
+            [1, 2**20].
+        block_t: time steps per tile, a power of two in [4, 2**20].
         chunked: ``True`` forces the chunked path (one tile per chunk),
             ``False`` the fused path.
-        num_warps: warps per program, a power of two.
+        num_warps: warps per program, a power of two in [1, 32].
         flip: backward ops: ``True`` scans tiles laid out in decreasing time
             (one plain scan, scalar loads), ``False`` tiles of 4-step groups
             (16-byte loads, a scan over the groups).
@@ -109,10 +114,12 @@ class LaunchConfig:
     _hash: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for field, least in (("block_e", 1), ("block_t", MIN_BLOCK_T), ("num_warps", 1)):
+        for field, least, most in (("block_e", 1, MAX_BLOCK), ("block_t", MIN_BLOCK_T, MAX_BLOCK),
+                                   ("num_warps", 1, MAX_NUM_WARPS)):
             v = getattr(self, field)
-            if v is not None and (not isinstance(v, int) or v < least or v & (v - 1)):
-                raise ValueError(f"{field} must be a power of two >= {least}, got {v!r}")
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not least <= v <= most
+                                  or v & (v - 1)):
+                raise ValueError(f"{field} must be a power of two in [{least}, {most}], got {v!r}")
         for field in ("chunked", "flip"):
             v = getattr(self, field)
             if v is not None and not isinstance(v, bool):

@@ -1,0 +1,105 @@
+"""What the command lines check before any work: a bad number or an output
+file that cannot be written is a usage error (exit 2) naming its flag."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import tempfile
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+
+__all__ = ["SEED_END", "int_in", "float_in", "check_outputs", "add_verbose_argument", "quiet_warp"]
+
+#: Reset seeds are one uint32 SeedSequence word: ``[0, 2**32)``.
+SEED_END = 2**32
+
+
+def int_in(low: int, end: int | None = None, end_text: str | None = None) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in ``[low, end)`` (no upper bound
+    when ``end`` is None; ``end_text`` spells it in the message)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        if value < low or (end is not None and value >= end):
+            bound = f"[{low}, {end_text or end})" if end is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be {'in ' if end is not None else ''}{bound}, got {value}")
+        return value
+
+    return parse
+
+
+def float_in(low: float, high: float) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in ``(low, high]``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        if not (math.isfinite(value) and low < value <= high):
+            raise argparse.ArgumentTypeError(f"must be in ({low:g}, {high:g}], got {text}")
+        return value
+
+    return parse
+
+
+def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--verbose``: Warp's banner and its line per loaded module."""
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print Warp's banner and a line per loaded kernel module (stderr)")
+
+
+def quiet_warp(verbose: bool) -> None:
+    """Warp's info messages (its banner at initialisation, a line per
+    loaded module) only when ``verbose``; its warnings and errors always.
+
+    Warp 1.18 reads ``warp.config.log_level`` (``warp.config.quiet`` is
+    gone and does nothing); call this before anything initialises Warp.
+    """
+    import warp as wp
+
+    wp.config.log_level = wp.LOG_INFO if verbose else wp.LOG_WARNING
+
+
+def check_outputs(parser: argparse.ArgumentParser, outputs: Mapping[str, Path | None],
+                  suffixes: Mapping[str, Collection[str]] | None = None) -> None:
+    """Refuse, as a usage error naming the flag, an output file (flag ->
+    path; None: not asked for) without one of its flag's ``suffixes``
+    (lower case, with the dot), that is a folder or cannot be written, or a
+    new one whose folder is a file or cannot be written in; then create
+    the missing folders.
+
+    The folder check writes and removes a temporary file there (or in its
+    nearest existing parent, where the folder is still to be made), so a
+    read-only file system or missing permission is found, root included.
+    """
+    for flag, path in outputs.items():
+        if path is None:
+            continue
+        allowed = sorted((suffixes or {}).get(flag, ()))
+        if allowed and path.suffix.lower() not in allowed:
+            parser.error(f"argument {flag}: must end in one of {', '.join(allowed)}, got {str(path)!r}")
+        if path.is_dir():
+            parser.error(f"argument {flag}: {str(path)!r} is a folder, not a file")
+        if path.exists():
+            if not os.access(path, os.W_OK):
+                parser.error(f"argument {flag}: {str(path)!r} exists and cannot be written")
+            continue
+        folder = path.absolute().parent
+        while not folder.exists():
+            folder = folder.parent
+        if not folder.is_dir():
+            parser.error(f"argument {flag}: {str(folder)!r} is a file, not a folder")
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as error:
+            parser.error(f"argument {flag}: cannot write in {str(folder)!r} ({error.strerror or error})")
+    for path in outputs.values():
+        if path is not None:
+            path.absolute().parent.mkdir(parents=True, exist_ok=True)
