@@ -5,7 +5,7 @@
 #   make benchmark-rl-triton   the rl_triton benchmark (full report on a CUDA GPU)
 #   make benchmark-racing-env  the racing_env M4 protocol (formal report on a CUDA GPU)
 #   make benchmark-track-pool  the racing_env M5 TrackPool protocol (formal report on a CUDA GPU)
-#   make benchmark-ppo         PPO on Level 1 Train, evaluated on Validation and Test (report on a CUDA GPU)
+#   make benchmark-ppo         PPO on Level 1 Train, against pure pursuit on Validation and Test (report on a CUDA GPU)
 #   make benchmark-ppo-integrity  PPO's zero-copy rollouts against a host-copy reference (report on a CUDA GPU)
 
 PYTHON ?= python3
@@ -103,8 +103,9 @@ benchmark-racing-env: $(STAMP) ## the M4 environment protocol
 benchmark-track-pool: $(STAMP) ## the M5 TrackPool protocol
 	$(PY) benchmarks/racing_env/m5_track_pool.py
 
+# ARGS="--dev" for an experiment (no Test), "--seed 1", "--publish" for the committed report.
 benchmark-ppo: $(STAMP) ## PPO trained and evaluated against the reference
-	$(PY) benchmarks/racing_stack/ppo_level1.py
+	$(PY) benchmarks/racing_stack/ppo_level1.py $(ARGS)
 
 benchmark-ppo-integrity: $(STAMP) ## PPO's zero-copy rollouts checked against a host-copy reference
 	$(PY) benchmarks/racing_stack/ppo_integrity.py $(ARGS)

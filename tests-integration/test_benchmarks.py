@@ -1,4 +1,4 @@
-"""The racing_env benchmark protocols run end to end on the CPU (their
+"""The racing_env and PPO benchmark protocols run end to end on the CPU (their
 smoke runs: a few worlds and steps on Warp's CPU device, no throughput or
 memory gate), so a change to the env cannot silently break them."""
 
@@ -30,3 +30,24 @@ def test_the_cpu_smoke_runs_and_passes_its_gates(tmp_path, script, gates):
     failed = [g for g in report["gates"] if not g["passed"]]
     assert failed == []
     assert all(len(h) == 64 for h in report["source_sha256"].values())
+
+
+def test_the_ppo_benchmark_dev_smoke_runs_every_phase(tmp_path):
+    """The PPO benchmark's CPU smoke in dev mode: train, confirm, every
+    Validation track of the smoke against pure pursuit's committed laps,
+    the phases; no gate on a CPU."""
+    out = tmp_path / "ppo.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_level1.py"), "--dev", "--out",
+                          str(out), "--set", "reward.edge_margin_m=0.5"],
+                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["dev"] is True and report["passed"] is False and report["gates"] == []
+    assert report["config"]["reward"]["edge_margin_m"] == 0.5  # --set reaches the run
+    assert report["training"]["updates"] >= 1 and report["training"]["transitions"] > 0
+    assert set(report["confirmation"]) >= {"validation_success_rate", "validation_mean_progress"}
+    every = report["validation_1000"]
+    assert every["tracks"] == 2 and every["pursuit_success_rate"] == 1.0
+    assert every["success_rate"] * 2 + len(every["failures"]) == 2
+    assert all(f["reason"] in ("off_track", "timeout", "invalid_action") for f in every["failures"])
+    assert report["phases"]["rollout_s"] > 0 and "evaluation" not in report  # dev: no Runner, no Test

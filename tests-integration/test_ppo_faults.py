@@ -280,14 +280,15 @@ def test_a_full_disk_stops_the_run_and_its_last_checkpoint_resumes(reference, tm
 
 
 def test_an_interrupt_before_training_exits_130_without_a_traceback(tmp_path, child_env):
-    """Ctrl-C while train-ppo builds its env (Warp's banner says it
+    """Ctrl-C while train-ppo builds its env (its progress line says it
     started), long before the first update; pressed again if the first one is lost (one
     raised inside a garbage collector callback is printed and ignored)."""
     child = Child(tmp_path / "run", [], child_env, tmp_path / "out.txt")
     try:
-        # Warp's banner comes once train-ppo's imports are done (an interrupt
+        # The line comes once train-ppo's imports are done (an interrupt
         # during the imports is Python's own: a traceback and exit -2).
-        assert child.until(lambda: "Warp" in child.log.read_text(errors="replace")), child.text()[-3000:]
+        assert child.until(lambda: "train-ppo: building the envs" in child.log.read_text(errors="replace")), \
+            child.text()[-3000:]
         assert not (tmp_path / "run" / "log.csv").exists()
         child.process.send_signal(signal.SIGINT)
         try:

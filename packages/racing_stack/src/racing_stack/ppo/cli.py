@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from racing_stack import checkpoints
+from racing_stack._cli import add_verbose_argument, quiet_warp
 from racing_stack.ppo import train
 from racing_stack.ppo.config import PRESETS, PPOConfig
 from racing_stack.ppo.train import RUN_FILES, GuardError, Trainer, finish, make_env, make_validation_env, \
@@ -31,9 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a preset's setting, e.g. --set learning_rate=1e-4 "
                              "--set reward.off_track_penalty=4.0 (repeatable)")
+    add_verbose_argument(parser)
     args = parser.parse_args(argv)
     config = _config(parser, args)
     _check_out(parser, args, config)
+    quiet_warp(args.verbose)
+    print(f"train-ppo: building the envs ({config.worlds} worlds on Level 1's Train pool)", file=sys.stderr,
+          flush=True)
     trainer = None
     try:
         try:
