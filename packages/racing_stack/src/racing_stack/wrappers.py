@@ -62,6 +62,9 @@ def road_geometry(xp, position, yaw, centerline, left, count, wheelbase_m, track
         direction, in (-pi, pi]), margins float32 [E, 4] m (each wheel's
         distance inside the nearest edge; < 0 beyond it), in the order front
         left, front right, rear left, rear right).
+        Every wheel's margin takes the road's half width at the rear axle's
+        nearest point: exact on roads of constant width (track_gen's), off
+        by the width's change over a wheelbase elsewhere.
     """
     f32 = xp.float32
     valid = xp.arange(centerline.shape[1])[None, :] < count[:, None]

@@ -40,17 +40,19 @@ class Normalizer(nn.Module):
     def update(self, x: torch.Tensor, weight: torch.Tensor) -> None:
         """Fold in the rows of ``x`` [N, size] whose ``weight`` [N] is 1 (0:
         left out), on the device (Chan's parallel combination of moments)."""
-        w = weight.double()[:, None]
+        keep = weight[:, None] > 0
+        w = keep.double()
+        x = torch.where(keep, x.double(), 0.0)  # a left-out row holds anything, NaN too: it must not reach a sum
         n = w.sum()
-        mean = (x.double() * w).sum(0) / n.clamp(min=1.0)
-        var = (((x.double() - mean) ** 2) * w).sum(0) / n.clamp(min=1.0)
+        mean = (x * w).sum(0) / n.clamp(min=1.0)
+        var = (((x - mean) ** 2) * w).sum(0) / n.clamp(min=1.0)
         total = self.count + n
         delta = mean - self.mean
         share = n / total.clamp(min=1.0)
         combined = (self.var * self.count + var * n) / total.clamp(min=1.0) + delta**2 * share * (1 - share)
-        keep = n > 0
-        self.mean.copy_(torch.where(keep, self.mean + delta * share, self.mean))
-        self.var.copy_(torch.where(keep, combined, self.var))
+        seen = n > 0
+        self.mean.copy_(torch.where(seen, self.mean + delta * share, self.mean))
+        self.var.copy_(torch.where(seen, combined, self.var))
         self.count.copy_(total)
 
 
@@ -87,6 +89,9 @@ class ActorCritic(nn.Module):
             nn.init.orthogonal_(layers[-1].weight, gain=gain)
             return nn.Sequential(*layers)
 
+        std = np.asarray(init_log_std, np.float64)
+        if std.shape not in ((), (2,)) or not np.isfinite(std).all():
+            raise ValueError(f"init_log_std must be a finite number or a pair of them, got {init_log_std!r}")
         low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
         middle, half = (low + high) / 2, (high - low) / 2
         self.normalizer = Normalizer(features)
@@ -94,7 +99,7 @@ class ActorCritic(nn.Module):
         with torch.no_grad():  # the initial mean action is the neutral one (no steering, no acceleration)
             self.actor[-1].bias.copy_(torch.as_tensor(np.clip(-middle / half, -1.0, 1.0)))
         self.critic = mlp(1, 1.0)
-        self.log_std = nn.Parameter(torch.as_tensor(np.broadcast_to(np.asarray(init_log_std, np.float32), (2,)).copy()))
+        self.log_std = nn.Parameter(torch.as_tensor(np.broadcast_to(std.astype(np.float32), (2,)).copy()))
         self.register_buffer("action_middle", torch.as_tensor(middle))
         self.register_buffer("action_half", torch.as_tensor(half))
 

@@ -92,12 +92,13 @@ class Rollout:
                 buf["valid"][t] = (~self.pending & ~held).float()
                 action = torch.where(held[:, None], self.brake, policy.env_action(u))
                 sent = cross.to_jax(action)
-                active = cross.to_jax((~held).float())
+                # Driven: neither held nor a reset-only call (whose action the env ignores).
+                driven = cross.to_jax((~held & ~self.pending).float())
                 obs, reward, terminated, truncated, info = env.step(sent)
                 shaped, ending, endings = cfg.reward(Endings(self.inside, self.still), reward, obs, info,
-                                                     terminated | truncated, active)
+                                                     terminated | truncated, driven)
                 self.inside, self.still = endings
-                self.previous_action = _after(sent, terminated | truncated)
+                self.previous_action = _after(sent, terminated | truncated, driven)
                 buf["reward"][t] = cross.to_torch(shaped)
                 buf["ending"][t] = cross.to_torch(ending)
                 buf["terminated"][t] = cross.to_torch(terminated)
@@ -186,10 +187,13 @@ class Rollout:
 
 
 @jax.jit
-def _after(action: jax.Array, done: jax.Array) -> jax.Array:
-    """The previous action of the next call: zero where an episode ends
-    (the next call starts a new one), a copy of ``action`` elsewhere."""
-    return jnp.where(done[:, None], 0.0, action).astype(jnp.float32)
+def _after(action: jax.Array, done: jax.Array, driven: jax.Array) -> jax.Array:
+    """The previous action of the next call: a copy of ``action`` where the
+    world was driven and drives on; zero where its episode ends (the next
+    call only resets), where this call only reset it and where it is held
+    (the next call is then its episode's first driven one, or held too):
+    an episode's first driven call sees zero, as the plugin's first does."""
+    return jnp.where((done | (driven == 0))[:, None], 0.0, action).astype(jnp.float32)
 
 
 @jax.jit

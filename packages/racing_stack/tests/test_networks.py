@@ -1,0 +1,242 @@
+"""The policy's networks against NumPy: the running feature statistics
+(`Normalizer`), the statistics travelling with the weights, `load_checked`
+refusing what does not fit, and the plugin's imports staying Torch-only."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from racing_stack.checkpoints import CorruptFile
+from racing_stack.ppo.networks import ActorCritic, Normalizer
+
+LOW = np.array([-0.6, -8.0], np.float32)
+HIGH = np.array([0.6, 4.0], np.float32)
+FEATURES = 11
+
+
+def batches(rng, sizes, features=FEATURES):
+    """Rows with means and scales far from 0 and 1 (float32, as the features
+    are), and random 0/1 weights."""
+    centre, scale = rng.normal(0.0, 50.0, features), rng.uniform(0.01, 30.0, features)
+    for n in sizes:
+        x = (centre + scale * rng.standard_normal((n, features))).astype(np.float32)
+        yield x, (rng.random(n) < 0.6).astype(np.float32)
+
+
+def normalise(x, mean, var):
+    return np.clip((x - mean) / np.sqrt(var + 1e-8), -10.0, 10.0)
+
+
+def test_normalizer_statistics_are_those_of_every_weighted_row():
+    """Several updates of odd sizes equal NumPy's mean and population
+    variance of all the rows of weight 1, concatenated."""
+    rng = np.random.default_rng(0)
+    norm = Normalizer(FEATURES)
+    kept = []
+    for x, w in batches(rng, [1, 7, 33, 2, 200, 5]):
+        if not w.any():
+            w[0] = 1.0  # zero weights are tested apart
+        norm.update(torch.from_numpy(x), torch.from_numpy(w))
+        kept.append(x[w == 1].astype(np.float64))
+        every = np.concatenate(kept)
+        assert norm.count.item() == len(every)
+        np.testing.assert_allclose(norm.mean.numpy(), every.mean(0), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(norm.var.numpy(), every.var(0), rtol=1e-10, atol=1e-12)
+    assert norm.mean.dtype == norm.var.dtype == norm.count.dtype == torch.float64
+
+
+def test_normalizer_one_row_then_equal_rows():
+    """A single row has variance 0; equal rows keep it 0; the output of a
+    zero-variance feature is clamped, not infinite."""
+    norm = Normalizer(3)
+    row = torch.tensor([[1.5, -2.0, 1e4]])
+    norm.update(row, torch.ones(1))
+    np.testing.assert_array_equal(norm.var.numpy(), [0.0, 0.0, 0.0])
+    norm.update(row.repeat(4, 1), torch.ones(4))
+    np.testing.assert_array_equal(norm.mean.numpy(), row[0].double().numpy())
+    np.testing.assert_array_equal(norm.var.numpy(), [0.0, 0.0, 0.0])
+    assert norm.count.item() == 5
+    out = norm(torch.tensor([[1.5, -1.0, 0.0]]))
+    np.testing.assert_allclose(out.numpy(), [[0.0, 10.0, -10.0]], atol=1e-3)
+
+
+def test_all_zero_weights_change_nothing():
+    rng = np.random.default_rng(1)
+    norm = Normalizer(FEATURES)
+    (x, w), (y, _) = batches(rng, [40, 17])
+    for state in ("fresh", "fed"):
+        before = {k: v.clone() for k, v in norm.state_dict().items()}
+        norm.update(torch.from_numpy(y), torch.zeros(17))
+        norm.update(torch.from_numpy(y[:0]), torch.zeros(0))  # an empty batch too
+        for k, v in norm.state_dict().items():
+            assert torch.equal(v, before[k]), (state, k)
+        norm.update(torch.from_numpy(x), torch.from_numpy(w))
+
+
+def test_left_out_rows_are_left_out_whatever_they_hold():
+    norm = Normalizer(3)
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [float("inf"), 0.0, float("nan")]])
+    norm.update(x, torch.tensor([1.0, 1.0, 0.0]))
+    np.testing.assert_allclose(norm.mean.numpy(), [2.5, 3.5, 4.5])
+    np.testing.assert_allclose(norm.var.numpy(), [2.25, 2.25, 2.25])
+
+
+def test_normalizer_output_is_the_clipped_standard_score():
+    rng = np.random.default_rng(2)
+    norm = Normalizer(FEATURES)
+    for x, w in batches(rng, [64, 9]):
+        norm.update(torch.from_numpy(x), torch.from_numpy(w))
+    x, _ = next(batches(rng, [300]))
+    x[:5] *= 1e3  # far outside: clamped at both ends
+    x = x.reshape(3, 100, FEATURES)  # any leading shape
+    got = norm(torch.from_numpy(x))
+    assert got.dtype == torch.float32 and got.shape == x.shape
+    want = normalise(x.astype(np.float64), norm.mean.numpy(), norm.var.numpy())
+    assert (want == 10.0).any() and (want == -10.0).any()
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def network(init_log_std=(-0.5, -1.5), seed=0, hidden=(16, 8)):
+    torch.manual_seed(seed)
+    return ActorCritic(FEATURES, hidden, init_log_std, LOW, HIGH)
+
+
+def test_initial_noise_per_dimension_and_broadcast():
+    np.testing.assert_array_equal(network((-0.5, -1.5)).log_std.detach().numpy(), np.float32([-0.5, -1.5]))
+    np.testing.assert_array_equal(network(np.array([0.25, -2.0])).log_std.detach().numpy(), np.float32([0.25, -2.0]))
+    net = network(-0.7)
+    np.testing.assert_array_equal(net.log_std.detach().numpy(), np.float32([-0.7, -0.7]))
+    assert net.log_std.dtype == torch.float32 and net.log_std.requires_grad
+    x = torch.randn(5, FEATURES)
+    np.testing.assert_allclose(net.distribution(x).stddev.detach().numpy(), np.exp(np.full((5, 2), -0.7)), rtol=1e-6)
+
+
+def test_the_initial_mean_action_is_neutral():
+    """No steering, no acceleration, to within the small last layer."""
+    net = network()
+    x = torch.from_numpy(next(batches(np.random.default_rng(3), [50], FEATURES))[0])
+    net.normalizer.update(x, torch.ones(50))
+    action = net.mean_action(x).detach().numpy()
+    assert action.shape == (50, 2) and action.dtype == np.float32
+    assert np.all(np.abs(action) < 0.05 * (HIGH - LOW))
+
+
+def test_normalizer_buffers_travel_with_the_weights():
+    """The statistics are in the state dict, and a network loaded from it
+    answers as the one that saved them."""
+    rng = np.random.default_rng(4)
+    trained = network(seed=1)
+    for x, w in batches(rng, [70, 30]):
+        trained.normalizer.update(torch.from_numpy(x), torch.from_numpy(w))
+    state = trained.state_dict()
+    for key in ("normalizer.mean", "normalizer.var", "normalizer.count"):
+        assert key in state and state[key].dtype == torch.float64
+        assert key not in dict(trained.named_parameters())
+    fresh = network(seed=2)
+    x = torch.from_numpy(next(batches(rng, [20]))[0])
+    fresh.load_checked({k: v.clone() for k, v in state.items()}, "test")
+    torch.testing.assert_close(fresh.value(x), trained.value(x), rtol=0, atol=0)
+    torch.testing.assert_close(fresh.mean_action(x), trained.mean_action(x), rtol=0, atol=0)
+
+
+def test_outputs_depend_on_the_statistics():
+    """value, the distribution's mean and mean_action are the heads applied
+    to the clipped standard score of x under the running statistics (not to
+    x): moving the statistics moves every output."""
+    rng = np.random.default_rng(5)
+    net = network()
+    x = torch.from_numpy(next(batches(rng, [30]))[0])
+    outputs = []
+    for update in range(3):
+        z = torch.from_numpy(normalise(x.double().numpy(), net.normalizer.mean.numpy(),
+                                       net.normalizer.var.numpy()).astype(np.float32))
+        with torch.no_grad():
+            value, mean, action = net.value(x), net.distribution(x).mean, net.mean_action(x)
+            torch.testing.assert_close(value, net.critic(z).squeeze(-1), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(mean, net.actor(z), rtol=1e-5, atol=1e-5)
+            half, middle = (HIGH - LOW) / 2, (HIGH + LOW) / 2
+            torch.testing.assert_close(action, torch.from_numpy(middle + half * net.actor(z).clamp(-1, 1).numpy()),
+                                       rtol=1e-5, atol=1e-5)
+        outputs.append((value, mean, action))
+        y, w = next(batches(rng, [40]))
+        net.normalizer.update(torch.from_numpy(y + 3.0 * update), torch.from_numpy(w))
+    for (v0, m0, a0), (v1, m1, a1) in zip(outputs, outputs[1:]):
+        assert (v0 - v1).abs().min() > 1e-6 and (m0 - m1).abs().min() > 1e-7 and (a0 - a1).abs().max() > 1e-6
+
+
+def damaged(state, how):
+    """A copy of ``state`` damaged one way."""
+    state = {k: v.clone() for k, v in state.items()}
+    if how.startswith("missing "):
+        del state[how.removeprefix("missing ")]
+    elif how == "float32 variance":
+        state["normalizer.var"] = state["normalizer.var"].float()
+    elif how == "float64 weights":
+        state["actor.0.weight"] = state["actor.0.weight"].double()
+    elif how == "NaN mean":
+        state["normalizer.mean"][3] = float("nan")
+    elif how == "infinite variance":
+        state["normalizer.var"][0] = float("inf")
+    elif how == "infinite count":
+        state["normalizer.count"] = torch.tensor(float("inf"), dtype=torch.float64)
+    elif how == "negative variance":
+        state["normalizer.var"][FEATURES - 1] = -1e-3
+    elif how == "negative count":
+        state["normalizer.count"] = torch.tensor(-1.0, dtype=torch.float64)
+    elif how == "NaN log_std":
+        state["log_std"] = torch.tensor([0.0, float("nan")])
+    elif how == "wrong shape":
+        state["normalizer.mean"] = torch.zeros(FEATURES + 1, dtype=torch.float64)
+    elif how == "extra key":
+        state["normalizer.extra"] = torch.zeros(1)
+    elif how == "not a tensor":
+        state["normalizer.count"] = 3.0
+    else:
+        raise AssertionError(how)
+    return state
+
+
+DAMAGES = ["missing normalizer.mean", "missing normalizer.var", "missing normalizer.count", "missing log_std",
+           "float32 variance", "float64 weights", "NaN mean", "infinite variance", "infinite count",
+           "negative variance", "negative count", "NaN log_std", "wrong shape", "extra key", "not a tensor"]
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_load_checked_refuses_and_changes_nothing(how):
+    rng = np.random.default_rng(6)
+    source = network(seed=1)
+    for x, w in batches(rng, [50]):
+        source.normalizer.update(torch.from_numpy(x), torch.from_numpy(w))
+    target = network(seed=2)
+    target.normalizer.update(torch.randn(9, FEATURES), torch.ones(9))
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    with pytest.raises(CorruptFile, match="^the test file"):
+        target.load_checked(damaged(source.state_dict(), how), "the test file")
+    after = target.state_dict()
+    assert set(after) == set(before)
+    for k, v in before.items():
+        assert torch.equal(after[k], v), k
+    target.load_checked({k: v.clone() for k, v in source.state_dict().items()}, "the test file")  # undamaged: loads
+    for k, v in source.state_dict().items():
+        assert torch.equal(target.state_dict()[k], v), k
+
+
+@pytest.mark.parametrize("weights", [[1, 2], None, {"log_std": [0.0, 0.0]}])
+def test_load_checked_refuses_what_is_not_a_dict_of_tensors(weights):
+    with pytest.raises(CorruptFile, match="is not a dict of tensors"):
+        network().load_checked(weights, "x.pt")
+
+
+def test_the_networks_and_the_export_import_neither_jax_nor_the_trainer():
+    code = ("import sys\n"
+            "import racing_stack.ppo.networks, racing_stack.export\n"
+            "bad = sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxlib'))"
+            " or m == 'racing_stack.ppo.train')\n"
+            "assert 'torch' in sys.modules and 'racing_stack.export' in sys.modules\n"
+            "print(','.join(bad))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", f"imported: {done.stdout.strip()}"
