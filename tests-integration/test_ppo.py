@@ -282,7 +282,7 @@ def test_validation_drives_each_track_once_as_the_runner_does(env, validation, t
     from racing_env.plugins import load_plugin
     from racing_env.runner import run
 
-    from racing_stack.export import export_plugin
+    from racing_stack.ppo.export import export_plugin
     from racing_stack.ppo.validation import validate
 
     trainer = Trainer(TINY, env, tmp_path, validation=validation)

@@ -347,7 +347,7 @@ def test_a_resume_with_fewer_updates_is_refused_naming_updates(env, straight, tm
 def test_a_damaged_weights_file_of_an_exported_plugin_is_refused(env, straight, tmp_path):
     from racing_env.plugins import challenge_values, load_plugin
 
-    from racing_stack.export import export_plugin
+    from racing_stack.ppo.export import export_plugin
 
     plugin = export_plugin(straight["trainer"].policy, TINY, tmp_path / "plugin")
     obs, _ = env.reset(seed=3)

@@ -58,7 +58,7 @@ from protocol import EnvStepper, environment, gate, logger, source_hashes  # noq
 
 from racing_env.plugins import PURSUIT  # noqa: E402
 from racing_stack import evaluate  # noqa: E402
-from racing_stack.export import export_plugin  # noqa: E402
+from racing_stack.ppo.export import export_plugin  # noqa: E402
 from racing_stack.ppo import PRESETS, Trainer, draw_curve, make_env, make_validation_env  # noqa: E402
 from racing_stack.ppo.validation import validate  # noqa: E402
 

@@ -232,10 +232,10 @@ def test_load_checked_refuses_what_is_not_a_dict_of_tensors(weights):
 
 def test_the_networks_and_the_export_import_neither_jax_nor_the_trainer():
     code = ("import sys\n"
-            "import racing_stack.ppo.networks, racing_stack.export\n"
+            "import racing_stack.ppo.networks, racing_stack.ppo.export\n"
             "bad = sorted(m for m in sys.modules if m == 'jax' or m.startswith(('jax.', 'jaxlib'))"
             " or m == 'racing_stack.ppo.train')\n"
-            "assert 'torch' in sys.modules and 'racing_stack.export' in sys.modules\n"
+            "assert 'torch' in sys.modules and 'racing_stack.ppo.export' in sys.modules\n"
             "print(','.join(bad))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

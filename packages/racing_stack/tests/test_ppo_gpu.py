@@ -68,7 +68,7 @@ def test_a_validation_on_the_gpu_drives_what_the_runner_drives(trainer, tmp_path
     from racing_env.plugins import load_plugin
     from racing_env.runner import run
 
-    from racing_stack.export import export_plugin
+    from racing_stack.ppo.export import export_plugin
     from racing_stack.ppo.validation import validate
 
     validation = make_validation_env(CONFIG)

@@ -7,7 +7,8 @@
 - `racing_stack.ppo.losses`: the clipped loss and the step size's schedules;
 - `racing_stack.ppo.rollout`: the rollouts, their endings and bootstraps;
 - `racing_stack.ppo.validation`: on-device validation, accounted for as the Runner does;
-- `racing_stack.ppo.train`: the train loop, checkpoints and the export at the end;
+- `racing_stack.ppo.train`: the train loop, checkpoints and what a run leaves at its end;
+- `racing_stack.ppo.export`: a policy as a controller plugin (imports the networks alone);
 - `racing_stack.ppo.logs`: the log, TensorBoard and the learning curve;
 - `racing_stack.ppo.cli`: ``train-ppo``.
 
@@ -28,6 +29,7 @@ _HOMES = {
     "LOG_FIELDS": "logs", "draw_curve": "logs",
     "RUN_FILES": "train", "GuardError": "train", "RunExists": "train", "Trainer": "train", "finish": "train",
     "make_env": "train", "make_validation_env": "train", "resume_problem": "train",
+    "export_plugin": "export",
     "main": "cli",
 }
 

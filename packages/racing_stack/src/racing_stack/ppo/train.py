@@ -594,7 +594,7 @@ def finish(trainer: Trainer, video_steps: int = 1500) -> dict[str, Path]:
     from racing_env.render import EpisodeView
     from racing_env.runner import run
 
-    from racing_stack.export import export_plugin
+    from racing_stack.ppo.export import export_plugin
 
     out = trainer.out
     plugin = export_plugin(trainer.best_policy(), trainer.config, out / "plugin")

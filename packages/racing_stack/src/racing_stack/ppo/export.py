@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["export_plugin"]
 
 #: The plugin's controller, copied into every exported directory.
-CONTROLLER = Path(__file__).with_name("learned") / "controller.py"
+CONTROLLER = Path(__file__).parents[1] / "learned" / "controller.py"
 
 
 def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, device: str = "cpu") -> Path:
