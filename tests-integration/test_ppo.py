@@ -258,6 +258,16 @@ def test_the_step_size_follows_its_schedule(env, tmp_path):
     assert adapted_learning_rate(cfg, 1e-3, float("nan"), 0) == pytest.approx(1e-3 / 1.5)  # no KL: slower
 
 
+def test_the_crash_cost_is_phased_in_over_its_warm_up(env, tmp_path):
+    trainer = Trainer(dataclasses.replace(TINY, crash_warmup_updates=4), env, tmp_path / "warm")
+    weights = []
+    for update in range(6):
+        trainer.update = update
+        weights.append(trainer.crash_weight())
+    assert weights == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    assert Trainer(TINY, env, tmp_path / "cold").crash_weight() == 1.0  # no warm-up: paid in full
+
+
 def test_worlds_start_out_of_phase_held_and_masked(env, tmp_path):
     staggered = dataclasses.replace(TINY, stagger_steps=12)
     trainer = Trainer(staggered, env, tmp_path)

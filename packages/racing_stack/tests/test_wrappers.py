@@ -170,3 +170,28 @@ def test_shaped_reward_stays_within_its_bounds():
     assert (low, high) == pytest.approx((-0.02 - 4.0 - 0.2 * 100.0**2 - 3.0, 0.3 * 450.0 - 0.02))
     assert got.min() >= low - 1e-5 * abs(low) and got.max() <= high + 1e-4
     np.testing.assert_allclose(got[:2], [low, high], rtol=1e-6)  # both bounds are reached
+
+
+def test_the_crash_weight_scales_the_crash_cost_only():
+    """A warm-up's share of the crash cost: the off-track and band costs
+    scale with it, the progress and the stall penalty do not, and the
+    endings are the same."""
+    wrapper = ShapedReward(off_track_penalty=2.0, crash_energy_cost=0.1, stall_steps=3, stall_penalty=5.0)
+    rng = np.random.default_rng(11)
+    worlds = 32
+    obs = {k: jnp.asarray(v) for k, v in random_obs(rng, worlds).items()}
+    reward = jnp.asarray(np.where(rng.random(worlds) < 0.5, 0.0, 0.01), jnp.float32)
+    reason = jnp.asarray(rng.choice([TerminationReason.NONE, TerminationReason.OFF_TRACK], worlds), jnp.int32)
+    memory = Endings(jnp.asarray(rng.random(worlds) < 0.5), jnp.asarray(rng.integers(0, 3, worlds), jnp.int32))
+    step = [memory, reward, obs, {"termination_reason": reason}, reason != 0, jnp.ones(worlds)]
+    full, ending, kept = wrapper(*step)
+    none, ending_0, kept_0 = wrapper(*step, crash_weight=0.0)
+    half, _, _ = wrapper(*step, crash_weight=0.5)
+    np.testing.assert_array_equal(ending, ending_0)
+    np.testing.assert_array_equal(kept.still, kept_0.still)
+    crash = np.asarray(none) - np.asarray(full)  # the crash cost paid in full
+    speed = np.minimum(np.linalg.norm(np.asarray(obs["velocity_body"]), axis=1), 100.0)
+    crashed = (np.asarray(reason) == TerminationReason.OFF_TRACK) | (np.asarray(ending) == 1)
+    assert crashed.any() and (~crashed).any()
+    np.testing.assert_allclose(crash, np.where(crashed, 2.0 + 0.1 * speed**2, 0.0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(half), np.asarray(full) + crash / 2, rtol=1e-5, atol=1e-4)

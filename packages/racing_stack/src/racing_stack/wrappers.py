@@ -273,7 +273,7 @@ class ShapedReward:
         return Endings(jnp.zeros(worlds, bool), jnp.zeros(worlds, jnp.int32))
 
     def __call__(self, endings: Endings, reward: jax.Array, obs: Mapping[str, jax.Array],
-                 info: Mapping[str, jax.Array], done: jax.Array, active: jax.Array
+                 info: Mapping[str, jax.Array], done: jax.Array, active: jax.Array, crash_weight: float = 1.0
                  ) -> tuple[jax.Array, jax.Array, Endings]:
         """One step's shaped reward.
 
@@ -283,6 +283,8 @@ class ShapedReward:
             done: bool [E], the env ended the episode in this step.
             active: [E], nonzero where the world is driven (zero: held at
                 the start; its memory stays fresh and it never ends).
+            crash_weight: what share of the crash cost is paid, in [0, 1]
+                (a trainer's warm-up; the endings stay).
 
         Returns:
             (reward float32 [E], ending int32 [E]: `NO_ENDING`, `MARGIN` or
@@ -292,13 +294,14 @@ class ShapedReward:
                        float(self.crash_energy_cost), float(self.edge_margin_m), int(self.stall_steps),
                        float(self.stall_penalty), endings, reward, obs["track_length"],
                        info["termination_reason"], obs["velocity_body"], obs["position"], obs["yaw"],
-                       obs["centerline"], obs["left_boundary"], obs["track_mask"], done, active)
+                       obs["centerline"], obs["left_boundary"], obs["track_mask"], done, active,
+                       jnp.float32(crash_weight))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6))
 def _shaped(metres_scale, step_cost, off_track_penalty, crash_energy_cost, edge_margin_m, stall_steps,
             stall_penalty, endings, reward, length, reason, velocity, position, yaw, centerline, left, mask, done,
-            active):
+            active, crash_weight):
     active = active != 0
     off = reason == TerminationReason.OFF_TRACK
     count = jnp.maximum(jnp.sum(mask.astype(jnp.int32), axis=1), 1)
@@ -311,7 +314,7 @@ def _shaped(metres_scale, step_cost, off_track_penalty, crash_energy_cost, edge_
     still = jnp.where(reward > 0, 0, endings.still + 1)
     stalled = (still >= stall_steps) & active
     shaped = (metres_scale * reward * length - step_cost
-              - jnp.where(crashed, off_track_penalty + crash_energy_cost * speed**2, 0.0)
+              - jnp.where(crashed, crash_weight * (off_track_penalty + crash_energy_cost * speed**2), 0.0)
               - jnp.where(stalled, stall_penalty, 0.0))
     ending = jnp.where(entered, MARGIN, jnp.where(stalled, STALL, NO_ENDING)).astype(jnp.int32)
     fresh = done | ~active  # the next call starts a new episode, or the world is not driven yet

@@ -45,6 +45,9 @@ class PPOConfig:
             action, per dimension (steering, acceleration).
         seed: the env's root reset seed and Torch's generator seed.
         max_episode_steps: the training Level's timeout (control steps).
+        crash_warmup_updates: the crash cost (`ShapedReward`) is phased in
+            linearly over the first this many updates (0: paid in full from
+            the start), so that steering is learned before caution.
         stagger_steps: at the start, world w is held braked (its calls
             masked out of training) for a uniform random 0 to
             ``stagger_steps`` calls, so that the worlds' laps are out of phase.
@@ -80,6 +83,7 @@ class PPOConfig:
     init_log_std: tuple[float, float] = (-1.6, -0.9)
     seed: int = 0
     max_episode_steps: int = 2500
+    crash_warmup_updates: int = 0
     stagger_steps: int = 1500
     tracks: int | None = None
     checkpoint_every: int = 500
@@ -92,8 +96,9 @@ class PPOConfig:
     def __post_init__(self) -> None:
         for name in ("worlds", "steps", "updates", "epochs", "minibatches", "max_episode_steps",
                      "checkpoint_every", "validation_tracks", "validate_every", "stagger_steps",
-                     "validation_steps"):
-            value, low = getattr(self, name), 0 if name in ("validate_every", "stagger_steps") else 1
+                     "validation_steps", "crash_warmup_updates"):
+            value, low = getattr(self, name), 0 if name in ("validate_every", "stagger_steps",
+                                                          "crash_warmup_updates") else 1
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**31:
                 raise ValueError(f"{name} must be an int in [{low}, 2**31), got {value!r}")
         if self.schedule not in SCHEDULES:

@@ -74,10 +74,11 @@ class Rollout:
         space = env.single_action_space
         self.brake = torch.as_tensor(np.array([0.0, space.low[1]], np.float32), device=device)
 
-    def collect(self, policy: ActorCritic, generator: torch.Generator) -> None:
+    def collect(self, policy: ActorCritic, generator: torch.Generator, crash_weight: float = 1.0) -> None:
         """One rollout into the buffers, on the device: each step crosses the
         features to Torch, the action to JAX and the step's outputs to Torch,
-        then fences (`racing_stack.interop.Handover`)."""
+        then fences (`racing_stack.interop.Handover`). ``crash_weight``: the
+        share of the crash cost paid (`ShapedReward`)."""
         env, buf, cfg, cross = self.env, self.buf, self.config, self.crossing
         with torch.no_grad():
             for t in range(cfg.steps):
@@ -96,7 +97,7 @@ class Rollout:
                 driven = cross.to_jax((~held & ~self.pending).float())
                 obs, reward, terminated, truncated, info = env.step(sent)
                 shaped, ending, endings = cfg.reward(Endings(self.inside, self.still), reward, obs, info,
-                                                     terminated | truncated, driven)
+                                                     terminated | truncated, driven, crash_weight)
                 self.inside, self.still = endings
                 self.previous_action = _after(sent, terminated | truncated, driven)
                 buf["reward"][t] = cross.to_torch(shaped)

@@ -139,8 +139,16 @@ class Trainer:
     # -- one update ------------------------------------------------------------
 
     def collect(self) -> None:
-        """One rollout into the buffers (`racing_stack.ppo.rollout.Rollout.collect`)."""
-        self.rollout.collect(self.policy, self.generator)
+        """One rollout into the buffers (`racing_stack.ppo.rollout.Rollout.collect`),
+        paying the crash cost's share of `crash_weight`."""
+        self.rollout.collect(self.policy, self.generator, self.crash_weight())
+
+    def crash_weight(self) -> float:
+        """The share of the crash cost the next rollout pays: it rises
+        linearly from 0 to 1 over the first ``config.crash_warmup_updates``
+        updates (1 without a warm-up)."""
+        warmup = self.config.crash_warmup_updates
+        return min(1.0, self.update / warmup) if warmup else 1.0
 
     def advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, returns), [T, E]: GAE by rl_triton, cut where a
