@@ -67,9 +67,16 @@ class Child:
         self.out, self.log = out, log
         argv = [sys.executable, "-m", "racing_stack.ppo", "--preset", "cpu", "--out", str(out),
                 "--updates", str(UPDATES)] + [a for s in SETTINGS for a in ("--set", s)] + flags
+        def start() -> None:
+            # Ctrl-C as a terminal delivers it: a test run started in the background (SIGINT ignored,
+            # which a child inherits and Python then keeps) must not make the child deaf to it.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            if preexec_fn is not None:
+                preexec_fn()
+
         with open(log, "wb") as f:
             self.process = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=log.parent,
-                                            preexec_fn=preexec_fn)
+                                            preexec_fn=start)
         self.started = time.monotonic()
         self.tmp = out / f".checkpoint.pt.{self.process.pid}.tmp"
 

@@ -3,9 +3,10 @@
 # experiments on the PPO page): Level 1's pools are built first, then each
 # experiment trains in its own process for the same wall time.
 #
-#   benchmarks/racing_stack/ppo_experiments.sh OUT_DIR SECONDS NAME[:SETTING,SETTING...] ...
+#   benchmarks/racing_stack/ppo_experiments.sh OUT_DIR SECONDS NAME[:SETTING;SETTING...] ...
 #
-# e.g. ppo_experiments.sh out 300 base margin2:reward.edge_margin_m=2.0 seed1:--seed=1
+# e.g. ppo_experiments.sh out 300 base 'margin2:reward.edge_margin_m=2.0;--seed=1' \
+#          'noise:init_log_std=(-1.6, -0.5)'
 # writes OUT_DIR/NAME.json, .png, .out and NAME/log.csv per experiment. A
 # setting that starts with -- is passed to the benchmark as it is; any other
 # becomes --set SETTING.
@@ -18,7 +19,7 @@ pids=()
 for spec in "$@"; do
   name=${spec%%:*} args=()
   if [[ $spec == *:* ]]; then
-    IFS=, read -ra settings <<< "${spec#*:}"
+    IFS=';' read -ra settings <<< "${spec#*:}"
     for s in "${settings[@]}"; do
       if [[ $s == --* ]]; then args+=("$s"); else args+=(--set "$s"); fi
     done

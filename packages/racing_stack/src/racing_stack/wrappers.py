@@ -284,7 +284,8 @@ class ShapedReward:
             active: [E], nonzero where the world is driven (zero: held at
                 the start; its memory stays fresh and it never ends).
             crash_weight: what share of the crash cost is paid, in [0, 1]
-                (a trainer's warm-up; the endings stay).
+                (a trainer's warm-up; the endings stay): a number, or a
+                float32 scalar on the device (no transfer per call).
 
         Returns:
             (reward float32 [E], ending int32 [E]: `NO_ENDING`, `MARGIN` or
@@ -295,7 +296,7 @@ class ShapedReward:
                        float(self.stall_penalty), endings, reward, obs["track_length"],
                        info["termination_reason"], obs["velocity_body"], obs["position"], obs["yaw"],
                        obs["centerline"], obs["left_boundary"], obs["track_mask"], done, active,
-                       jnp.float32(crash_weight))
+                       crash_weight if isinstance(crash_weight, jax.Array) else jnp.float32(crash_weight))
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6))

@@ -17,6 +17,7 @@ car would race on, so the finish line is not the end of the value.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -28,7 +29,7 @@ from racing_env import TerminationReason
 from racing_stack.interop import Handover
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.networks import ActorCritic
-from racing_stack.wrappers import MARGIN, STALL, Endings
+from racing_stack.wrappers import MARGIN, STALL, Endings, LocalTrack, ShapedReward
 
 __all__ = ["Rollout"]
 
@@ -76,13 +77,17 @@ class Rollout:
 
     def collect(self, policy: ActorCritic, generator: torch.Generator, crash_weight: float = 1.0) -> None:
         """One rollout into the buffers, on the device: each step crosses the
-        features to Torch, the action to JAX and the step's outputs to Torch,
-        then fences (`racing_stack.interop.Handover`). ``crash_weight``: the
-        share of the crash cost paid (`ShapedReward`)."""
+        features to Torch, the action and the driven mask to JAX, and the
+        step's outputs back packed in two arrays (one jitted function makes
+        them and the next features), then fences
+        (`racing_stack.interop.Handover`). ``crash_weight``: the share of
+        the crash cost paid (`ShapedReward`)."""
         env, buf, cfg, cross = self.env, self.buf, self.config, self.crossing
+        weight = jax.device_put(np.float32(crash_weight))  # once a rollout: no transfer inside the loop
+        features = cfg.features(self.obs, self.previous_action)
         with torch.no_grad():
             for t in range(cfg.steps):
-                x = cross.to_torch(cfg.features(self.obs, self.previous_action))
+                x = cross.to_torch(features)
                 dist = policy.distribution(x)
                 u = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=generator, device=self.device)
                 held = self.hold > 0
@@ -96,23 +101,19 @@ class Rollout:
                 # Driven: neither held nor a reset-only call (whose action the env ignores).
                 driven = cross.to_jax((~held & ~self.pending).float())
                 obs, reward, terminated, truncated, info = env.step(sent)
-                shaped, ending, endings = cfg.reward(Endings(self.inside, self.still), reward, obs, info,
-                                                     terminated | truncated, driven, crash_weight)
+                floats, ints, endings, self.previous_action, features = _after_step(
+                    cfg.reward, cfg.features, Endings(self.inside, self.still), reward, obs,
+                    info["termination_reason"], info["lap_time_s"], terminated, truncated, sent, driven, weight)
                 self.inside, self.still = endings
-                self.previous_action = _after(sent, terminated | truncated, driven)
-                buf["reward"][t] = cross.to_torch(shaped)
-                buf["ending"][t] = cross.to_torch(ending)
-                buf["terminated"][t] = cross.to_torch(terminated)
-                buf["truncated"][t] = cross.to_torch(truncated)
-                buf["progress"][t] = cross.to_torch(obs["track_progress"])
-                buf["reason"][t] = cross.to_torch(info["termination_reason"])
-                buf["lap_time"][t] = cross.to_torch(info["lap_time_s"])
-                buf["speed"][t] = cross.to_torch(_speed(obs["velocity_body"]))
+                floats, ints = cross.to_torch(floats), cross.to_torch(ints)
+                buf["reward"][t], buf["progress"][t], buf["lap_time"][t], buf["speed"][t] = floats
+                buf["ending"][t], buf["reason"][t] = ints[0], ints[1]
+                buf["terminated"][t], buf["truncated"][t] = ints[2] != 0, ints[3] != 0
                 cross.fence()
                 self.pending = buf["terminated"][t] | buf["truncated"][t]
                 self.hold = (self.hold - 1).clamp(min=0)
                 self.obs = obs
-            self.last_value = policy.value(cross.to_torch(cfg.features(self.obs, self.previous_action)))
+            self.last_value = policy.value(cross.to_torch(features))
             cross.fence()
 
     def returns_cut(self) -> torch.Tensor:
@@ -187,16 +188,25 @@ class Rollout:
         self.obs = {k: jnp.asarray(v) for k, v in obs.items()}
 
 
-@jax.jit
-def _after(action: jax.Array, done: jax.Array, driven: jax.Array) -> jax.Array:
-    """The previous action of the next call: a copy of ``action`` where the
-    world was driven and drives on; zero where its episode ends (the next
-    call only resets), where this call only reset it and where it is held
-    (the next call is then its episode's first driven one, or held too):
-    an episode's first driven call sees zero, as the plugin's first does."""
-    return jnp.where((done | (driven == 0))[:, None], 0.0, action).astype(jnp.float32)
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _after_step(reward_wrapper: ShapedReward, features: LocalTrack, endings: Endings, reward, obs, reason, lap_time,
+                terminated, truncated, sent, driven, weight):
+    """What a rollout keeps of one env step, in one dispatch: float32 [4, E]
+    (the shaped reward, the progress, the lap time, the speed), int32
+    [4, E] (the reward wrapper's ending, the termination reason,
+    terminated, truncated), the reward wrapper's memory, the previous
+    action of the next call and the next call's features.
 
-
-@jax.jit
-def _speed(velocity: jax.Array) -> jax.Array:
-    return jnp.linalg.norm(velocity, axis=-1)
+    The previous action is a copy of ``sent`` where the world was driven;
+    zero where this call only reset it or held it, so that an episode's
+    first driven call sees zero, as the plugin's first does (a terminal
+    call keeps its action: the reset slot's input, which bootstraps a
+    timeout or a lap, is the terminal state as it was driven)."""
+    done = terminated | truncated
+    shaped, ending, endings = reward_wrapper(endings, reward, obs, {"termination_reason": reason}, done, driven,
+                                             weight)
+    previous = jnp.where((driven == 0)[:, None], 0.0, sent).astype(jnp.float32)
+    speed = jnp.linalg.norm(obs["velocity_body"], axis=-1)
+    floats = jnp.stack([shaped, obs["track_progress"], lap_time, speed]).astype(jnp.float32)
+    ints = jnp.stack([ending, reason, terminated, truncated]).astype(jnp.int32)
+    return floats, ints, endings, previous, features(obs, previous)

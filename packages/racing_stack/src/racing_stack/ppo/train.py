@@ -209,14 +209,14 @@ class Trainer:
 
     def guard(self, advantage: torch.Tensor, returns: torch.Tensor, losses: dict[str, float],
               acted: torch.Tensor | None = None) -> None:
-        """Check the update just computed (``self.update`` done before it):
-        the parameters that acted in the rollout (``acted``: `acting_parameters`,
-        taken before the update), the rollout's features, values,
-        advantages and returns, the losses and the updated parameters finite,
-        its rewards within the reward wrapper's bounds; one small read of the
-        device. Causes come before effects: bad parameters make bad actions,
-        which the features carry (the previous action), and bad data makes
-        bad parameters.
+        """Check the update just computed (``self.update`` done before it),
+        causes before effects: the parameters that acted in the rollout
+        (``acted``: `acting_parameters`, taken before the update; bad ones
+        make bad actions, which the features carry as the previous action),
+        the rollout's features, rewards (within the reward wrapper's
+        bounds), values, advantages and returns, the losses, then the
+        updated parameters (bad data or a bad loss makes them bad); the
+        first bad field is named. One small read of the device.
 
         Raises:
             GuardError: naming the update, the first bad field and its worst value.
@@ -227,20 +227,22 @@ class Trainer:
         low, high = low - 1e-5 * max(1.0, abs(low)), high + 1e-5 * max(1.0, abs(high))
         fields = [Violation("observation feature", buf["x"]), Violation("reward", buf["reward"], low, high),
                   Violation("value", [buf["value"], self.rollout.last_value]), Violation("advantage", advantage),
-                  Violation("return", returns), self._parameters()]
-        read = violations(fields)
+                  Violation("return", returns)]
+        updated = self._parameters("updated parameter")
+        read = violations([*fields, updated])
         if acted is not None:
-            fields, read = [self._parameters(), *fields], torch.cat([acted, read])
-        read = read.tolist() + [[0.0 if math.isfinite(v) else 1.0, v] for v in losses.values()]
-        fields += [Violation(name, torch.zeros(1)) for name in losses]
-        check(fields, read, self.update + 1, self.last_checkpoint())
+            fields, read = [self._parameters("acting parameter"), *fields], torch.cat([acted, read])
+        rows = read.tolist()  # the one host read
+        rows[-1:-1] = [[0.0 if math.isfinite(v) else 1.0, v] for v in losses.values()]
+        fields += [Violation(name, torch.zeros(1)) for name in losses] + [updated]
+        check(fields, rows, self.update + 1, self.last_checkpoint())
 
     def acting_parameters(self) -> torch.Tensor:
         """`racing_stack.guard.violations` of the parameters now (on the device, no wait)."""
-        return violations([self._parameters()])
+        return violations([self._parameters("acting parameter")])
 
-    def _parameters(self) -> Violation:
-        return Violation("parameter", [*self.policy.parameters(), *self.policy.normalizer.buffers()])
+    def _parameters(self, name: str) -> Violation:
+        return Violation(name, [*self.policy.parameters(), *self.policy.normalizer.buffers()])
 
     def last_checkpoint(self) -> str:
         """What a stopped run can resume from, said for a message."""
@@ -462,8 +464,8 @@ class Trainer:
         if isinstance(update, bool) or not isinstance(update, int) or not 0 <= update <= self.config.updates:
             raise bad("update", f"is {update!r}, not an int in [0, {self.config.updates}]")
         rate = state["learning_rate"]
-        if not isinstance(rate, float) or not 0.0 < rate <= 1.0:
-            raise bad("learning rate", f"is {rate!r}, not a float in (0, 1]")
+        if not isinstance(rate, float) or not 0.0 <= rate <= 1.0:  # a linear schedule ends at 0
+            raise bad("learning rate", f"is {rate!r}, not a float in [0, 1]")
         policy = self._loaded_policy(state["policy"], "policy", path)
         optimizer = torch.optim.Adam(policy.parameters(), lr=self.config.learning_rate, eps=1e-5)
         try:
