@@ -192,13 +192,14 @@ def test_resume_continues_the_same_curve(env, validation, tmp_path):
 
 def test_a_short_run_improves_its_return_and_exports_a_plugin_that_drives(tmp_path):
     config = dataclasses.replace(PRESETS["cpu"], worlds=8, steps=32, updates=30, tracks=8, max_episode_steps=100,
-                                 learning_rate=3e-3, stagger_steps=0, schedule="constant")
+                                 learning_rate=3e-3, stagger_steps=0, schedule="constant", gamma=0.99)
     trainer = Trainer(config, make_env(config), tmp_path)
     rows = trainer.run()
     first = np.mean([r["mean_reward"] for r in rows[:5]])
     last = np.mean([r["mean_reward"] for r in rows[-5:]])
-    # Measured 0.00057 -> 0.00097 a step (0.29 -> 0.49 m/s on average): the gate is 30 % more.
-    assert last > 1.3 * first > 0, (first, last)
+    # Measured 0.00055 -> 0.00176 a step (0.28 -> 0.89 m/s on average): the gate is 50 % more. (At the
+    # GPU preset's gamma, 0.998, 30 updates of 8 worlds are too few to learn to drive off.)
+    assert last > 1.5 * first > 0, (first, last)
     made = finish(trainer, video_steps=30)
     assert made["curve"].stat().st_size > 10_000 and made["video"].stat().st_size > 1_000
     assert sorted(p.name for p in made["plugin"].iterdir() if p.is_file()) == ["config.toml", "controller.py",
