@@ -1,7 +1,7 @@
 # The pip path: the pixi tasks of pixi.toml, target for target, for machines
 # without conda (CI uses it). The first target that needs it creates .venv.
 #
-#   make tests                 every package's CPU tests and the integration tests
+#   make tests                 every package's CPU tests and the integration tests (all run; failures named)
 #   make benchmark-rl-triton   the rl_triton benchmark (full report on a CUDA GPU)
 #   make benchmark-racing-env  the racing_env M4 protocol (formal report on a CUDA GPU)
 #   make benchmark-track-pool  the racing_env M5 TrackPool protocol (formal report on a CUDA GPU)
@@ -43,7 +43,16 @@ $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 		$(foreach p,$(PACKAGES),-e packages/$(p)) >&2
 	@touch $@
 
-tests: test-rl-triton test-track-gen test-racing-env test-racing-stack test-integration ## every package's CPU tests, then the integration tests
+# Every package's target runs even when one fails (a failure in one package
+# hides nothing of the others); the failed ones are named at the end.
+TEST_TARGETS := test-rl-triton test-track-gen test-racing-env test-racing-stack test-integration
+
+tests: $(STAMP) ## every package's CPU tests, then the integration tests; names the targets that failed
+	@failed=""; for target in $(TEST_TARGETS); do \
+		$(MAKE) --no-print-directory $$target || failed="$$failed $$target"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make tests: FAILED:$$failed" >&2; exit 1; fi; \
+	echo "make tests: every target passed ($(TEST_TARGETS))"
 
 test-rl-triton: $(STAMP) ## rl_triton's tests (its kernels under TRITON_INTERPRET=1)
 	cd packages/rl_triton && $(PY) -m pytest -q -m 'not kernels and not gpu' \
