@@ -141,3 +141,17 @@ def test_warp_says_nothing_unless_asked(tmp_path, verbose):
     json.loads(out.stdout)
     said = [line for line in out.stderr.splitlines() if line.startswith(("Warp 1.", "Module "))]
     assert bool(said) == verbose, out.stderr
+
+
+@pytest.mark.parametrize("command", ["sim", "evaluate"])
+def test_render_without_a_display_is_refused_before_any_work(tmp_path, command):
+    """No DISPLAY, WAYLAND_DISPLAY or SDL_VIDEODRIVER: SDL would fall back to
+    an invisible window and the episodes would run, paced to real time, for
+    minutes; --render is the documented error instead, before a track is
+    built (evaluate's pool cache stays empty)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER")}
+    env["RACING_STACK_CACHE"] = str(tmp_path / "cache")
+    out = subprocess.run([sys.executable, "-m", f"racing_stack.{command}", "--render"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and f"{command}: the window needs a display" in out.stderr, out.stderr[-3000:]
+    assert out.stdout == "" and not (tmp_path / "cache").exists()
