@@ -2,6 +2,7 @@
 # without conda (CI uses it). The first target that needs it creates .venv.
 #
 #   make tests                 every package's CPU tests and the integration tests (all run; failures named)
+#   make examples              every example of examples/, briefly on the CPU
 #   make benchmark-rl-triton   the rl_triton benchmark (full report on a CUDA GPU)
 #   make benchmark-racing-env  the racing_env M4 protocol (formal report on a CUDA GPU)
 #   make benchmark-track-pool  the racing_env M5 TrackPool protocol (formal report on a CUDA GPU)
@@ -26,7 +27,7 @@ DEV := "ruff>=0.6" "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.
 .DEFAULT_GOAL := help
 
 .PHONY: help lint tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity matrix clean
+        test-integration examples sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity matrix clean
 
 # `make` or `make help`: every target with its line (the `##` comments).
 help:
@@ -80,6 +81,12 @@ gpu-tests: $(STAMP) ## the CUDA tests (on a GPU machine)
 # Silent (@): stdout is the JSON alone, so `make sim > run.json` is valid JSON.
 sim: $(STAMP) ## one episode on track_gen seed 42, printed as JSON
 	@$(PY) -m racing_stack.sim $(ARGS)
+
+# Every example of examples/, briefly, on the CPU; each prints where it wrote (examples/out/).
+examples: $(STAMP) ## every example, briefly on the CPU (pictures in examples/out/)
+	$(PY) examples/track_gen_drive.py --steps 40 --envs 2
+	$(PY) examples/track_gen_pictures.py --num-envs 64
+	$(PY) examples/racing_env_trajectories.py --seconds 5
 
 # Level 1's Train, Validation and Test pools into the cache, verified (ARGS="--splits validation", ...).
 materialize-track-pool: $(STAMP) ## Level 1's pools into the cache, verified

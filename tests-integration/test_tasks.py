@@ -169,3 +169,19 @@ def test_the_window_tests_skip_naming_xvfb_without_it_unless_ci_requires_them(tm
 def test_the_readme_names_xvfb_as_a_prerequisite():
     readme = (ROOT / "README.md").read_text()
     assert "Xvfb" in readme and "apt-get install xvfb" in readme
+
+
+def test_make_examples_runs_every_example():
+    """`make examples` (and `pixi run examples`) runs each file of examples/,
+    and the README names the command."""
+    text = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^examples:.*\n((?:\t.*\n)+)", text, flags=re.M).group(1)
+    pixi = tomllib.loads((ROOT / "pixi.toml").read_text())["tasks"]["examples"]["cmd"]
+    examples = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").glob("*.py"))
+    assert len(examples) == 3
+    for example in examples:
+        assert f"$(PY) {example} " in recipe, example
+        assert f"python {example} " in pixi, example
+    assert [line.split()[1] for line in recipe.splitlines()] == [c.split()[1] for c in pixi.split(" && ")]
+    readme = (ROOT / "README.md").read_text()
+    assert "`pixi run examples`" in readme and "`make examples`" in readme
