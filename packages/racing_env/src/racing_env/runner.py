@@ -217,6 +217,7 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
     ended: list[EpisodeResult] = []
     total = episodes if track_indices is None else len(rows)
     frames = None if view is None else _Frames(view, plugin.directory.name, env.config.control_dt_s)
+
     def result(interrupted: bool) -> RunResult:
         return RunResult(plugin=str(plugin.directory), backend=env.backend, worlds=env.num_envs, seed=seed,
                          challenge=challenge, episodes=list(ended), summary=summarize(ended),
