@@ -1,7 +1,8 @@
 # The pip path: the pixi tasks of pixi.toml, target for target, for machines
 # without conda (CI uses it). The first target that needs it creates .venv.
 #
-#   make tests                 every package's CPU tests and the integration tests
+#   make tests                 every package's CPU tests and the integration tests (all run; failures named)
+#   make examples              every example of examples/, briefly on the CPU
 #   make benchmark-rl-triton   the rl_triton benchmark (full report on a CUDA GPU)
 #   make benchmark-racing-env  the racing_env M4 protocol (formal report on a CUDA GPU)
 #   make benchmark-track-pool  the racing_env M5 TrackPool protocol (formal report on a CUDA GPU)
@@ -26,7 +27,7 @@ DEV := "ruff>=0.6" "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.
 .DEFAULT_GOAL := help
 
 .PHONY: help lint tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity matrix clean
+        test-integration examples sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity matrix clean
 
 # `make` or `make help`: every target with its line (the `##` comments).
 help:
@@ -43,7 +44,16 @@ $(STAMP): $(foreach p,$(PACKAGES),packages/$(p)/pyproject.toml) Makefile
 		$(foreach p,$(PACKAGES),-e packages/$(p)) >&2
 	@touch $@
 
-tests: test-rl-triton test-track-gen test-racing-env test-racing-stack test-integration ## every package's CPU tests, then the integration tests
+# Every package's target runs even when one fails (a failure in one package
+# hides nothing of the others); the failed ones are named at the end.
+TEST_TARGETS := test-rl-triton test-track-gen test-racing-env test-racing-stack test-integration
+
+tests: $(STAMP) ## every package's CPU tests, then the integration tests; names the targets that failed
+	@failed=""; for target in $(TEST_TARGETS); do \
+		$(MAKE) --no-print-directory $$target || failed="$$failed $$target"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make tests: FAILED:$$failed" >&2; exit 1; fi; \
+	echo "make tests: every target passed ($(TEST_TARGETS))"
 
 test-rl-triton: $(STAMP) ## rl_triton's tests (its kernels under TRITON_INTERPRET=1)
 	cd packages/rl_triton && $(PY) -m pytest -q -m 'not kernels and not gpu' \
@@ -71,6 +81,12 @@ gpu-tests: $(STAMP) ## the CUDA tests (on a GPU machine)
 # Silent (@): stdout is the JSON alone, so `make sim > run.json` is valid JSON.
 sim: $(STAMP) ## one episode on track_gen seed 42, printed as JSON
 	@$(PY) -m racing_stack.sim $(ARGS)
+
+# Every example of examples/, briefly, on the CPU; each prints where it wrote (examples/out/).
+examples: $(STAMP) ## every example, briefly on the CPU (pictures in examples/out/)
+	$(PY) examples/track_gen_drive.py --steps 40 --envs 2
+	$(PY) examples/track_gen_pictures.py --num-envs 64
+	$(PY) examples/racing_env_trajectories.py --seconds 5
 
 # Level 1's Train, Validation and Test pools into the cache, verified (ARGS="--splits validation", ...).
 materialize-track-pool: $(STAMP) ## Level 1's pools into the cache, verified

@@ -85,3 +85,39 @@ def test_page_examples_run(page):
     assert None not in stated, f"a print line without its '# prints TEXT' comment; printed:\n{printed.getvalue()}"
     missing = unmatched(stated, printed.getvalue())
     assert not missing, f"stated but not printed: {missing}; printed:\n{printed.getvalue()}"
+
+
+def test_the_built_site_navigates_from_disk(tmp_path):
+    """The README says to open site/index.html: opened from disk, a link to a
+    folder shows a directory listing, so every page links to .html files."""
+    import os
+    import subprocess
+    import sys
+    from html.parser import HTMLParser
+
+    site = tmp_path / "site"
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    class Links(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.hrefs = []
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "a":
+                self.hrefs += [v for k, v in attrs if k == "href" and v]
+
+    pages = sorted(p for p in site.rglob("*.html") if p.name != "404.html")  # a server's page, not the reader's
+    for page in pages:
+        links = Links()
+        links.feed(page.read_text())
+        local = [h.split("#")[0] for h in links.hrefs if not re.match(r"[a-z]+:", h) and not h.startswith("#")]
+        folders = [h for h in local if h and (h.endswith("/") or h in (".", ".."))]
+        assert not folders, f"{page.relative_to(site)} links to folders: {folders[:5]}"
+        for href in local:
+            if href.endswith(".html"):
+                assert (page.parent / href).resolve().is_file(), f"{page.relative_to(site)}: {href}"
+    assert (site / "index.html") in pages and (site / "racing_env" / "runner.html") in pages

@@ -125,3 +125,63 @@ def test_json_targets_and_the_venv_echo_nothing_on_stdout():
         assert commands and all(c.startswith("@") for c in commands), (target, commands)
     stamp = re.search(r"^\$\(STAMP\):.*\n((?:\t.*\n)+)", text, flags=re.M).group(1)
     assert "install" in stamp and all(">&2" in c for c in re.split(r"\n\t(?=@)", stamp) if "touch" not in c)
+
+
+def test_make_tests_runs_every_target_and_names_the_failed_ones():
+    """A failing package does not stop `make tests`: every target runs, the
+    failed ones are named, and the exit status is not zero."""
+    import subprocess
+
+    targets = ["test-rl-triton", "test-track-gen", "test-racing-env", "test-racing-stack", "test-integration"]
+    # /bin/false as the interpreter: every target fails at once, no venv to build first.
+    out = subprocess.run(["make", "--no-print-directory", "tests", "PY=false", "STAMP="], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert f"make tests: FAILED: {' '.join(targets)}" in out.stderr, out.stderr[-2000:]
+    out = subprocess.run(["make", "--no-print-directory", "tests", "PY=true", "STAMP="], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "every target passed" in out.stdout, out.stderr[-2000:]
+    pixi = tomllib.loads((ROOT / "pixi.toml").read_text())["tasks"]["tests"]["cmd"]
+    assert f"for target in {' '.join(targets)}; do pixi run $target || failed=" in pixi
+
+
+WINDOW_TEST = ("packages/racing_env/tests/test_render.py::"
+               "test_the_window_shows_the_track_and_the_car_on_a_virtual_display")
+
+
+def test_the_window_tests_skip_naming_xvfb_without_it_unless_ci_requires_them(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PATH=str(tmp_path))  # no Xvfb on it
+    env.pop("RACING_STACK_WINDOW_TESTS", None)
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", WINDOW_TEST]
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and "1 skipped" in out.stdout, out.stdout[-3000:]
+    assert "needs Xvfb's Xvfb (Debian: apt-get install xvfb" in out.stdout
+    env["RACING_STACK_WINDOW_TESTS"] = "required"  # as .ci/run sets it
+    out = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1 and "1 failed" in out.stdout, out.stdout[-3000:]
+    assert "export RACING_STACK_WINDOW_TESTS=required" in (ROOT / ".ci/run").read_text()
+
+
+def test_the_readme_names_xvfb_as_a_prerequisite():
+    readme = (ROOT / "README.md").read_text()
+    assert "Xvfb" in readme and "apt-get install xvfb" in readme
+
+
+def test_make_examples_runs_every_example():
+    """`make examples` (and `pixi run examples`) runs each file of examples/,
+    and the README names the command."""
+    text = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^examples:.*\n((?:\t.*\n)+)", text, flags=re.M).group(1)
+    pixi = tomllib.loads((ROOT / "pixi.toml").read_text())["tasks"]["examples"]["cmd"]
+    examples = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").glob("*.py"))
+    assert len(examples) == 3
+    for example in examples:
+        assert f"$(PY) {example} " in recipe, example
+        assert f"python {example} " in pixi, example
+    assert [line.split()[1] for line in recipe.splitlines()] == [c.split()[1] for c in pixi.split(" && ")]
+    readme = (ROOT / "README.md").read_text()
+    assert "`pixi run examples`" in readme and "`make examples`" in readme

@@ -37,6 +37,22 @@ def test_registered_id(config):
     assert set(obs) == set(OBSERVATION_FIELDS)
 
 
+def test_render_mode_none_is_accepted_as_gymnasium_passes_it(config):
+    made = gymnasium.make(ENV_ID, config=config, level=LEVEL_0, backend="cpu_reference", track=level0_track(),
+                          render_mode=None)
+    assert made.render_mode is None and made.unwrapped.metadata["render_modes"] == []
+
+
+@pytest.mark.parametrize("mode", ["human", "rgb_array"])
+def test_a_render_mode_is_refused_naming_the_way_to_watch(config, mode):
+    with pytest.raises(ValueError, match=rf"render_mode must be None, got '{mode}'.*EpisodeView.*--render"):
+        gymnasium.make(ENV_ID, config=config, level=LEVEL_0, backend="cpu_reference", track=level0_track(),
+                       render_mode=mode)
+    with pytest.raises(ValueError, match="render_mode must be None"):
+        gymnasium.make_vec(ENV_ID, num_envs=1, vectorization_mode="vector_entry_point", config=config,
+                           level=LEVEL_0, backend="cpu_reference", track=level0_track(), render_mode=mode)
+
+
 def test_constructor_says_what_is_missing(config):
     with pytest.raises(TypeError, match="level, backend"):
         CarRacingEnv(config=config, track=level0_track())

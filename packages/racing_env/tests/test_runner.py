@@ -167,3 +167,58 @@ def test_what_a_controller_returns_is_checked_as_the_env_checks_actions(tmp_path
     (episode,) = run(plugin, env, episodes=1).episodes
     assert episode.termination_reason == reason
     assert (episode.error is None) if error is None else (error in episode.error)
+
+
+@pytest.mark.parametrize("where", ["compute_control", "__init__", "step_callback"])
+@pytest.mark.parametrize("code", [0, 3, "bye"])
+def test_a_controller_calling_sys_exit_ends_its_episode_not_the_run(tmp_path, env, where, code):
+    """sys.exit() in a plugin is a controller error like any exception: the
+    episode ends as invalid_action with the traceback, the run goes on."""
+    plugin = make_plugin(tmp_path, "quits", f"""
+        import sys
+        class Quits(Controller):
+            def __init__(self, obs, info, config):
+                super().__init__(obs, info, config)
+                if {where!r} == "__init__":
+                    sys.exit({code!r})
+            def compute_control(self, obs, info=None):
+                if {where!r} == "compute_control":
+                    sys.exit({code!r})
+                return np.zeros(2, np.float32)
+            def step_callback(self, *args):
+                sys.exit({code!r})
+    """)
+    result = run(plugin, env, episodes=2, seed=0)
+    assert [e.termination_reason for e in result.episodes] == ["invalid_action"] * 2
+    assert all("SystemExit" in e.error for e in result.episodes)
+    assert result.summary["controller_errors"] == 2 and not result.interrupted
+
+
+def test_ctrl_c_stops_the_run_with_the_episodes_ended_so_far(tmp_path, env):
+    """A KeyboardInterrupt (here from the second episode's controller) still
+    stops the run; RunInterrupted, itself a KeyboardInterrupt, holds the
+    first episode's result, marked interrupted."""
+    from racing_env.runner import RunInterrupted
+
+    built = tmp_path / "built"
+    built.write_text("")
+    plugin = make_plugin(tmp_path, "stopped", f"""
+        from pathlib import Path
+        BUILT = Path({str(built)!r})
+        class Stopped(Controller):
+            def __init__(self, obs, info, config):
+                super().__init__(obs, info, config)
+                BUILT.write_text(BUILT.read_text() + "x")
+            def compute_control(self, obs, info=None):
+                if len(BUILT.read_text()) == 2:
+                    raise KeyboardInterrupt
+                return np.zeros(2, np.float32)
+    """)
+    with pytest.raises(KeyboardInterrupt) as stop:
+        run(plugin, env, episodes=3, seed=0)
+    assert isinstance(stop.value, RunInterrupted)
+    result = stop.value.result
+    assert result.interrupted and len(result.episodes) == 1 and result.summary["episodes"] == 1
+    assert result.episodes[0].termination_reason == "timeout"
+    assert result.to_json()["interrupted"] is True
+    assert run(load_plugin(TEMPLATE), env, episodes=1).to_json()["interrupted"] is False

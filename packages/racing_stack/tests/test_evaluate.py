@@ -155,3 +155,125 @@ def test_warp_s_info_messages_only_with_verbose(first_two, tmp_path, capsys, ver
         assert wp.config.log_level == (wp.LOG_INFO if verbose else wp.LOG_WARNING)
     finally:
         wp.config.log_level = before
+
+
+def _plugin(root, name, body):
+    plugin = root / name
+    plugin.mkdir()
+    (plugin / "controller.py").write_text(body)
+    (plugin / "config.toml").write_text("")
+    return plugin
+
+
+QUITS = """
+import sys
+from racing_env.controller import Controller
+
+
+class Quits(Controller):
+    def compute_control(self, obs, info=None):
+        sys.exit(0)
+"""
+
+
+def test_a_controller_calling_sys_exit_is_a_controller_error(tmp_path, capsys):
+    """sys.exit(0) in a plugin ended evaluate with status 0, no output and
+    no result file; it is a controller error ending its episode instead."""
+    plugin = _plugin(tmp_path, "quits", QUITS)
+    out = tmp_path / "quits.json"
+    argv = ["--controller", str(plugin), "--level", "0", "--episodes", "2", "--backend", "cpu_reference"]
+    assert evaluate.main([*argv, "--out", str(out)]) == 1
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["summary"]["controller_errors"] == 2
+    assert "SystemExit: 0" in printed.err
+    episodes = json.loads(out.read_text())["episodes"]
+    assert [e["termination_reason"] for e in episodes] == ["invalid_action"] * 2
+    assert all("SystemExit" in e["error"] for e in episodes)
+
+
+# The first episode ends at once (a NaN action), the second one's controller is interrupted.
+STOPPED = """
+import numpy as np
+from racing_env.controller import Controller
+
+
+class Stopped(Controller):
+    def compute_control(self, obs, info=None):
+        if int(info["episode_seed"]) == SECOND:
+            raise KeyboardInterrupt
+        return np.full(2, np.nan)
+"""
+
+
+def test_ctrl_c_writes_the_partial_result_and_exits_130(tmp_path, capsys):
+    from racing_env import LEVEL_0, ProjectConfig, VecCarRacingEnv, level0_track
+
+    seeds = VecCarRacingEnv(1, config=ProjectConfig(), level=LEVEL_0, backend="cpu_reference",
+                            track=level0_track())
+    seeds.reset(seed=0)
+    _, _, _, _, info = seeds.step([[float("nan")] * 2])  # the first episode ends
+    _, _, _, _, info = seeds.step([[0.0, 0.0]])  # the NEXT_STEP reset: the second episode
+    second = int(info["episode_seed"][0])
+    plugin = _plugin(tmp_path, "stopped", STOPPED.replace("SECOND", str(second)))
+    out = tmp_path / "partial.json"
+    argv = ["--controller", str(plugin), "--level", "0", "--episodes", "5", "--backend", "cpu_reference"]
+    assert evaluate.main([*argv, "--out", str(out)]) == 130
+    printed = capsys.readouterr()
+    summary = json.loads(printed.out)
+    assert summary["interrupted"] is True and summary["summary"]["episodes"] == 1
+    assert 'evaluate: interrupted; the result holds the episodes that had ended, 1 ("interrupted": true)' in printed.err
+    result = json.loads(out.read_text())
+    assert result["interrupted"] is True
+    assert [e["termination_reason"] for e in result["episodes"]] == ["invalid_action"]
+    assert "130 after Ctrl-C" in evaluate.__doc__  # --help says so
+
+
+STARTED = """
+import numpy as np
+from pathlib import Path
+from racing_env.controller import Controller
+
+
+class Started(Controller):
+    def __init__(self, obs, info, config):
+        super().__init__(obs, info, config)
+        with Path(MARK).open("a") as built:  # one mark per episode started
+            built.write("x")
+
+    def compute_control(self, obs, info=None):
+        return np.full(2, np.nan)  # each episode ends at its first step
+"""
+
+
+def test_sigint_stops_the_command_with_the_partial_result(tmp_path):
+    """A real Ctrl-C (SIGINT) during a long run: exit 130, the result file
+    holds the episodes that had ended and says it was interrupted."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    mark = tmp_path / "episodes_started.txt"
+    plugin = _plugin(tmp_path, "started", STARTED.replace("MARK", repr(str(mark))))
+    out = tmp_path / "partial.json"
+    command = [sys.executable, "-m", "racing_stack.evaluate", "--controller", str(plugin), "--level", "0",
+               "--episodes", "100000", "--backend", "cpu_reference", "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=dict(os.environ, RACING_STACK_CACHE=str(tmp_path / "cache")))
+    try:
+        deadline = time.monotonic() + 300
+        while not mark.exists() or len(mark.read_text()) < 3:  # two episodes have ended
+            assert process.poll() is None and time.monotonic() < deadline, "evaluate did not start its run"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["interrupted"] is True and 0 < len(result["episodes"]) < 100000
+    assert result["summary"]["episodes"] == len(result["episodes"])
+    assert json.loads(stdout)["interrupted"] is True and "evaluate: interrupted" in stderr

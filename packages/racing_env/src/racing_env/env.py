@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from racing_env._checks import integer_in
+from racing_env._checks import integer_in, no_render_mode
 from racing_env.config import Level, ProjectConfig
 from racing_env.tracks import Track, TrackPool
 from racing_env.vector import VecCarRacingEnv, reset_option
@@ -30,6 +30,10 @@ class CarRacingEnv(gymnasium.Env):
         backend: ``"cpu_reference"`` or ``"mjx_warp"`` (required).
         track: one fixed Track, or
         track_pool: a TrackPool of this Level (exactly one of the two).
+        render_mode: None only, what ``gymnasium.make(..., render_mode=)``
+            passes on: the env renders nothing itself (``render_modes`` is
+            empty); any other value is a ValueError naming the way to watch
+            or record (`racing_env.render.EpisodeView` with the Runner).
 
     Observations are fresh NumPy arrays (scalars as 0-d float32 arrays);
     info holds the seven whitelisted fields, numeric ones as fresh 0-d
@@ -46,7 +50,10 @@ class CarRacingEnv(gymnasium.Env):
         backend: str | None = None,
         track: Track | None = None,
         track_pool: TrackPool | None = None,
+        render_mode: str | None = None,
     ) -> None:
+        no_render_mode(render_mode, "CarRacingEnv")
+        self.render_mode = None
         self._vec = VecCarRacingEnv(1, config=config, level=level, backend=backend, track=track, track_pool=track_pool)
         self.action_space = self._vec.single_action_space
         self.observation_space = self._vec.single_observation_space

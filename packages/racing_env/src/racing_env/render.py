@@ -17,6 +17,7 @@ for MP4); nothing here is imported by the env itself.
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,6 +33,8 @@ MAX_FRAME_POINTS = 100_000
 MAX_TEXT = 200
 #: The recordings `EpisodeView` writes: an animated GIF or an MP4.
 RECORD_SUFFIXES = (".gif", ".mp4")
+#: SDL's video drivers that show nothing (its fallbacks where it finds no display).
+HEADLESS_VIDEO_DRIVERS = ("offscreen", "dummy")
 
 _GRASS = (46, 102, 54)
 _ASPHALT = (72, 72, 78)
@@ -336,7 +339,11 @@ class EpisodeView:
         wheelbase_m, body_m: the car as drawn (the config's values).
 
     Raises:
-        RuntimeError: ``window`` without a display to open it on.
+        RuntimeError: ``window`` without a display to open it on: no
+            ``DISPLAY`` or ``WAYLAND_DISPLAY`` (and no ``SDL_VIDEODRIVER``
+            named), or SDL falling back to a driver that shows nothing
+            (``HEADLESS_VIDEO_DRIVERS``) that ``SDL_VIDEODRIVER`` did not name.
+            Refused before anything is opened or written.
         ValueError: nothing to do (no window, no recording), a recording
             that is not ``.gif``/``.mp4``, is a folder or whose folder does
             not exist, or a non-positive step or frame rate; each names the
@@ -365,25 +372,36 @@ class EpisodeView:
         self.stride = max(1, round(1.0 / (record_fps * self.control_dt_s)))
         self.record_fps = 1.0 / (self.stride * self.control_dt_s)
         self.record = path
-        self._writer: _GifWriter | _Mp4Writer | None = None
-        if path is not None:
-            fps = self.record_fps
-            self._writer = _GifWriter(path, fps) if path.suffix.lower() == ".gif" else _Mp4Writer(path, fps, size)
         self.window_open = False
-        self._realtime = realtime
-        self._offered = 0
-        self.frames_recorded = 0
-        self.last_frame: np.ndarray | None = None
         if window:
             pg = self.painter._pygame
+            asked_driver = os.environ.get("SDL_VIDEODRIVER", "")
+            if not asked_driver and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+                raise RuntimeError("the window needs a display (neither DISPLAY nor WAYLAND_DISPLAY is set); "
+                                   "record a file instead")
             try:
                 pg.display.init()
                 self._screen = pg.display.set_mode(self.painter.size)
             except pg.error as error:
                 raise RuntimeError(f"the window needs a display ({error}); record a file instead") from error
+            driver = pg.display.get_driver()
+            # SDL falls back to an invisible window when it finds no display;
+            # only a caller who names such a driver gets one.
+            if driver in HEADLESS_VIDEO_DRIVERS and driver != asked_driver:
+                pg.display.quit()
+                raise RuntimeError(f"the window needs a display (SDL found none and chose its {driver!r} driver, "
+                                   "which shows nothing); record a file instead")
             pg.display.set_caption("ControllerLearning/CarRacing-v0")
             self._clock = pg.time.Clock()
             self.window_open = True
+        self._writer: _GifWriter | _Mp4Writer | None = None
+        if path is not None:
+            fps = self.record_fps
+            self._writer = _GifWriter(path, fps) if path.suffix.lower() == ".gif" else _Mp4Writer(path, fps, size)
+        self._realtime = realtime
+        self._offered = 0
+        self.frames_recorded = 0
+        self.last_frame: np.ndarray | None = None
 
     def wants_frame(self) -> bool:
         """Whether the step being offered becomes a frame (the window's,

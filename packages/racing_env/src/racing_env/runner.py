@@ -7,7 +7,11 @@ until N have ended; the env's NEXT_STEP autoreset starts each world's next
 episode (the call after a terminal one returns the new initial observation,
 and only then is the new controller built). A controller that raises is
 recorded with its traceback, its world is sent an invalid (NaN) action so
-that the env ends that episode (``invalid_action``), and the Runner goes on.
+that the env ends that episode (``invalid_action``), and the Runner goes on;
+``sys.exit()`` in a controller (`SystemExit`, any code) is such an error.
+A `KeyboardInterrupt` (Ctrl-C) stops the run: `run` raises `RunInterrupted`
+(a `KeyboardInterrupt`) holding the result of the episodes ended so far,
+marked ``interrupted``.
 The Level, vehicle and benchmark values come from the env itself.
 
 With a view (`racing_env.render.EpisodeView`), world 0's episodes are
@@ -33,7 +37,12 @@ from racing_env.plugins import Plugin, challenge_values
 from racing_env.render import DrawList, EpisodeView
 from racing_env.vector import TerminationReason, VecCarRacingEnv
 
-__all__ = ["REASONS", "EpisodeResult", "RunResult", "run", "summarize"]
+__all__ = ["REASONS", "EpisodeResult", "RunInterrupted", "RunResult", "run", "summarize"]
+
+#: What a controller may raise without stopping the run: its episode ends as
+#: ``invalid_action`` with the traceback. `SystemExit` too (a plugin calling
+#: ``sys.exit()`` ends its episode, not the Runner); `KeyboardInterrupt` is not.
+_CONTROLLER_ERRORS = (Exception, SystemExit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +95,9 @@ class EpisodeResult:
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
-    """A run: its settings, every episode in the order they ended, the summary."""
+    """A run: its settings, every episode in the order they ended, the summary.
+    ``interrupted``: Ctrl-C stopped it; ``episodes`` are those that ended
+    before (the episodes then running are left out)."""
 
     plugin: str
     backend: str
@@ -96,6 +107,7 @@ class RunResult:
     episodes: list[EpisodeResult]
     summary: dict[str, Any]
     seconds: float
+    interrupted: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -107,6 +119,7 @@ class RunResult:
             "challenge": self.challenge,
             "summary": self.summary,
             "seconds": self.seconds,
+            "interrupted": self.interrupted,
             "episodes": [dataclasses.asdict(e) for e in self.episodes],
         }
 
@@ -138,6 +151,15 @@ def summarize(episodes: list[EpisodeResult]) -> dict[str, Any]:
 
 #: The name of each `TerminationReason` code, as results write it.
 REASONS = {value: name.lower() for name, value in vars(TerminationReason).items() if name.isupper()}
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (a `KeyboardInterrupt`) stopped `run`: ``result`` is the
+    `RunResult` of the episodes that had ended, ``interrupted=True``."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__(f"interrupted after {len(result.episodes)} ended episodes")
+        self.result = result
 
 
 class _World:
@@ -174,6 +196,10 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
 
     Returns:
         The `RunResult`; episodes in the order they ended.
+
+    Raises:
+        RunInterrupted: a `KeyboardInterrupt` (Ctrl-C, or raised by the
+            controller) stopped the run; it holds the partial result.
     """
     if not isinstance(env, VecCarRacingEnv):
         raise TypeError(f"env must be a VecCarRacingEnv, got {type(env).__name__}")
@@ -191,19 +217,26 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
     ended: list[EpisodeResult] = []
     total = episodes if track_indices is None else len(rows)
     frames = None if view is None else _Frames(view, plugin.directory.name, env.config.control_dt_s)
-    if track_indices is None:
-        obs, info = env.reset(seed=seed)
-        _drive(plugin, env, config, obs, info, episodes, ended, total, progress, frames)
-    else:
-        for first in range(0, total, env.num_envs):
-            wave = rows[first:first + env.num_envs]
-            # Idle worlds (a last, partial wave) drive wave[0] and are never read.
-            options = {"track_indices": wave + [wave[0]] * (env.num_envs - len(wave))}
-            obs, info = env.reset(seed=seed, options=options) if first == 0 else env.reset(options=options)
-            _drive(plugin, env, config, obs, info, len(wave), ended, total, progress, frames)
-    return RunResult(plugin=str(plugin.directory), backend=env.backend, worlds=env.num_envs, seed=seed,
-                     challenge=challenge, episodes=ended, summary=summarize(ended),
-                     seconds=time.perf_counter() - start)
+
+    def result(interrupted: bool) -> RunResult:
+        return RunResult(plugin=str(plugin.directory), backend=env.backend, worlds=env.num_envs, seed=seed,
+                         challenge=challenge, episodes=list(ended), summary=summarize(ended),
+                         seconds=time.perf_counter() - start, interrupted=interrupted)
+
+    try:
+        if track_indices is None:
+            obs, info = env.reset(seed=seed)
+            _drive(plugin, env, config, obs, info, episodes, ended, total, progress, frames)
+        else:
+            for first in range(0, total, env.num_envs):
+                wave = rows[first:first + env.num_envs]
+                # Idle worlds (a last, partial wave) drive wave[0] and are never read.
+                options = {"track_indices": wave + [wave[0]] * (env.num_envs - len(wave))}
+                obs, info = env.reset(seed=seed, options=options) if first == 0 else env.reset(options=options)
+                _drive(plugin, env, config, obs, info, len(wave), ended, total, progress, frames)
+    except KeyboardInterrupt as stop:
+        raise RunInterrupted(result(True)) from stop
+    return result(False)
 
 
 def _row(value: object, env: VecCarRacingEnv) -> int:
@@ -315,7 +348,7 @@ def _one(tree: Mapping[str, Any], w: int) -> dict[str, Any]:
 def _start(plugin: Plugin, obs: Mapping[str, Any], info: Mapping[str, Any], w: int, config) -> _World:
     try:
         return _World(plugin.load_class()(_one(obs, w), _one(info, w), config), None)
-    except Exception:
+    except _CONTROLLER_ERRORS:
         return _World(None, traceback.format_exc())
 
 
@@ -332,7 +365,7 @@ def _act(world: _World, obs: Mapping[str, Any], info: Mapping[str, Any]) -> np.n
             if returned.shape != (2,):
                 raise ValueError(f"compute_control must return 2 numbers (shape [2]), got shape {list(returned.shape)}")
             return returned.astype(np.float64)
-        except Exception:
+        except _CONTROLLER_ERRORS:
             world.error = traceback.format_exc()
             world.controller = None
     return np.full(2, np.nan)
@@ -341,7 +374,7 @@ def _act(world: _World, obs: Mapping[str, Any], info: Mapping[str, Any]) -> np.n
 def _callback(world: _World, name: str, *args: Any) -> None:
     try:
         getattr(world.controller, name)(*args)
-    except Exception:
+    except _CONTROLLER_ERRORS:
         world.error = traceback.format_exc()
         world.controller = None
 

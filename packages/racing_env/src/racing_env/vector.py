@@ -32,7 +32,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from racing_env import car, seeds
-from racing_env._checks import integer_in
+from racing_env._checks import integer_in, no_render_mode
 from racing_env.config import Level, ProjectConfig
 from racing_env.physics import BACKENDS, CpuReferencePhysics, MjxWarpPhysics
 from racing_env.race import (
@@ -243,6 +243,8 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         backend: ``"mjx_warp"`` or ``"cpu_reference"`` (required).
         track: one fixed Track for every world, or
         track_pool: a TrackPool of this Level (exactly one of the two).
+        render_mode: None only (``gymnasium.make_vec(..., render_mode=)``):
+            the env renders nothing itself; any other value is a ValueError.
 
     `reset` and `step` return JAX arrays (observation fields with a leading
     ``num_envs`` axis; reward float32 [E]; terminated, truncated bool [E])
@@ -260,7 +262,10 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         backend: str | None = None,
         track: Track | None = None,
         track_pool: TrackPool | None = None,
+        render_mode: str | None = None,
     ) -> None:
+        no_render_mode(render_mode, "VecCarRacingEnv")
+        self.render_mode = None
         missing = _missing(config=config, level=level, backend=backend)
         if track is None and track_pool is None:
             missing.append("track or track_pool")

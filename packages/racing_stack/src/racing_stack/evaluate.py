@@ -19,9 +19,12 @@ JSON summary to stdout (Warp's banner and module lines only with
 ``--verbose``).
 
 Exit status: 0 after a run (whatever the controller scored); 1 when every
-episode ended with a controller error (it raised, or returned no valid
-action; the result and the summary are still written); 2 for a usage error
-(a bad option, plugin, pool or output file), refused before anything runs.
+episode ended with a controller error (it raised, called ``sys.exit()``, or
+returned no valid action; the result and the summary are still written); 2
+for a usage error (a bad option, plugin, pool or output file), refused
+before anything runs; 130 after Ctrl-C during the run: the result of the
+episodes that had ended is still written and printed, with
+``"interrupted": true``.
 """
 
 from __future__ import annotations
@@ -36,12 +39,21 @@ from typing import Any
 from racing_stack._cli import SEED_END, add_verbose_argument, check_outputs, int_in, quiet_warp
 from racing_stack.viewing import add_view_arguments, open_view
 
-__all__ = ["evaluate", "draw", "main"]
+__all__ = ["Interrupted", "evaluate", "draw", "main"]
 
 #: What the command prints of a result (its JSON summary).
 _SUMMARY_KEYS = ("plugin", "backend", "worlds", "level", "split", "summary", "seconds")
 #: Outcome colours of the picture.
 _COLOURS = {"success": "tab:green", "off_track": "tab:red", "timeout": "tab:orange", "invalid_action": "tab:purple"}
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped `evaluate`: ``result`` is its JSON result of the
+    episodes that had ended (``"interrupted": true``)."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(f"interrupted after {len(result['episodes'])} ended episodes")
+        self.result = result
 
 
 def evaluate(controller: Path | None = None, level: int = 1, split: str = "validation", tracks: int | None = None,
@@ -67,11 +79,13 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     Raises:
         ValueError: a bad level, split, count or a pool that fails
             verification; `racing_env.plugins.PluginError` for a bad plugin.
+        Interrupted: Ctrl-C during the run (a `KeyboardInterrupt`), with
+            the partial result.
     """
     import jax.numpy as jnp
     from racing_env import LEVEL_0, LEVEL_1, ProjectConfig, VecCarRacingEnv, level0_track
     from racing_env.plugins import PURSUIT, load_plugin
-    from racing_env.runner import run
+    from racing_env.runner import RunInterrupted, run
 
     from racing_stack.pools import SPLITS, materialize
 
@@ -92,10 +106,14 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
         worlds = 1 if backend == "cpu_reference" else min(total, 1024)
     env = VecCarRacingEnv(worlds, config=ProjectConfig(), level=LEVEL_0 if level == 0 else LEVEL_1,
                           backend=backend, **source)
-    if rows is None:
-        result = run(plugin, env, episodes=total, seed=seed, progress=progress, view=view)
-    else:
-        result = run(plugin, env, seed=seed, progress=progress, track_indices=rows, view=view)
+    stopped = None
+    try:
+        if rows is None:
+            result = run(plugin, env, episodes=total, seed=seed, progress=progress, view=view)
+        else:
+            result = run(plugin, env, seed=seed, progress=progress, track_indices=rows, view=view)
+    except RunInterrupted as stop:
+        result, stopped = stop.result, stop
     out = result.to_json()
     out["level"] = level
     out["split"] = None if level == 0 else split
@@ -103,6 +121,8 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     lengths = env.track_pool.track_length[jnp.asarray(driven)].tolist()
     ids = env.track_pool.track_id[jnp.asarray(driven)].tolist()
     out["track_length_m"] = {str(i): float(length) for i, length in zip(ids, lengths)}
+    if stopped is not None:
+        raise Interrupted(out) from stopped
     return out
 
 
@@ -212,17 +232,24 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, PluginError) as error:
             print(f"evaluate: {error}", file=sys.stderr)
             return 2
+        except Interrupted as stop:
+            result, status = stop.result, 130
+            print(f"evaluate: interrupted; the result holds the episodes that had ended, {len(result['episodes'])} "
+                  '("interrupted": true)', file=sys.stderr)
         if args.out is not None:
             args.out.write_text(json.dumps(result, indent=1) + "\n")
         errors = result["summary"]["controller_errors"]
-        if errors == result["summary"]["episodes"]:
+        if status == 0 and errors == result["summary"]["episodes"]:
             first = next(e["error"] for e in result["episodes"])
             print(f"evaluate: every episode ({errors}) ended with a controller error; the first:\n{first}",
                   file=sys.stderr)
             status = 1
     if args.plot is not None:
         draw(result, args.plot, reference)
-    print(json.dumps({k: result[k] for k in _SUMMARY_KEYS}, indent=2))
+    printed = {k: result[k] for k in _SUMMARY_KEYS}
+    if result.get("interrupted"):
+        printed["interrupted"] = True
+    print(json.dumps(printed, indent=2))
     return status
 
 
