@@ -60,23 +60,23 @@ def child_env(tmp_path_factory):
                 XLA_FLAGS=xla)
 
 
+#: ``python -m racing_stack.ppo`` with Python's Ctrl-C handler, whatever the parent ignores.
+HEAR_CTRL_C = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+               "sys.argv[0] = 'train-ppo'; runpy.run_module('racing_stack.ppo', run_name='__main__')")
+
+
 class Child:
     """One ``train-ppo`` subprocess, its output in a file."""
 
     def __init__(self, out: Path, flags: list[str], env: dict, log: Path, preexec_fn=None):
         self.out, self.log = out, log
-        argv = [sys.executable, "-m", "racing_stack.ppo", "--preset", "cpu", "--out", str(out),
+        # Ctrl-C as a terminal delivers it: a test run started in the background ignores SIGINT, which
+        # a child inherits and Python then keeps; the child restores Python's own handler first.
+        argv = [sys.executable, "-c", HEAR_CTRL_C, "--preset", "cpu", "--out", str(out),
                 "--updates", str(UPDATES)] + [a for s in SETTINGS for a in ("--set", s)] + flags
-        def start() -> None:
-            # Ctrl-C as a terminal delivers it: a test run started in the background (SIGINT ignored,
-            # which a child inherits and Python then keeps) must not make the child deaf to it.
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            if preexec_fn is not None:
-                preexec_fn()
-
         with open(log, "wb") as f:
             self.process = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=log.parent,
-                                            preexec_fn=start)
+                                            preexec_fn=preexec_fn)
         self.started = time.monotonic()
         self.tmp = out / f".checkpoint.pt.{self.process.pid}.tmp"
 
