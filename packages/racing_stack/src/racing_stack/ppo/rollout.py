@@ -33,10 +33,6 @@ from racing_stack.wrappers import MARGIN, STALL, Endings, LocalTrack, ShapedRewa
 
 __all__ = ["Rollout"]
 
-#: The rollout state a checkpoint keeps, beside the env's snapshot and observation.
-STATE_FIELDS = ("pending", "hold", "inside", "still", "previous_action")
-
-
 class Rollout:
     """The rollout buffers and the state that carries from one rollout to
     the next (the observation, the pending resets, the start-up holds, the
@@ -156,7 +152,9 @@ class Rollout:
         }
 
     def state(self) -> dict[str, torch.Tensor]:
-        """The `STATE_FIELDS` as CPU tensors."""
+        """The state a checkpoint keeps beside the env's snapshot and
+        observation (pending resets, holds, the reward's memory, the
+        previous action), as CPU tensors."""
         return {"pending": self.pending.cpu(), "hold": self.hold.cpu(),
                 "inside": torch.from_numpy(np.array(self.inside)), "still": torch.from_numpy(np.array(self.still)),
                 "previous_action": torch.from_numpy(np.array(self.previous_action))}

@@ -254,12 +254,10 @@ class Trainer:
         """The rollout's ended episodes (`Rollout.episodes`)."""
         return self.rollout.episodes()
 
-    def validate(self, confirm: bool = False, policy: ActorCritic | None = None, early_exit: bool = True
-                 ) -> dict[str, float]:
-        """``policy`` (default: the current one) on the validation tracks
-        (`racing_stack.ppo.validation.validate`): the "select" rows (the
-        Validation split's first ``validation_tracks``), or with ``confirm``
-        the next as many.
+    def validate(self, early_exit: bool = True) -> dict[str, float]:
+        """The current policy on the validation env's "select" rows (the
+        Validation split's first ``validation_tracks``;
+        `racing_stack.ppo.validation.validate`).
 
         Returns:
             The `VALIDATION_FIELDS` of the episodes.
@@ -267,11 +265,8 @@ class Trainer:
         env, cfg = self.validation, self.config
         if env is None:
             raise ValueError("no validation env: give the Trainer one (validation=make_validation_env(config))")
-        n = cfg.validation_tracks
-        if confirm and len(env.track_pool) < 2 * n:
-            raise ValueError(f"confirming needs {2 * n} Validation rows, the validation env has {len(env.track_pool)}")
-        rows = list(range(n, 2 * n)) if confirm else list(range(n))
-        return result_row(validate(policy or self.policy, env, cfg, self.crossing, rows, early_exit))
+        rows = list(range(cfg.validation_tracks))
+        return result_row(validate(self.policy, env, cfg, self.crossing, rows, early_exit))
 
     def best_policy(self) -> ActorCritic:
         """The best validated policy (a copy), or the current one when no
