@@ -479,7 +479,8 @@ def test_the_guard_passes_every_reward_the_wrapper_can_produce(env, tmp_path, se
     obs["track_length"] = jnp.full(2, longest, jnp.float32)
     obs["velocity_body"] = jnp.asarray([[150.0, 0.0], [0.0, 0.0]], jnp.float32)
     reason = jnp.asarray([TerminationReason.OFF_TRACK, TerminationReason.NONE], jnp.int32)
-    memory = Endings(jnp.zeros(2, bool), jnp.full(2, config.reward.stall_steps - 1, jnp.int32))
+    memory = Endings(jnp.zeros(2, bool), jnp.full(2, config.reward.stall_steps - 1, jnp.int32),
+                     jnp.zeros(2, jnp.float32))
     extremes, _, _ = config.reward(memory, jnp.asarray([0.0, 1.0], jnp.float32), obs,
                                    {"termination_reason": reason}, jnp.asarray([True, False]), jnp.ones(2))
     extremes = np.asarray(extremes)

@@ -23,7 +23,6 @@ import torch
 from racing_stack import checkpoints
 from racing_stack.checkpoints import CorruptFile
 from racing_stack.ppo import LOG_FIELDS, PRESETS, GuardError, RunExists, Trainer, make_env
-from racing_stack.wrappers import Endings
 
 #: A tiny run (as test_ppo's TINY): 4 worlds on the first 4 Train tracks,
 #: 8 steps, 24-step episodes; a checkpoint every update, no validation.
@@ -110,7 +109,7 @@ def bad_reward(value, seen):
     def corrupt(obs, reward, info):
         reward = reward.at[1].set(value)  # an impossible lap fraction
         rollout = seen["trainer"].rollout  # the reward wrapper's memory before this step
-        shaped, _, _ = TINY.reward(Endings(rollout.inside, rollout.still), reward, obs, info, jnp.zeros(4, bool),
+        shaped, _, _ = TINY.reward(rollout.endings, reward, obs, info, jnp.zeros(4, bool),
                                    jnp.ones(4))
         seen["shaped"] = float(shaped[1])  # what the trainer learns from
         return obs, reward

@@ -3,6 +3,7 @@ references: `road_geometry` on hand-built straight and circular roads, the
 NumPy and JAX feature paths on real tracks, the wheel margins against the
 Race Core's own off-track test, and `ShapedReward`'s endings step by step."""
 
+import dataclasses
 import math
 
 import jax
@@ -340,7 +341,7 @@ def run(shaper, steps, memory=None):
         assert reward.shape == ending.shape == (WORLDS,) and reward.dtype == jnp.float32 and ending.dtype == jnp.int32
         rewards.append(np.asarray(reward))
         endings.append(np.asarray(ending))
-        memories.append(Endings(np.asarray(memory.inside), np.asarray(memory.still)))
+        memories.append(Endings(*(np.asarray(m) for m in memory)))
     low, high = shaper.bounds(LENGTH)
     assert np.all(np.asarray(rewards) >= low - 1e-3) and np.all(np.asarray(rewards) <= high + 1e-3)
     return np.asarray(rewards), np.asarray(endings), memories
@@ -410,6 +411,30 @@ def test_a_stall_ends_after_exactly_stall_steps_and_counts_again():
     assert [int(m.still[0]) for m in memories[:6]] == [1, 2, 3, 4, 0, 1]
 
 
+def test_a_crawl_stalls_when_the_stall_needs_progress():
+    """With ``stall_progress_m`` = 1.5 the count restarts only once the
+    progress since the last restart exceeds 1.5 m: world 0 crawls 0.28 m a
+    step (1.4 m in 5 steps: a stall at the 5th, and again 5 later); world 1
+    makes 0.6 m a step (restarts at the 3rd, 6th, ...); world 2 makes 1.4 m
+    once, then nothing (a stall at the 5th); world 3 jumps 1.65 m at its 3rd
+    step (a restart there) and then stands."""
+    shaper = dataclasses.replace(SHAPER, stall_progress_m=1.5)
+    metres = np.zeros((10, WORLDS))
+    metres[:, 0], metres[:, 1], metres[0, 2], metres[2, 3] = 0.28, 0.6, 1.4, 1.65
+    rewards, endings, memories = run(shaper, [{"reward": m / LENGTH} for m in metres])
+    want = np.full((10, WORLDS), NO_ENDING)
+    want[[4, 9], 0] = want[[4, 9], 2] = STALL
+    want[7, 3] = STALL
+    np.testing.assert_array_equal(endings, want)
+    assert [int(m.still[0]) for m in memories] == [1, 2, 3, 4, 0, 1, 2, 3, 4, 0]
+    assert [int(m.still[1]) for m in memories] == [1, 2, 0, 1, 2, 0, 1, 2, 0, 1]
+    assert [int(m.still[3]) for m in memories] == [1, 2, 0, 1, 2, 3, 4, 0, 1, 2]
+    np.testing.assert_allclose([m.progress[1] for m in memories], [0.6, 1.2, 0, 0.6, 1.2, 0, 0.6, 1.2, 0, 0.6],
+                               atol=1e-5)
+    np.testing.assert_allclose([m.progress[0] for m in memories[:5]], [0.28, 0.56, 0.84, 1.12, 0], atol=1e-5)
+    np.testing.assert_allclose(rewards[:, 0], 0.1 * 0.28 - 0.01 - 7.0 * (want[:, 0] == STALL), rtol=1e-5)
+
+
 def test_done_resets_the_memory():
     """After ``done`` the next step starts fresh: in the band again it is a
     new entry, and the stall count restarts."""
@@ -457,20 +482,25 @@ def test_no_band_without_an_edge_margin():
 
 
 def reference_step(shaper, memory, reward, lateral, speed, off, done, active):
-    """One world's step from the docstring, in plain Python: (reward, ending, memory)."""
+    """One world's step from the docstring, in plain Python: (reward, ending,
+    memory), the progress summed in float32 as the device does."""
     inside = shaper.edge_margin_m > 0 and HALF - abs(lateral) - CONFIG.track_width_m / 2 < shaper.edge_margin_m
     entered = inside and not memory[0] and active
-    still = 0 if reward > 0 else memory[1] + 1
+    progress = np.float32(memory[2]) + np.float32(reward) * np.float32(LENGTH)
+    moved = progress > shaper.stall_progress_m
+    still = 0 if moved else memory[1] + 1
     stalled = still >= shaper.stall_steps and active
     shaped = shaper.metres_scale * reward * LENGTH - shaper.step_cost
     shaped -= crash(shaper, speed) if (off or entered) else 0.0
     shaped -= shaper.stall_penalty if stalled else 0.0
     ending = MARGIN if entered else STALL if stalled else NO_ENDING
     fresh = done or not active
-    return shaped, ending, (inside and not fresh, 0 if (fresh or stalled) else still)
+    return shaped, ending, (inside and not fresh, 0 if (fresh or stalled) else still,
+                            0.0 if (fresh or stalled or moved) else float(progress))
 
 
-def test_random_timelines_match_a_plain_python_reference():
+@pytest.mark.parametrize("shaper", [SHAPER, dataclasses.replace(SHAPER, stall_progress_m=2.0)])
+def test_random_timelines_match_a_plain_python_reference(shaper):
     rng = np.random.default_rng(5)
     steps, t = [], 60
     for _ in range(t):
@@ -480,16 +510,18 @@ def test_random_timelines_match_a_plain_python_reference():
                       "reason": np.where(rng.random(WORLDS) < 0.1, TerminationReason.OFF_TRACK,
                                          TerminationReason.NONE),
                       "done": rng.random(WORLDS) < 0.1, "active": (rng.random(WORLDS) < 0.85).astype(np.int32)})
-    rewards, endings, memories = run(SHAPER, steps)
-    memory = [(False, 0)] * WORLDS
+    rewards, endings, memories = run(shaper, steps)
+    memory = [(False, 0, 0.0)] * WORLDS
     for i, s in enumerate(steps):
         for w in range(WORLDS):
             want, ending, memory[w] = reference_step(
-                SHAPER, memory[w], float(np.float32(s["reward"][w])), s["lateral"][w], float(np.float32(s["speed"][w])),
+                shaper, memory[w], float(np.float32(s["reward"][w])), s["lateral"][w], float(np.float32(s["speed"][w])),
                 s["reason"][w] == TerminationReason.OFF_TRACK, s["done"][w], bool(s["active"][w]))
             assert rewards[i, w] == pytest.approx(want, rel=1e-5, abs=1e-4), (i, w)
             assert endings[i, w] == ending, (i, w)
-            assert (bool(memories[i].inside[w]), int(memories[i].still[w])) == memory[w], (i, w)
+            got = memories[i]
+            assert (bool(got.inside[w]), int(got.still[w])) == memory[w][:2], (i, w)
+            assert float(got.progress[w]) == pytest.approx(memory[w][2], rel=1e-6), (i, w)  # an FMA's rounding
     assert {MARGIN, STALL, NO_ENDING} <= set(endings.ravel().tolist())
 
 
@@ -510,7 +542,8 @@ FIELDS_OF_SHAPER = ("metres_scale", "step_cost", "off_track_penalty", "crash_ene
 
 @pytest.mark.parametrize("name, bad", [(name, bad) for name in FIELDS_OF_SHAPER
                                        for bad in (-1.0, float("nan"), float("inf"), 1e7, True, "1", None)]
-                         + [("edge_margin_m", bad) for bad in (-0.1, float("nan"), 1e5, True, "0.5")]
+                         + [(name, bad) for name in ("edge_margin_m", "stall_progress_m")
+                            for bad in (-0.1, float("nan"), 1e5, True, "0.5")]
                          + [("stall_steps", bad) for bad in (0, -3, 2.0, True, 2**31, None)])
 def test_bad_shaper_settings_are_refused_by_name(name, bad):
     with pytest.raises(ValueError, match=f"^{name} must be"):
@@ -519,4 +552,4 @@ def test_bad_shaper_settings_are_refused_by_name(name, bad):
 
 def test_largest_allowed_settings_are_accepted():
     ShapedReward(metres_scale=1e6, step_cost=0, off_track_penalty=1e6, crash_energy_cost=0.0,
-                 edge_margin_m=1e4, stall_steps=2**31 - 1, stall_penalty=0)
+                 edge_margin_m=1e4, stall_steps=2**31 - 1, stall_penalty=0, stall_progress_m=1e4)

@@ -162,7 +162,8 @@ def test_shaped_reward_stays_within_its_bounds():
     reason[:2] = [TerminationReason.OFF_TRACK, TerminationReason.NONE]
     obs["track_length"] = jnp.asarray(length)
     obs["velocity_body"] = jnp.asarray(np.concatenate([speed, np.zeros_like(speed)], 1))
-    memory = Endings(jnp.asarray(rng.random(worlds) < 0.5), jnp.asarray(rng.integers(0, 5, worlds), jnp.int32))
+    memory = Endings(jnp.asarray(rng.random(worlds) < 0.5), jnp.asarray(rng.integers(0, 5, worlds), jnp.int32),
+                     jnp.zeros(worlds, jnp.float32))
     got, _, _ = wrapper(memory._replace(still=memory.still.at[0].set(4)), jnp.asarray(reward), obs,
                         {"termination_reason": jnp.asarray(reason)}, jnp.asarray(reason != 0), jnp.ones(worlds))
     got = np.asarray(got)
@@ -182,7 +183,8 @@ def test_the_crash_weight_scales_the_crash_cost_only():
     obs = {k: jnp.asarray(v) for k, v in random_obs(rng, worlds).items()}
     reward = jnp.asarray(np.where(rng.random(worlds) < 0.5, 0.0, 0.01), jnp.float32)
     reason = jnp.asarray(rng.choice([TerminationReason.NONE, TerminationReason.OFF_TRACK], worlds), jnp.int32)
-    memory = Endings(jnp.asarray(rng.random(worlds) < 0.5), jnp.asarray(rng.integers(0, 3, worlds), jnp.int32))
+    memory = Endings(jnp.asarray(rng.random(worlds) < 0.5), jnp.asarray(rng.integers(0, 3, worlds), jnp.int32),
+                     jnp.zeros(worlds, jnp.float32))
     step = [memory, reward, obs, {"termination_reason": reason}, reason != 0, jnp.ones(worlds)]
     full, ending, kept = wrapper(*step)
     none, ending_0, kept_0 = wrapper(*step, crash_weight=0.0)

@@ -198,11 +198,13 @@ class Endings(NamedTuple):
 
     Attributes:
         inside: bool [E], the car was inside the margin band after the last step.
-        still: int32 [E], control steps since the car last made legal progress.
+        still: int32 [E], control steps since the stall count last restarted.
+        progress: float32 [E], metres of legal progress since then.
     """
 
     inside: jax.Array
     still: jax.Array
+    progress: jax.Array
 
 
 #: `ShapedReward`'s ending codes: none, the margin band entered, stalled.
@@ -237,6 +239,10 @@ class ShapedReward:
         stall_steps: control steps without progress that end the training
             episode, >= 1.
         stall_penalty: the cost of a stall, >= 0.
+        stall_progress_m: the legal progress (m) that restarts the stall
+            count, >= 0: over ``stall_steps`` steps it is the least average
+            speed the car must keep (6 m in 150 steps of 20 ms: 2 m/s), so
+            a crawl stalls too.
     """
 
     metres_scale: float = 0.1
@@ -246,15 +252,17 @@ class ShapedReward:
     edge_margin_m: float = 0.75
     stall_steps: int = 150
     stall_penalty: float = 10.0
+    stall_progress_m: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("metres_scale", "step_cost", "off_track_penalty", "crash_energy_cost", "stall_penalty"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_REWARD_TERM:
                 raise ValueError(f"{name} must be a number in [0, {MAX_REWARD_TERM:g}], got {value!r}")
-        value = self.edge_margin_m
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LENGTH_M:
-            raise ValueError(f"edge_margin_m must be a number in [0, {MAX_LENGTH_M:g}] m, got {value!r}")
+        for name in ("edge_margin_m", "stall_progress_m"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LENGTH_M:
+                raise ValueError(f"{name} must be a number in [0, {MAX_LENGTH_M:g}] m, got {value!r}")
         if isinstance(self.stall_steps, bool) or not isinstance(self.stall_steps, int) or \
                 not 1 <= self.stall_steps < 2**31:
             raise ValueError(f"stall_steps must be an int in [1, 2**31), got {self.stall_steps!r}")
@@ -270,7 +278,7 @@ class ShapedReward:
 
     def start(self, worlds: int) -> Endings:
         """The memory of ``worlds`` fresh episodes."""
-        return Endings(jnp.zeros(worlds, bool), jnp.zeros(worlds, jnp.int32))
+        return Endings(jnp.zeros(worlds, bool), jnp.zeros(worlds, jnp.int32), jnp.zeros(worlds, jnp.float32))
 
     def __call__(self, endings: Endings, reward: jax.Array, obs: Mapping[str, jax.Array],
                  info: Mapping[str, jax.Array], done: jax.Array, active: jax.Array, crash_weight: float = 1.0
@@ -293,16 +301,16 @@ class ShapedReward:
         """
         return _shaped(float(self.metres_scale), float(self.step_cost), float(self.off_track_penalty),
                        float(self.crash_energy_cost), float(self.edge_margin_m), int(self.stall_steps),
-                       float(self.stall_penalty), endings, reward, obs["track_length"],
+                       float(self.stall_penalty), float(self.stall_progress_m), endings, reward, obs["track_length"],
                        info["termination_reason"], obs["velocity_body"], obs["position"], obs["yaw"],
                        obs["centerline"], obs["left_boundary"], obs["track_mask"], done, active,
                        crash_weight if isinstance(crash_weight, jax.Array) else jnp.float32(crash_weight))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6))
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6, 7))
 def _shaped(metres_scale, step_cost, off_track_penalty, crash_energy_cost, edge_margin_m, stall_steps,
-            stall_penalty, endings, reward, length, reason, velocity, position, yaw, centerline, left, mask, done,
-            active, crash_weight):
+            stall_penalty, stall_progress_m, endings, reward, length, reason, velocity, position, yaw, centerline,
+            left, mask, done, active, crash_weight):
     active = active != 0
     off = reason == TerminationReason.OFF_TRACK
     count = jnp.maximum(jnp.sum(mask.astype(jnp.int32), axis=1), 1)
@@ -312,12 +320,17 @@ def _shaped(metres_scale, step_cost, off_track_penalty, crash_energy_cost, edge_
     entered = inside & ~endings.inside & active
     speed = jnp.minimum(jnp.linalg.norm(velocity, axis=-1), MAX_CRASH_SPEED_MPS)
     crashed = off | entered
-    still = jnp.where(reward > 0, 0, endings.still + 1)
+    metres = reward * length
+    progress = endings.progress + metres
+    moved = progress > stall_progress_m
+    still = jnp.where(moved, 0, endings.still + 1)
     stalled = (still >= stall_steps) & active
     shaped = (metres_scale * reward * length - step_cost
               - jnp.where(crashed, crash_weight * (off_track_penalty + crash_energy_cost * speed**2), 0.0)
               - jnp.where(stalled, stall_penalty, 0.0))
     ending = jnp.where(entered, MARGIN, jnp.where(stalled, STALL, NO_ENDING)).astype(jnp.int32)
     fresh = done | ~active  # the next call starts a new episode, or the world is not driven yet
-    memory = Endings(inside=jnp.where(fresh, False, inside), still=jnp.where(fresh | stalled, 0, still))
+    restart = fresh | stalled | moved
+    memory = Endings(inside=jnp.where(fresh, False, inside), still=jnp.where(fresh | stalled, 0, still),
+                     progress=jnp.where(restart, 0.0, progress).astype(jnp.float32))
     return shaped.astype(jnp.float32), ending, memory

@@ -65,8 +65,7 @@ class Rollout:
         self.last_value = torch.zeros(e, **z)
         self.pending = torch.zeros(e, dtype=torch.bool, **z)  # the next call only resets
         self.hold = torch.randint(0, config.stagger_steps + 1, (e,), generator=generator, dtype=torch.int32, **z)
-        endings = config.reward.start(e)
-        self.inside, self.still = endings.inside, endings.still
+        self.endings = config.reward.start(e)
         self.previous_action = jnp.zeros((e, 2), jnp.float32)
         space = env.single_action_space
         self.brake = torch.as_tensor(np.array([0.0, space.low[1]], np.float32), device=device)
@@ -97,10 +96,9 @@ class Rollout:
                 # Driven: neither held nor a reset-only call (whose action the env ignores).
                 driven = cross.to_jax((~held & ~self.pending).float())
                 obs, reward, terminated, truncated, info = env.step(sent)
-                floats, ints, endings, self.previous_action, features = _after_step(
-                    cfg.reward, cfg.features, Endings(self.inside, self.still), reward, obs,
+                floats, ints, self.endings, self.previous_action, features = _after_step(
+                    cfg.reward, cfg.features, self.endings, reward, obs,
                     info["termination_reason"], info["lap_time_s"], terminated, truncated, sent, driven, weight)
-                self.inside, self.still = endings
                 floats, ints = cross.to_torch(floats), cross.to_torch(ints)
                 buf["reward"][t], buf["progress"][t], buf["lap_time"][t], buf["speed"][t] = floats
                 buf["ending"][t], buf["reason"][t] = ints[0], ints[1]
@@ -155,8 +153,8 @@ class Rollout:
         """The state a checkpoint keeps beside the env's snapshot and
         observation (pending resets, holds, the reward's memory, the
         previous action), as CPU tensors."""
-        return {"pending": self.pending.cpu(), "hold": self.hold.cpu(),
-                "inside": torch.from_numpy(np.array(self.inside)), "still": torch.from_numpy(np.array(self.still)),
+        memory = {k: torch.from_numpy(np.array(v)) for k, v in self.endings._asdict().items()}
+        return {"pending": self.pending.cpu(), "hold": self.hold.cpu(), **memory,
                 "previous_action": torch.from_numpy(np.array(self.previous_action))}
 
     def check_state(self, state: Any) -> str | None:
@@ -175,13 +173,15 @@ class Rollout:
             return f"field 'hold' is outside [0, {self.config.stagger_steps}]"
         if bool((state["still"] < 0).any()):
             return "field 'still' is negative"
+        if bool((state["progress"] < 0).any()):
+            return "field 'progress' is negative"
         return None
 
     def restore(self, state: dict[str, torch.Tensor], obs: dict[str, Any]) -> None:
         """Continue from a checked ``state`` and observation."""
         self.pending = state["pending"].to(self.device)
         self.hold = state["hold"].to(self.device)
-        self.inside, self.still = jnp.asarray(state["inside"].numpy()), jnp.asarray(state["still"].numpy())
+        self.endings = Endings(*(jnp.asarray(state[k].numpy()) for k in Endings._fields))
         self.previous_action = jnp.asarray(state["previous_action"].numpy())
         self.obs = {k: jnp.asarray(v) for k, v in obs.items()}
 
