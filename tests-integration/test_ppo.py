@@ -137,6 +137,13 @@ def test_gae_on_a_real_rollout_matches_the_reference(env, tmp_path):
     buf = {k: v.numpy() for k, v in trainer.buf.items()}
     ended = buf["terminated"] | buf["truncated"]
     assert ended.any() and (buf["valid"] == 0).any()  # episodes ended and reset inside the rollout
+    # Each slot's log probability and value are the acting policy's (Torch's Normal as the reference).
+    with torch.no_grad():
+        x, u = trainer.buf["x"], trainer.buf["u"]
+        logp = trainer.policy.distribution(x).log_prob(u).sum(-1).numpy()
+        np.testing.assert_allclose(buf["logp"], logp, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(buf["value"], trainer.policy.value(x).numpy(), rtol=1e-5, atol=1e-6)
+    assert np.ptp(buf["logp"]) > 1.0  # the draws differ
     # The reset slot follows each terminal slot, in the same world.
     np.testing.assert_array_equal(buf["valid"][1:] == 0, ended[:-1])
     # The previous action in the features: zero at an episode's first driven call (after its reset

@@ -114,6 +114,27 @@ def test_initial_noise_per_dimension_and_broadcast():
     np.testing.assert_allclose(net.distribution(x).stddev.detach().numpy(), np.exp(np.full((5, 2), -0.7)), rtol=1e-6)
 
 
+def test_a_rollout_step_is_the_distribution_sampled_with_the_given_noise():
+    """`act`: u = mean + std x noise, its log probability (NumPy's Gaussian
+    density as the reference) and the value, on trained-like statistics and
+    a log std away from its start."""
+    net = network((0.3, -1.2), hidden=(9, 7))
+    rng = np.random.default_rng(8)
+    x = torch.from_numpy(next(batches(rng, [33], FEATURES))[0])
+    net.normalizer.update(x, torch.ones(33))
+    noise = torch.from_numpy(rng.standard_normal((33, 2)).astype(np.float32))
+    with torch.no_grad():
+        u, logp, value = net.act(x, noise)
+        mean = net.distribution(x).mean.numpy().astype(np.float64)
+        std = np.exp(np.float64([0.3, -1.2]))
+        want_u = mean + std * noise.numpy()
+        np.testing.assert_allclose(u.numpy(), want_u, rtol=1e-6, atol=1e-6)
+        density = np.exp(-0.5 * ((want_u - mean) / std) ** 2) / (std * np.sqrt(2 * np.pi))
+        np.testing.assert_allclose(logp.numpy(), np.log(density).sum(-1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(value.numpy(), net.value(x).numpy())
+    assert u.shape == (33, 2) and logp.shape == value.shape == (33,)
+
+
 def test_the_initial_mean_action_is_neutral():
     """No steering, no acceleration, to within the small last layer."""
     net = network()

@@ -51,14 +51,17 @@ class Rollout:
         self.config, self.env, self.device, self.crossing = config, env, device, crossing
         t, e, d = config.steps, config.worlds, config.features.size
         z = dict(device=device)
+        # The step's outputs arrive packed (`_after_step`): each pack is one
+        # copy a step, and the buffers below are views of the packs.
+        self.floats = torch.zeros((t, 4, e), **z)
+        self.ints = torch.zeros((t, 2, e), dtype=torch.int32, **z)
+        self.done = torch.zeros((t, 2, e), dtype=torch.bool, **z)
         self.buf = {
             "x": torch.zeros((t, e, d), **z), "u": torch.zeros((t, e, 2), **z),
-            "logp": torch.zeros((t, e), **z), "value": torch.zeros((t, e), **z),
-            "reward": torch.zeros((t, e), **z), "terminated": torch.zeros((t, e), dtype=torch.bool, **z),
-            "truncated": torch.zeros((t, e), dtype=torch.bool, **z), "valid": torch.zeros((t, e), **z),
-            "progress": torch.zeros((t, e), **z), "reason": torch.zeros((t, e), dtype=torch.int32, **z),
-            "lap_time": torch.zeros((t, e), **z), "ending": torch.zeros((t, e), dtype=torch.int32, **z),
-            "speed": torch.zeros((t, e), **z),
+            "logp": torch.zeros((t, e), **z), "value": torch.zeros((t, e), **z), "valid": torch.zeros((t, e), **z),
+            "reward": self.floats[:, 0], "progress": self.floats[:, 1], "lap_time": self.floats[:, 2],
+            "speed": self.floats[:, 3], "ending": self.ints[:, 0], "reason": self.ints[:, 1],
+            "terminated": self.done[:, 0], "truncated": self.done[:, 1],
         }
         obs, _ = env.reset(seed=config.seed)
         self.obs = obs
@@ -83,28 +86,27 @@ class Rollout:
         with torch.no_grad():
             for t in range(cfg.steps):
                 x = cross.to_torch(features)
-                dist = policy.distribution(x)
-                u = dist.mean + dist.stddev * torch.randn(dist.mean.shape, generator=generator, device=self.device)
+                noise = torch.randn((cfg.worlds, 2), generator=generator, device=self.device)
+                u, buf["logp"][t], buf["value"][t] = policy.act(x, noise)
                 held = self.hold > 0
                 buf["x"][t] = x
                 buf["u"][t] = u
-                buf["logp"][t] = dist.log_prob(u).sum(-1)
-                buf["value"][t] = policy.value(x)
-                buf["valid"][t] = (~self.pending & ~held).float()
+                # Driven: neither held nor a reset-only call (whose action the env ignores).
+                driven = torch.logical_or(held, self.pending).logical_not_().float()
+                buf["valid"][t] = driven
                 action = torch.where(held[:, None], self.brake, policy.env_action(u))
                 sent = cross.to_jax(action)
-                # Driven: neither held nor a reset-only call (whose action the env ignores).
-                driven = cross.to_jax((~held & ~self.pending).float())
                 obs, reward, terminated, truncated, info = env.step(sent)
                 floats, ints, self.endings, self.previous_action, features = _after_step(
                     cfg.reward, cfg.features, self.endings, reward, obs,
-                    info["termination_reason"], info["lap_time_s"], terminated, truncated, sent, driven, weight)
+                    info["termination_reason"], info["lap_time_s"], terminated, truncated, sent,
+                    cross.to_jax(driven), weight)
                 floats, ints = cross.to_torch(floats), cross.to_torch(ints)
-                buf["reward"][t], buf["progress"][t], buf["lap_time"][t], buf["speed"][t] = floats
-                buf["ending"][t], buf["reason"][t] = ints[0], ints[1]
-                buf["terminated"][t], buf["truncated"][t] = ints[2] != 0, ints[3] != 0
+                self.floats[t] = floats
+                self.ints[t] = ints[:2]
+                torch.ne(ints[2:], 0, out=self.done[t])
                 cross.fence()
-                self.pending = buf["terminated"][t] | buf["truncated"][t]
+                self.pending = self.done[t].any(0)
                 self.hold = (self.hold - 1).clamp(min=0)
                 self.obs = obs
             self.last_value = policy.value(cross.to_torch(features))
