@@ -400,6 +400,22 @@ def test_the_best_validated_policy_is_kept_and_exported(env, tmp_path):
     trainer.update = 7
     assert offer(0.25, 30.0, 0.9) == 6  # a lower success rate loses whatever its lap
     best = trainer.best_policy()
+    # At or above select_success_rate (0.99) success rates are equal and the faster lap wins;
+    # below it a lower rate still loses.
+    picky = Trainer(TINY, env, tmp_path / "picky")
+    assert picky.config.select_success_rate == 0.99
+    for update, (rate, lap, want) in enumerate([(0.98, 25.0, 1), (1.0, 33.0, 2), (0.992, 27.0, 3), (0.99, 26.0, 4),
+                                                (0.996, 26.5, 4), (0.985, 20.0, 4), (1.0, 26.0, 4)], start=1):
+        picky.update = update
+        picky._keep_if_best({"validation_success_rate": rate, "validation_median_lap_time_s": lap,
+                             "validation_mean_progress": 1.0})
+        assert picky.best["update"] == want, (update, rate, lap)
+    strict = Trainer(dataclasses.replace(TINY, select_success_rate=1.0), env, tmp_path / "strict")
+    for update, (rate, lap) in enumerate([(0.996, 25.0), (1.0, 33.0), (0.999, 20.0)], start=1):
+        strict.update = update
+        strict._keep_if_best({"validation_success_rate": rate, "validation_median_lap_time_s": lap,
+                              "validation_mean_progress": 1.0})
+    assert strict.best["update"] == 2  # the most laps first
     for key, value in kept.items():
         torch.testing.assert_close(best.state_dict()[key], value, rtol=0, atol=0)
     made = finish(trainer, video_steps=5)
@@ -447,6 +463,8 @@ def test_settings_are_overridden_by_name_and_checked():
     ({"init_log_std": -1.0}, "init_log_std must be a pair"),
     ({"init_log_std": (0.0, 0.0, 0.0)}, "init_log_std must be a pair"),
     ({"desired_kl": 0.0}, "desired_kl must be in \\(0.0, 10.0\\]"),
+    ({"select_success_rate": 0.0}, "select_success_rate must be in \\(0.0, 1.0\\]"),
+    ({"select_success_rate": 1.01}, "select_success_rate must be in \\(0.0, 1.0\\]"),
     ({"min_learning_rate": 1e-2, "max_learning_rate": 1e-3}, "min_learning_rate \\(0.01\\) exceeds"),
     ({"value_coef": 1e300}, "value_coef must be in \\[0.0, 1000.0\\]"),
     ({"hidden": (1_000_000, 1_000_000)}, "hidden must be a non-empty tuple of ints in \\[1, 16384\\]"),

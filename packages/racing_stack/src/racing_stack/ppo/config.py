@@ -56,6 +56,10 @@ class PPOConfig:
         validate_every: updates between validations (0: none).
         validation_tracks: Validation rows a validation drives (its first N,
             the "select" rows); the chosen policy is confirmed on the next N.
+        select_success_rate: the validation success rate that is enough:
+            among validations that reach it the faster median lap wins;
+            below it the higher success rate (then the faster lap). 1.0:
+            the most laps first, whatever the lap time.
         validation_steps: a validation counts a world that has not ended
             after this many calls (or made no progress for ``stall_steps``
             x 5 / 3 calls) as failed.
@@ -90,6 +94,7 @@ class PPOConfig:
     validate_every: int = 150
     validation_tracks: int = 500
     validation_steps: int = 2500
+    select_success_rate: float = 0.99
     features: LocalTrack = LocalTrack()
     reward: ShapedReward = ShapedReward()
 
@@ -115,7 +120,8 @@ class PPOConfig:
                                         ("min_learning_rate", 0.0, 1.0, False),
                                         ("max_learning_rate", 0.0, 1.0, False),
                                         ("max_grad_norm", 0.0, 1e6, False),
-                                        ("value_coef", 0.0, 1e3, True), ("entropy_coef", 0.0, 1e3, True)):
+                                        ("value_coef", 0.0, 1e3, True), ("entropy_coef", 0.0, 1e3, True),
+                                        ("select_success_rate", 0.0, 1.0, False)):
             _check_real(name, getattr(self, name), low, high, closed)
         if self.min_learning_rate > self.max_learning_rate:
             raise ValueError(f"min_learning_rate ({self.min_learning_rate}) exceeds max_learning_rate "

@@ -291,10 +291,13 @@ class Trainer:
 
     def _keep_if_best(self, result: dict[str, float]) -> None:
         """Keep the policy if ``result`` beats the best: a higher success
-        rate, then a faster median lap (no lap: more progress)."""
+        rate up to ``config.select_success_rate`` (rates at or above it are
+        equal), then a faster median lap (no lap: more progress)."""
+        enough = self.config.select_success_rate
+
         def score(r: dict[str, Any]) -> tuple[float, float]:
             rate = r["validation_success_rate"]
-            return rate, -r["validation_median_lap_time_s"] if rate > 0 else r["validation_mean_progress"]
+            return min(rate, enough), -r["validation_median_lap_time_s"] if rate > 0 else r["validation_mean_progress"]
 
         if self.best is None or score(result) > score(self.best):
             state = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
