@@ -51,3 +51,31 @@ def test_the_ppo_benchmark_dev_smoke_runs_every_phase(tmp_path):
     assert every["success_rate"] * 4 + len(every["failures"]) == 4
     assert all(f["reason"] in ("off_track", "timeout", "invalid_action") for f in every["failures"])
     assert report["phases"]["rollout_s"] > 0 and "evaluation" not in report  # dev: no Runner, no Test
+
+
+def test_the_ppo_benchmark_gates_read_the_report():
+    """The release gates on hand-built reports: a guard stop fails the
+    integrity gate (and nothing else is measured), overhead at 10 % fails,
+    Test's gates appear only outside dev mode."""
+    import importlib.util
+    import types
+
+    spec = importlib.util.spec_from_file_location("ppo_level1", ROOT / "benchmarks/racing_stack/ppo_level1.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    config = types.SimpleNamespace(worlds=8192)
+    stopped = bench.gates({"error": "GuardError: update 7: 3 of 8 reward values are not finite"}, config, True)
+    assert [(g["name"], g["value"], g["passed"]) for g in stopped] == [("guard_stops", 1, False)]
+    training = {"median_transitions_per_s_after_2": 1.2e6, "overhead_share": 0.10}
+    every = {"success_rate": 0.995, "median_per_track_ratio": 0.85}
+    dev = {g["name"]: g["passed"] for g in bench.gates({"training": training, "validation_all": every}, config, True)}
+    assert dev == {"guard_stops": True, "training_transitions_per_s": True,
+                   "validation_and_checkpoint_share_of_training_wall_time": False,
+                   "validation_success_rate": True, "validation_median_per_track_lap_ratio_to_pursuit": True}
+    test = {"learned": {"success_rate": 1.0, "lap_time_s": {"median": 25.0}},
+            "pursuit": {"success_rate": 1.0, "lap_time_s": {"median": 34.0}}}
+    report = {"training": {**training, "overhead_share": 0.05}, "validation_all": every,
+              "evaluation": {"test": test}}
+    release = bench.gates(report, config, False)
+    assert len(release) == 7 and all(g["passed"] for g in release)
+    assert bench.gates(report, types.SimpleNamespace(worlds=2048), False)[1]["passed"] is False  # < 4,096 worlds

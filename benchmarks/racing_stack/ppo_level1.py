@@ -27,8 +27,10 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
    (``mjx_warp``, one world a track; Torch on one CPU thread). Test is
    looked at only here.
 
-Gates (one H200): training >= 1,000,000 transitions/s end to end with >=
-4,096 worlds; Validation (1,000 tracks): success >= 99 % and the median of
+Gates (one H200): no update stopped by the trainer's guard (corrupt
+data: the integrity gate of training you can trust); training >=
+1,000,000 transitions/s end to end with >= 4,096 worlds; validations and
+checkpoints under 10 % of the training's wall time; Validation (1,000 tracks): success >= 99 % and the median of
 the per-track ratios of the learned lap to pure pursuit's <= 0.90 (10 %
 faster on the same tracks); unless
 ``--dev``, on Test: success >= pure pursuit's and the median lap faster.
@@ -70,6 +72,7 @@ GATE_TPS = 1_000_000
 GATE_WORLDS = 4096
 GATE_VALIDATION_SUCCESS = 0.99
 GATE_VALIDATION_LAP_RATIO = 0.90
+GATE_OVERHEAD_SHARE = 0.10
 #: Pure pursuit's committed laps on the 1,000 Validation tracks.
 PURSUIT_VALIDATION = Path(__file__).resolve().parents[1] / "v0.1" / "pursuit_level1_validation.json"
 log = logger("ppo")
@@ -180,7 +183,7 @@ def main() -> None:
 
     def write() -> None:
         report["gates"] = gates(report, config, args.dev) if gpu else []
-        report["passed"] = gpu and len(report["gates"]) == (3 if args.dev else 5) and \
+        report["passed"] = gpu and len(report["gates"]) == (5 if args.dev else 7) and \
             all(g["passed"] for g in report["gates"])
         out.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
 
@@ -271,11 +274,16 @@ def gates(report: dict[str, Any], config, dev: bool) -> list[dict[str, Any]]:
     """The gates measured so far: throughput once trained, Validation's
     once all 1,000 tracks were driven, Test's (not in ``dev``) once both
     controllers drove Test."""
+    stops = int(report.get("error", "").startswith("GuardError"))
+    out = [gate("guard_stops", stops, 0, stops == 0)]
     if "training" not in report:
-        return []
+        return out
     tps = report["training"]["median_transitions_per_s_after_2"]
-    out = [{**gate("training_transitions_per_s", tps, GATE_TPS, tps >= GATE_TPS and config.worlds >= GATE_WORLDS),
-            "margin": tps - GATE_TPS}]
+    out.append({**gate("training_transitions_per_s", tps, GATE_TPS,
+                       tps >= GATE_TPS and config.worlds >= GATE_WORLDS), "margin": tps - GATE_TPS})
+    share = report["training"]["overhead_share"]
+    out.append({**gate("validation_and_checkpoint_share_of_training_wall_time", share, GATE_OVERHEAD_SHARE,
+                       share < GATE_OVERHEAD_SHARE), "margin": GATE_OVERHEAD_SHARE - share})
     every = report.get("validation_all")
     if every is None:
         return out
