@@ -13,9 +13,11 @@ is stuck.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -25,6 +27,7 @@ from racing_env.runner import EpisodeResult, summarize
 from racing_stack.interop import Handover
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.networks import ActorCritic
+from racing_stack.wrappers import LocalTrack
 
 __all__ = ["STALL_S", "VALIDATION_FIELDS", "result_row", "validate"]
 
@@ -53,41 +56,62 @@ def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, ro
     n = env.num_envs
     if len(rows) != n:
         raise ValueError(f"rows has {len(rows)} entries, the validation env {n} worlds")
-    device = policy.log_std.device
     obs, info = env.reset(seed=config.seed, options={"track_indices": list(rows)})
     ids = {k: np.asarray(info[k]) for k in ("episode_seed", "controller_seed", "track_id")}
-    z = dict(device=device)
-    ended = torch.zeros(n, dtype=torch.bool, **z)
-    reason = torch.full((n,), TerminationReason.TIMEOUT, dtype=torch.int32, **z)
-    lap = torch.zeros(n, **z)
-    progress = torch.zeros(n, **z)
-    steps = torch.zeros(n, dtype=torch.int32, **z)
-    still = torch.zeros(n, dtype=torch.int32, **z)
-    previous = jnp.zeros((n, 2), jnp.float32)
-    stall = round(STALL_S / env.config.control_dt_s)
+    tally = _Tally(ended=jnp.zeros(n, bool), reason=jnp.full(n, TerminationReason.TIMEOUT, jnp.int32),
+                   lap=jnp.zeros(n, jnp.float32), progress=jnp.zeros(n, jnp.float32),
+                   steps=jnp.zeros(n, jnp.int32), still=jnp.zeros(n, jnp.int32))
+    stall = round(STALL_S / env.config.control_dt_s) if early_exit else None
     limit = min(config.validation_steps, env.level.max_episode_steps) if early_exit else env.level.max_episode_steps
+    features = config.features(obs, jnp.zeros((n, 2), jnp.float32))
     with torch.no_grad():
         for step in range(limit):
-            x = crossing.to_torch(config.features(obs, previous))
-            previous = crossing.to_jax(policy.mean_action(x))
-            obs, _, terminated, truncated, info = env.step(previous)
-            now = (crossing.to_torch(terminated) | crossing.to_torch(truncated)) & ~ended
-            reason = torch.where(now, crossing.to_torch(info["termination_reason"]), reason)
-            lap = torch.where(now, crossing.to_torch(info["lap_time_s"]), lap)
-            reached = crossing.to_torch(obs["track_progress"])
-            still = torch.where(reached > progress, 0, still + 1)
-            progress = torch.where(ended, progress, reached)
-            steps += (~ended).int()
-            crossing.fence()
-            ended |= now
-            if early_exit:
-                ended |= still >= stall
-            if step % 32 == 31 and bool(ended.all()):
+            mean = policy.mean_action(crossing.to_torch(features))
+            crossing.fence()  # Torch has read the last step's outputs, which came after JAX read its action
+            action = crossing.to_jax(mean)
+            obs, _, terminated, truncated, info = env.step(action)
+            tally, features = _after_validation_step(config.features, stall, tally, obs, terminated, truncated,
+                                                     info["termination_reason"], info["lap_time_s"], action)
+            if step % 32 == 31 and bool(tally.ended.all()):
                 break
-    reason, lap, progress, steps = (v.cpu().numpy() for v in (reason, lap, progress, steps))
+        crossing.to_torch(features)  # read after the last step's action: its crossing can be released
+        crossing.fence()
+    reason, lap, progress, steps = (np.asarray(v) for v in (tally.reason, tally.lap, tally.progress, tally.steps))
     host = {**ids, "termination_reason": reason, "lap_completed": reason == TerminationReason.SUCCESS,
             "lap_time_s": np.where(reason == TerminationReason.SUCCESS, lap, 0.0)}
     return [EpisodeResult.ended(w, host, progress[w], steps[w]) for w in range(n)]
+
+
+class _Tally(NamedTuple):
+    """A validation's per-world record, on the device (each [n])."""
+
+    ended: jax.Array  # bool: the episode ended, or was given up
+    reason: jax.Array  # int32: its TerminationReason (TIMEOUT until it ends)
+    lap: jax.Array  # float32: its lap time (s), where it lapped
+    progress: jax.Array  # float32: its lap fraction when it ended
+    steps: jax.Array  # int32: calls driven
+    still: jax.Array  # int32: calls since its progress last grew
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _after_validation_step(features: LocalTrack, stall: int | None, tally: _Tally, obs, terminated, truncated,
+                           reason, lap_time, action) -> tuple[_Tally, jax.Array]:
+    """One step's record, in one dispatch: a world's outcome is the first
+    one its episode reached; with ``stall`` (early exit) a world whose
+    progress has not grown for ``stall`` calls is given up (a timeout).
+    Returns the record and the next call's features (``action`` is the
+    previous action they carry)."""
+    now = (terminated | truncated) & ~tally.ended
+    reached = obs["track_progress"]
+    still = jnp.where(reached > tally.progress, 0, tally.still + 1)
+    ended = tally.ended | now
+    if stall is not None:
+        ended |= still >= stall
+    record = _Tally(ended=ended, reason=jnp.where(now, reason, tally.reason).astype(jnp.int32),
+                    lap=jnp.where(now, lap_time, tally.lap).astype(jnp.float32),
+                    progress=jnp.where(tally.ended, tally.progress, reached).astype(jnp.float32),
+                    steps=tally.steps + (~tally.ended).astype(jnp.int32), still=still.astype(jnp.int32))
+    return record, features(obs, action)
 
 
 def result_row(episodes: list[EpisodeResult]) -> dict[str, Any]:
