@@ -198,15 +198,16 @@ def test_resume_continues_the_same_curve(env, validation, tmp_path):
 
 
 def test_a_short_run_improves_its_return_and_exports_a_plugin_that_drives(tmp_path):
-    config = dataclasses.replace(PRESETS["cpu"], worlds=8, steps=32, updates=30, tracks=8, max_episode_steps=100,
+    config = dataclasses.replace(PRESETS["cpu"], worlds=16, steps=32, updates=30, tracks=8, max_episode_steps=100,
                                  learning_rate=3e-3, stagger_steps=0, schedule="constant", gamma=0.99)
     trainer = Trainer(config, make_env(config), tmp_path)
     rows = trainer.run()
     first = np.mean([r["mean_reward"] for r in rows[:5]])
     last = np.mean([r["mean_reward"] for r in rows[-5:]])
-    # Measured 0.00055 -> 0.00176 a step (0.28 -> 0.89 m/s on average): the gate is 50 % more. (At the
-    # GPU preset's gamma, 0.998, 30 updates of 8 worlds are too few to learn to drive off.)
-    assert last > 1.5 * first > 0, (first, last)
+    # Measured over seeds 0-7: 1.43 to 3.49 times the first updates' reward a step (seed 0, this test's:
+    # 0.00071 -> 0.00225); the gate is 25 % more. With 8 worlds the same run is a coin toss (0.6 to 3.3
+    # times), and at the GPU preset's gamma, 0.998, 30 updates are too few to learn to drive off.
+    assert last > 1.25 * first > 0, (first, last)
     made = finish(trainer, video_steps=30)
     assert made["curve"].stat().st_size > 10_000 and made["video"].stat().st_size > 1_000
     assert sorted(p.name for p in made["plugin"].iterdir() if p.is_file()) == ["config.toml", "controller.py",
