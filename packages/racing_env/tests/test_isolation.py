@@ -108,7 +108,7 @@ SNOOP = """
                 found += [v for v in frame.f_locals.values() if isinstance(v, list) and v
                           and isinstance(v[0], EpisodeResult)]
                 frame = frame.f_back
-            for lists in [o for o in gc.get_objects() if isinstance(o, list) and o
+            for lists in [o for o in gc.get_objects() if type(o) is list and o
                           and isinstance(o[0], EpisodeResult)]:
                 lists[0] = lists[0].__class__(*[*vars(lists[0]).values()][:4], "success", True, 1.0, 1.0, 1, None)
             return np.full(2, np.nan) if found else np.zeros(2, np.float32)
