@@ -247,8 +247,9 @@ def main() -> None:
         torch.set_num_threads(1)
         for name, directory in (("learned", plugin), ("pursuit", PURSUIT)):
             log(f"evaluating {name} on test")
+            # In-process: both plugins are the project's own code, driven in one wave of worlds.
             result = evaluate.evaluate(directory, level=1, split="test", tracks=args.eval_tracks,
-                                       backend="mjx_warp", worlds=args.eval_tracks)
+                                       backend="mjx_warp", worlds=args.eval_tracks, isolate=False)
             report["evaluation"].setdefault("test", {})[name] = summary(result)
             log(f"{name} on test: {report['evaluation']['test'][name]}")
             write()

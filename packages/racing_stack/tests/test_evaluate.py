@@ -88,6 +88,9 @@ def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsy
     (["--reference", "missing.json"], "argument --reference: cannot read a JSON result from 'missing.json'"),
     (["--reference", "file.txt"], "argument --reference: cannot read a JSON result from 'file.txt'"),
     (["--from-result", "taken"], "argument --from-result: cannot read a JSON result from 'taken'"),
+    (["--call-timeout", "0"], "argument --call-timeout: must be in (0, 3600], got 0"),
+    (["--start-timeout", "nan"], "argument --start-timeout: must be in (0, 3600], got nan"),
+    (["--memory-limit", "512"], "argument --memory-limit: must be >= 1024, got 512"),
 ])
 def test_bad_options_are_usage_errors_naming_the_flag(argv, message, cache, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
@@ -245,35 +248,96 @@ class Started(Controller):
 """
 
 
-def test_sigint_stops_the_command_with_the_partial_result(tmp_path):
-    """A real Ctrl-C (SIGINT) during a long run: exit 130, the result file
-    holds the episodes that had ended and says it was interrupted."""
+def _long_run(tmp_path, out, started, sig):
+    """A Level 0 run of 100,000 one-step episodes, sent ``sig`` once
+    ``started`` episodes have been started; its stdout, stderr, return
+    code and the episodes started by then."""
     import os
-    import signal
     import subprocess
     import sys
     import time
 
     mark = tmp_path / "episodes_started.txt"
     plugin = _plugin(tmp_path, "started", STARTED.replace("MARK", repr(str(mark))))
-    out = tmp_path / "partial.json"
     command = [sys.executable, "-m", "racing_stack.evaluate", "--controller", str(plugin), "--level", "0",
                "--episodes", "100000", "--backend", "cpu_reference", "--out", str(out)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=dict(os.environ, RACING_STACK_CACHE=str(tmp_path / "cache")))
     try:
         deadline = time.monotonic() + 300
-        while not mark.exists() or len(mark.read_text()) < 3:  # two episodes have ended
+        while not mark.exists() or len(mark.read_text()) < started:
             assert process.poll() is None and time.monotonic() < deadline, "evaluate did not start its run"
             time.sleep(0.1)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(sig)
         stdout, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == 130, stderr[-3000:]
+    return stdout, stderr, process.returncode, len(mark.read_text())
+
+
+def test_sigint_stops_the_command_with_the_partial_result(tmp_path):
+    """A real Ctrl-C (SIGINT) during a long run: exit 130, the result file
+    holds the episodes that had ended and says it was interrupted."""
+    import signal
+
+    out = tmp_path / "partial.json"
+    stdout, stderr, code, _ = _long_run(tmp_path, out, 3, signal.SIGINT)  # two episodes have ended
+    assert code == 130, stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["interrupted"] is True and 0 < len(result["episodes"]) < 100000
     assert result["summary"]["episodes"] == len(result["episodes"])
     assert json.loads(stdout)["interrupted"] is True and "evaluate: interrupted" in stderr
+    appended = [json.loads(line) for line in evaluate.episodes_file(out).read_text().splitlines()]
+    assert appended == result["episodes"]  # each ended episode was appended as it ended
+
+
+def test_a_killed_run_leaves_its_ended_episodes_on_disk(tmp_path):
+    """SIGKILL (no handler runs, no --out written): the .episodes.jsonl
+    sibling holds every episode that had ended, one complete line each."""
+    import signal
+
+    out = tmp_path / "killed.json"
+    _, _, code, started = _long_run(tmp_path, out, 4, signal.SIGKILL)  # three episodes have ended
+    assert code == -signal.SIGKILL
+    lines = evaluate.episodes_file(out).read_text().splitlines()
+    assert 3 <= len(lines) <= started and not out.exists()
+    assert all(json.loads(line)["termination_reason"] == "invalid_action" for line in lines)
+
+
+HANGS = """
+import time
+from racing_env.controller import Controller
+
+
+class Hangs(Controller):
+    def compute_control(self, obs, info=None):
+        time.sleep(3600)
+"""
+
+
+def test_an_isolated_hanging_controller_is_timed_out_and_the_run_completes(tmp_path, capsys):
+    plugin = _plugin(tmp_path, "hangs", HANGS)
+    out = tmp_path / "hangs.json"
+    argv = ["--controller", str(plugin), "--level", "0", "--episodes", "2", "--backend", "cpu_reference",
+            "--isolate", "--call-timeout", "0.5", "--out", str(out)]
+    assert evaluate.main(argv) == 1  # every episode ended with a controller error
+    assert "ran past its 0.5 s wall-clock limit" in capsys.readouterr().err
+    result = json.loads(out.read_text())
+    assert [e["termination_reason"] for e in result["episodes"]] == ["invalid_action"] * 2
+    assert result["interrupted"] is False
+    assert [json.loads(line) for line in evaluate.episodes_file(out).read_text().splitlines()] == result["episodes"]
+
+
+def test_isolation_is_on_by_default_for_level_1_and_its_plugin_check_runs_in_a_child(tmp_path, capsys, cache,
+                                                                                     monkeypatch):
+    """A plugin that does not import is still a usage error (exit 2) when
+    checked in a child; its module code never runs in evaluate's process."""
+    import builtins
+
+    monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
+    plugin = _plugin(tmp_path, "broken", "import builtins\nbuiltins.broken_ran = True\nraise ImportError('nope')\n")
+    assert evaluate.main(["--controller", str(plugin), "--backend", "cpu_reference", "--tracks", "1"]) == 2
+    assert "failed to import: ImportError: nope" in capsys.readouterr().err
+    assert not hasattr(builtins, "broken_ran")

@@ -13,9 +13,10 @@ import abc
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Controller", "DebugDraw"]
+__all__ = ["Controller", "DebugDraw", "checked_action"]
 
 
 class DebugDraw(Protocol):
@@ -64,3 +65,21 @@ class Controller(abc.ABC):
 
     def render_callback(self, debug_draw: DebugDraw) -> None:
         """Once per rendered frame: draw on ``debug_draw`` (write-only)."""
+
+
+def checked_action(returned: Any) -> np.ndarray:
+    """What ``compute_control`` returned, as the action the env receives:
+    float64 [2]. It must be two real numbers: an integer or floating dtype
+    (bfloat16 included), never strings, complex, bool or object values,
+    which a cast would coerce.
+
+    Raises:
+        TypeError: not an integer or floating dtype.
+        ValueError: not shape [2].
+    """
+    returned = np.asarray(returned)
+    if not (jnp.issubdtype(returned.dtype, jnp.floating) or jnp.issubdtype(returned.dtype, jnp.integer)):
+        raise TypeError(f"compute_control must return 2 real numbers, got dtype {returned.dtype}")
+    if returned.shape != (2,):
+        raise ValueError(f"compute_control must return 2 numbers (shape [2]), got shape {list(returned.shape)}")
+    return returned.astype(np.float64)

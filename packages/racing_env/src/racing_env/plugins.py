@@ -6,11 +6,14 @@
 
 `load_plugin` checks a directory once; `Plugin.load_class` imports a fresh
 copy of its code (every episode gets new module objects, so no state
-survives from one episode to the next through module globals). Each
-directory's modules live under their own package name,
+survives from one episode to the next through module globals; other
+process-wide state, such as ``builtins``, does survive). Each directory's
+modules live under their own package name,
 ``racing_env_plugins.<name>_<hash of the path>``, so two plugins that both
-have a ``helpers.py`` never see each other's. Plugins are trusted code: they
-run in this process, unsandboxed.
+have a ``helpers.py`` never see each other's. Loaded here, plugins are
+trusted code: they run in this process, unsandboxed, and can reach anything
+in it; the Runner's isolated mode (`racing_env.isolation`) runs each
+episode's controller in a child process instead.
 """
 
 from __future__ import annotations
@@ -115,8 +118,14 @@ class Plugin:
         return freeze({"controller": self.settings, **challenge})
 
 
-def load_plugin(directory: str | Path) -> Plugin:
+def load_plugin(directory: str | Path, *, import_code: bool = True) -> Plugin:
     """Check a plugin directory and import its controller once.
+
+    Args:
+        directory: the plugin directory.
+        import_code: False skips the import (the isolated mode checks it in
+            a child process: `racing_env.isolation.check_plugin`), so that
+            none of the plugin's code runs in this process.
 
     Raises:
         PluginError: not a directory, ``controller.py`` or ``config.toml``
@@ -136,7 +145,8 @@ def load_plugin(directory: str | Path) -> Plugin:
     slug = re.sub(r"\W", "_", path.name) or "plugin"
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
     plugin = Plugin(directory=path, package=f"{PLUGIN_PACKAGE}.{slug}_{digest}", settings=freeze(settings))
-    plugin.load_class()
+    if import_code:
+        plugin.load_class()
     return plugin
 
 

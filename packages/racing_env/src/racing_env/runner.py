@@ -14,6 +14,12 @@ A `KeyboardInterrupt` (Ctrl-C) stops the run: `run` raises `RunInterrupted`
 marked ``interrupted``.
 The Level, vehicle and benchmark values come from the env itself.
 
+In-process (the default), controllers are trusted code that can reach
+anything in this process, the env and the results included. With
+``isolation`` (`racing_env.isolation.Isolation`), each episode's controller
+runs in its own child process behind the same interface, with a wall-clock
+limit per call; the episodes are accounted here alike.
+
 With a view (`racing_env.render.EpisodeView`), world 0's episodes are
 drawn: at every frame the view wants, the controller's ``render_callback``
 draws on a fresh `racing_env.render.DrawList` and the view paints its
@@ -22,6 +28,7 @@ commands over the latest public observation.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import traceback
@@ -29,10 +36,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from racing_env.controller import Controller
+from racing_env.controller import Controller, checked_action
+from racing_env.isolation import ChildControllers, ControllerFailed, Isolation
 from racing_env.plugins import Plugin, challenge_values
 from racing_env.render import DrawList, EpisodeView
 from racing_env.vector import TerminationReason, VecCarRacingEnv
@@ -43,6 +50,8 @@ __all__ = ["REASONS", "EpisodeResult", "RunInterrupted", "RunResult", "run", "su
 #: ``invalid_action`` with the traceback. `SystemExit` too (a plugin calling
 #: ``sys.exit()`` ends its episode, not the Runner); `KeyboardInterrupt` is not.
 _CONTROLLER_ERRORS = (Exception, SystemExit)
+#: Builds an episode's controller: ``make(world, obs, info)`` (one world's values).
+_Make = Callable[[int, Mapping[str, Any], Mapping[str, Any]], Controller]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +183,8 @@ class _World:
 
 def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed: int = 0,
         progress: Callable[[int, int], None] | None = None, *,
-        track_indices: Sequence[int] | None = None, view: EpisodeView | None = None) -> RunResult:
+        track_indices: Sequence[int] | None = None, view: EpisodeView | None = None,
+        isolation: Isolation | None = None, record: Callable[[EpisodeResult], None] | None = None) -> RunResult:
     """Run ``plugin`` in ``env`` for ``episodes`` episodes, or once on each
     pool row of ``track_indices``.
 
@@ -193,6 +203,11 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
             ``seed``, the others continuing the episode counters) and ends
             when its last episode ends.
         view: draws world 0's episodes (the caller closes it).
+        isolation: run each episode's controller in a child process with
+            these limits (`racing_env.isolation`); None: in this process.
+            The plugin may have been loaded with ``import_code=False``.
+        record: called with each ended episode's `EpisodeResult`, as it
+            ends (before ``progress``).
 
     Returns:
         The `RunResult`; episodes in the order they ended.
@@ -211,6 +226,8 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
         rows = [_row(r, env) for r in track_indices]
         if not rows:
             raise ValueError("track_indices must name at least one pool row")
+    if isolation is not None and not isinstance(isolation, Isolation):
+        raise TypeError(f"isolation must be an Isolation or None, got {type(isolation).__name__}")
     challenge = challenge_values(env)
     config = plugin.config(challenge)
     start = time.perf_counter()
@@ -218,22 +235,36 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
     total = episodes if track_indices is None else len(rows)
     frames = None if view is None else _Frames(view, plugin.directory.name, env.config.control_dt_s)
 
+    def end(episode: EpisodeResult) -> None:
+        ended.append(episode)
+        if record is not None:
+            record(episode)
+        if progress is not None:
+            progress(len(ended), total)
+
     def result(interrupted: bool) -> RunResult:
         return RunResult(plugin=str(plugin.directory), backend=env.backend, worlds=env.num_envs, seed=seed,
                          challenge=challenge, episodes=list(ended), summary=summarize(ended),
                          seconds=time.perf_counter() - start, interrupted=interrupted)
 
     try:
-        if track_indices is None:
-            obs, info = env.reset(seed=seed)
-            _drive(plugin, env, config, obs, info, episodes, ended, total, progress, frames)
-        else:
-            for first in range(0, total, env.num_envs):
-                wave = rows[first:first + env.num_envs]
-                # Idle worlds (a last, partial wave) drive wave[0] and are never read.
-                options = {"track_indices": wave + [wave[0]] * (env.num_envs - len(wave))}
-                obs, info = env.reset(seed=seed, options=options) if first == 0 else env.reset(options=options)
-                _drive(plugin, env, config, obs, info, len(wave), ended, total, progress, frames)
+        with contextlib.ExitStack() as stack:
+            if isolation is None:
+                def make(world: int, obs: Mapping[str, Any], info: Mapping[str, Any]) -> Controller:
+                    return plugin.load_class()(obs, info, config)
+            else:
+                children = ChildControllers(plugin.directory, challenge, isolation, min(env.num_envs, total))
+                make = stack.enter_context(children).start
+            if track_indices is None:
+                obs, info = env.reset(seed=seed)
+                _drive(make, env, obs, info, episodes, ended, end, frames)
+            else:
+                for first in range(0, total, env.num_envs):
+                    wave = rows[first:first + env.num_envs]
+                    # Idle worlds (a last, partial wave) drive wave[0] and are never read.
+                    options = {"track_indices": wave + [wave[0]] * (env.num_envs - len(wave))}
+                    obs, info = env.reset(seed=seed, options=options) if first == 0 else env.reset(options=options)
+                    _drive(make, env, obs, info, len(wave), ended, end, frames)
     except KeyboardInterrupt as stop:
         raise RunInterrupted(result(True)) from stop
     return result(False)
@@ -247,17 +278,18 @@ def _row(value: object, env: VecCarRacingEnv) -> int:
     return int(value)
 
 
-def _drive(plugin: Plugin, env: VecCarRacingEnv, config: Any, obs: Mapping[str, Any], info: Mapping[str, Any],
-           count: int, ended: list[EpisodeResult], total: int,
-           progress: Callable[[int, int], None] | None, frames: _Frames | None) -> None:
+def _drive(make: _Make, env: VecCarRacingEnv, obs: Mapping[str, Any], info: Mapping[str, Any],
+           count: int, ended: list[EpisodeResult], end: Callable[[EpisodeResult], None],
+           frames: _Frames | None) -> None:
     """End ``count`` more episodes from a fresh reset's ``obs``/``info``,
-    appending them to ``ended``: worlds start episodes in world order and
-    again as they free up, until ``count`` have started; the others idle."""
+    handing each to ``end`` (which appends it to ``ended``): worlds start
+    episodes in world order and again as they free up, until ``count`` have
+    started; the others idle."""
     target = len(ended) + count
     host_obs, host_info = _host(obs), _host(info)
     started = min(env.num_envs, count)
     worlds: list[_World | None] = [
-        _start(plugin, host_obs, host_info, w, config) if w < started else None for w in range(env.num_envs)
+        _start(make, host_obs, host_info, w) if w < started else None for w in range(env.num_envs)
     ]
     pending = np.zeros(env.num_envs, bool)  # the last call ended the world's episode
     if frames is not None:
@@ -277,7 +309,7 @@ def _drive(plugin: Plugin, env: VecCarRacingEnv, config: Any, obs: Mapping[str, 
             if pending[w]:  # this call was the world's NEXT_STEP reset
                 pending[w] = False
                 more = started < count
-                worlds[w] = _start(plugin, host_obs, host_info, w, config) if more else None
+                worlds[w] = _start(make, host_obs, host_info, w) if more else None
                 started += more
                 continue
             world = worlds[w]
@@ -293,12 +325,10 @@ def _drive(plugin: Plugin, env: VecCarRacingEnv, config: Any, obs: Mapping[str, 
                 continue
             if world.controller is not None:
                 _callback(world, "episode_callback")
-            ended.append(_result(w, world, host_info))
+            end(_result(w, world, host_info))
             worlds[w] = None
             pending[w] = True
             reason = ended[-1].termination_reason if w == 0 else reason
-            if progress is not None:
-                progress(len(ended), total)
         if frames is not None:
             frames.offer(before, worlds[0], host_obs, reason)
 
@@ -345,28 +375,22 @@ def _one(tree: Mapping[str, Any], w: int) -> dict[str, Any]:
     return {k: v if isinstance(v, str) else v[w] for k, v in tree.items()}
 
 
-def _start(plugin: Plugin, obs: Mapping[str, Any], info: Mapping[str, Any], w: int, config) -> _World:
+def _start(make: _Make, obs: Mapping[str, Any], info: Mapping[str, Any], w: int) -> _World:
     try:
-        return _World(plugin.load_class()(_one(obs, w), _one(info, w), config), None)
-    except _CONTROLLER_ERRORS:
-        return _World(None, traceback.format_exc())
+        return _World(make(w, _one(obs, w), _one(info, w)), None)
+    except _CONTROLLER_ERRORS as error:
+        return _World(None, _error_text(error))
 
 
 def _act(world: _World, obs: Mapping[str, Any], info: Mapping[str, Any]) -> np.ndarray:
-    """The controller's action, or NaN (an invalid action that ends the
-    episode) once it has raised or returned something that is not two
-    real numbers: an integer or floating dtype (bfloat16 included), never
-    strings, complex, bool or object values, which a cast would coerce."""
+    """The controller's action (`checked_action`), or NaN (an invalid
+    action that ends the episode) once it has raised or returned something
+    that is not two real numbers."""
     if world.controller is not None:
         try:
-            returned = np.asarray(world.controller.compute_control(obs, info))
-            if not (jnp.issubdtype(returned.dtype, jnp.floating) or jnp.issubdtype(returned.dtype, jnp.integer)):
-                raise TypeError(f"compute_control must return 2 real numbers, got dtype {returned.dtype}")
-            if returned.shape != (2,):
-                raise ValueError(f"compute_control must return 2 numbers (shape [2]), got shape {list(returned.shape)}")
-            return returned.astype(np.float64)
-        except _CONTROLLER_ERRORS:
-            world.error = traceback.format_exc()
+            return checked_action(world.controller.compute_control(obs, info))
+        except _CONTROLLER_ERRORS as error:
+            world.error = _error_text(error)
             world.controller = None
     return np.full(2, np.nan)
 
@@ -374,9 +398,15 @@ def _act(world: _World, obs: Mapping[str, Any], info: Mapping[str, Any]) -> np.n
 def _callback(world: _World, name: str, *args: Any) -> None:
     try:
         getattr(world.controller, name)(*args)
-    except _CONTROLLER_ERRORS:
-        world.error = traceback.format_exc()
+    except _CONTROLLER_ERRORS as error:
+        world.error = _error_text(error)
         world.controller = None
+
+
+def _error_text(error: BaseException) -> str:
+    """The recorded error: a child's own account (`ControllerFailed`), else
+    the traceback being handled."""
+    return str(error) if isinstance(error, ControllerFailed) else traceback.format_exc()
 
 
 def _result(w: int, world: _World, info: Mapping[str, Any]) -> EpisodeResult:

@@ -4,6 +4,7 @@ tracks, a JSON result and, optionally, its picture.
     python -m racing_stack.evaluate [--controller DIR] [--level 0|1]
         [--split train|validation|test] [--tracks N] [--episodes N]
         [--backend cpu_reference|mjx_warp] [--worlds N] [--seed N]
+        [--isolate | --no-isolate] [--call-timeout S] [--start-timeout S] [--memory-limit MB]
         [--out FILE] [--plot FILE] [--reference FILE] [--render] [--record FILE] [--verbose]
 
 Level 1 drives every track of the split once (or its first ``--tracks``),
@@ -18,6 +19,18 @@ episodes (a window; an animated GIF or MP4). Progress goes to stderr, the
 JSON summary to stdout (Warp's banner and module lines only with
 ``--verbose``).
 
+``--isolate`` (the default on Level 1; ``--no-isolate`` the default on
+Level 0) runs each episode's controller in its own child process, with a
+wall-clock limit per call (``--call-timeout``, default 5 s;
+``--start-timeout``, default 60 s, for an episode's start: the process, the
+plugin's import and its constructor) and an address-space limit
+(``--memory-limit``, default 4096 MiB); a hang, an exit, a crash or a
+memory blow-up ends that episode as ``invalid_action`` with the error
+recorded, and the run goes on. Without it the plugin is trusted code in
+this process. With ``--out FILE``, each episode is appended to
+``FILE``'s ``.episodes.jsonl`` sibling as it ends (one JSON object a line),
+and ``FILE`` gets the whole result at the end.
+
 Exit status: 0 after a run (whatever the controller scored); 1 when every
 episode ended with a controller error (it raised, called ``sys.exit()``, or
 returned no valid action; the result and the summary are still written); 2
@@ -31,15 +44,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from racing_stack._cli import SEED_END, add_verbose_argument, check_outputs, int_in, quiet_warp
+from racing_stack._cli import SEED_END, add_verbose_argument, check_outputs, float_in, int_in, quiet_warp
 from racing_stack.viewing import add_view_arguments, open_view
 
-__all__ = ["Interrupted", "evaluate", "draw", "main"]
+__all__ = ["ISOLATED_WORLDS", "Interrupted", "evaluate", "draw", "episodes_file", "main"]
+
+#: The default worlds of an isolated run on ``mjx_warp`` at most: each
+#: world's controller is a process of its own (and one starting ahead).
+ISOLATED_WORLDS = 16
 
 #: What the command prints of a result (its JSON summary).
 _SUMMARY_KEYS = ("plugin", "backend", "worlds", "level", "split", "summary", "seconds")
@@ -58,7 +76,8 @@ class Interrupted(KeyboardInterrupt):
 
 def evaluate(controller: Path | None = None, level: int = 1, split: str = "validation", tracks: int | None = None,
              episodes: int = 1, backend: str = "mjx_warp", worlds: int | None = None, seed: int = 0,
-             progress=None, view=None) -> dict[str, Any]:
+             progress=None, view=None, isolate: bool | None = None, isolation=None,
+             record=None) -> dict[str, Any]:
     """Run the plugin and return the Runner's JSON result, with the level,
     split and every driven track's length (m) under ``"track_length_m"``
     (keyed by track id).
@@ -71,10 +90,14 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
         episodes: Level 0: episodes on the fixed track.
         backend: ``"cpu_reference"`` (one world) or ``"mjx_warp"``.
         worlds: worlds at once (default: 1 on cpu_reference, else as many
-            as there are tracks, at most 1,024).
+            as there are tracks, at most 1,024, or `ISOLATED_WORLDS` isolated).
         seed: the env's root reset seed.
         progress: called as ``progress(ended, total)``.
         view: a `racing_env.render.EpisodeView` for world 0's episodes.
+        isolate: each episode's controller in a child process (the
+            plugin's code never runs here); None: on Level 1 only.
+        isolation: its limits (a `racing_env.isolation.Isolation`; None: the defaults).
+        record: called with each ended episode's `racing_env.runner.EpisodeResult`.
 
     Raises:
         ValueError: a bad level, split, count or a pool that fails
@@ -84,6 +107,7 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     """
     import jax.numpy as jnp
     from racing_env import LEVEL_0, LEVEL_1, ProjectConfig, VecCarRacingEnv, level0_track
+    from racing_env.isolation import Isolation, check_plugin
     from racing_env.plugins import PURSUIT, load_plugin
     from racing_env.runner import RunInterrupted, run
 
@@ -91,7 +115,12 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
 
     if level not in (0, 1):
         raise ValueError(f"level must be 0 or 1, got {level!r}")
-    plugin = load_plugin(controller or PURSUIT)
+    if isolate is None:
+        isolate = level == 1
+    isolation = (isolation or Isolation()) if isolate else None
+    plugin = load_plugin(controller or PURSUIT, import_code=not isolate)
+    if isolation is not None:
+        check_plugin(plugin.directory, isolation)
     if level == 0:
         source, total, rows = {"track": level0_track()}, episodes, None
     else:
@@ -103,15 +132,17 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
             raise ValueError(f"tracks must be in [1, {size}] for split {split!r}, got {count}")
         source, total, rows = {"track_pool": materialize(split)}, count, list(range(count))
     if worlds is None:
-        worlds = 1 if backend == "cpu_reference" else min(total, 1024)
+        worlds = 1 if backend == "cpu_reference" else min(total, ISOLATED_WORLDS if isolate else 1024)
     env = VecCarRacingEnv(worlds, config=ProjectConfig(), level=LEVEL_0 if level == 0 else LEVEL_1,
                           backend=backend, **source)
     stopped = None
     try:
         if rows is None:
-            result = run(plugin, env, episodes=total, seed=seed, progress=progress, view=view)
+            result = run(plugin, env, episodes=total, seed=seed, progress=progress, view=view,
+                         isolation=isolation, record=record)
         else:
-            result = run(plugin, env, seed=seed, progress=progress, track_indices=rows, view=view)
+            result = run(plugin, env, seed=seed, progress=progress, track_indices=rows, view=view,
+                         isolation=isolation, record=record)
     except RunInterrupted as stop:
         result, stopped = stop.result, stop
     out = result.to_json()
@@ -124,6 +155,12 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     if stopped is not None:
         raise Interrupted(out) from stopped
     return out
+
+
+def episodes_file(out: Path) -> Path:
+    """Where the episodes of a run with ``--out out`` are appended as they
+    end: ``out`` with the suffix ``.episodes.jsonl``."""
+    return out.with_suffix(".episodes.jsonl")
 
 
 def draw(result: dict[str, Any], path: Path, reference: dict[str, Any] | None = None) -> None:
@@ -189,7 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worlds", type=int_in(1), default=None, help="worlds at once")
     parser.add_argument("--seed", type=int_in(0, SEED_END, "2**32"), default=0,
                         help="the env's root reset seed, in [0, 2**32) (default 0)")
-    parser.add_argument("--out", type=Path, default=None, help="write the JSON result here")
+    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                        help="each controller in a child process (default: on for Level 1, off for Level 0)")
+    parser.add_argument("--call-timeout", type=float_in(0, 3600), default=None, metavar="S",
+                        help="isolated: the wall-clock limit of one controller call, s (default 5)")
+    parser.add_argument("--start-timeout", type=float_in(0, 3600), default=None, metavar="S",
+                        help="isolated: the limit of an episode's start (process, import, constructor), s (default 60)")
+    parser.add_argument("--memory-limit", type=int_in(1024), default=None, metavar="MB",
+                        help="isolated: a controller process's address-space limit, MiB (default 4096)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write the JSON result here (episodes appended to its .episodes.jsonl as they end)")
     parser.add_argument("--plot", type=Path, default=None, help="draw the result as a PNG here")
     parser.add_argument("--reference", type=Path, default=None, help="a reference JSON result for the picture")
     parser.add_argument("--from-result", type=Path, default=None,
@@ -199,12 +245,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from matplotlib.backend_bases import FigureCanvasBase
     from racing_env import ProjectConfig
+    from racing_env.isolation import Isolation
     from racing_env.plugins import PluginError
     from racing_env.render import RECORD_SUFFIXES
 
     pictures = {f".{kind}" for kind in FigureCanvasBase.get_supported_filetypes()}
     check_outputs(parser, {"--out": args.out, "--plot": args.plot, "--record": args.record},
                   {"--plot": pictures, "--record": RECORD_SUFFIXES})
+    limits = {name: value for name, value in (("call_timeout_s", args.call_timeout),
+                                              ("start_timeout_s", args.start_timeout),
+                                              ("memory_limit_mb", args.memory_limit)) if value is not None}
     reference = None if args.reference is None else _read_result(parser, "--reference", args.reference,
                                                                   ("plugin", "episodes"))
     quiet_warp(args.verbose)
@@ -227,8 +277,17 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.redirect_stdout(sys.stderr), contextlib.ExitStack() as stack:
                 if view is not None:
                     stack.enter_context(view)
+                record = None
+                if args.out is not None:
+                    appended = stack.enter_context(episodes_file(args.out).open("w"))
+
+                    def record(episode) -> None:
+                        appended.write(json.dumps(dataclasses.asdict(episode)) + "\n")
+                        appended.flush()
+
                 result = evaluate(args.controller, args.level, args.split, args.tracks, args.episodes,
-                                  args.backend, args.worlds, args.seed, progress, view)
+                                  args.backend, args.worlds, args.seed, progress, view, args.isolate,
+                                  Isolation(**limits), record)
         except (ValueError, PluginError) as error:
             print(f"evaluate: {error}", file=sys.stderr)
             return 2
@@ -237,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"evaluate: interrupted; the result holds the episodes that had ended, {len(result['episodes'])} "
                   '("interrupted": true)', file=sys.stderr)
         if args.out is not None:
+            # A Ctrl-C between an episode's end and its line: the journal is made to match the result.
+            episodes_file(args.out).write_text("".join(json.dumps(e) + "\n" for e in result["episodes"]))
             args.out.write_text(json.dumps(result, indent=1) + "\n")
         errors = result["summary"]["controller_errors"]
         if status == 0 and errors == result["summary"]["episodes"]:

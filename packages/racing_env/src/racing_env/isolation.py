@@ -1,0 +1,313 @@
+"""The isolated evaluation mode: each controller in a child process.
+
+`ChildControllers` (one per run) builds every episode's controller in a
+fresh child process (``multiprocessing``'s ``spawn``: the parent runs JAX's
+threads, so it never forks) and hands the Runner a `ChildController`,
+which has the `Controller` interface: the Runner's episode accounting is
+the same code in both modes. The parent sends each call's arguments (the
+public observation, the public info fields, the step's action and reward:
+NumPy arrays and plain Python values, pickled); the child answers in JSON
+only (the action as two numbers, the draw commands as lists), which the
+parent parses without running any code of the child's and checks again
+(the action as `checked_action` does, every draw command through
+`racing_env.render.DrawList`). The Runner, the env and the results stay in
+the parent.
+
+A child that raises (any `BaseException`: `SystemExit` and
+`KeyboardInterrupt` too), exits, crashes, runs past a call's wall-clock
+limit, exceeds its address-space limit or answers out of protocol is
+killed; the call raises `ControllerFailed` with what happened, and the
+Runner records it as the episode's controller error. While the child of
+an episode runs, the next one starts (a warm spare), so a new episode
+rarely waits for a process to start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import multiprocessing
+import os
+import resource
+import signal
+import socket
+import struct
+import traceback
+from collections.abc import Mapping
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from racing_env.controller import Controller, DebugDraw, checked_action
+from racing_env.plugins import PluginError, load_plugin
+from racing_env.render import DrawList
+
+__all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_MEMORY_LIMIT_MB", "DEFAULT_START_TIMEOUT_S", "ChildController",
+           "ChildControllers", "ControllerFailed", "Isolation", "check_plugin"]
+
+#: The default wall-clock limit of one controller call (s).
+DEFAULT_CALL_TIMEOUT_S = 5.0
+#: The default limit of an episode's start (s): the process start-up, the
+#: plugin's import and its constructor.
+DEFAULT_START_TIMEOUT_S = 60.0
+#: The default address-space limit of a child (MiB; its own imports take about 500).
+DEFAULT_MEMORY_LIMIT_MB = 4096
+#: The largest reply a child may send (bytes): a frame's 100,000 points as JSON fit.
+_MAX_REPLY_BYTES = 64 << 20
+_SPAWN = multiprocessing.get_context("spawn")
+
+
+@dataclasses.dataclass(frozen=True)
+class Isolation:
+    """The limits of the isolated mode.
+
+    Attributes:
+        call_timeout_s: wall-clock limit (s, > 0) of each call of a running
+            controller (``compute_control``, a callback), from the request
+            sent to the whole answer received.
+        start_timeout_s: wall-clock limit (s, > 0) of an episode's start:
+            the child's start-up where it is not ready yet, the plugin's
+            import and its constructor.
+        memory_limit_mb: the child's address-space limit (``RLIMIT_AS``,
+            MiB, >= 1024), set once its own imports are done; None: none.
+    """
+
+    call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S
+    memory_limit_mb: int | None = DEFAULT_MEMORY_LIMIT_MB
+
+    def __post_init__(self) -> None:
+        for name in ("call_timeout_s", "start_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        limit = self.memory_limit_mb
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise TypeError(f"memory_limit_mb must be an int or None, got {type(limit).__name__}")
+        if limit is not None and limit < 1024:
+            raise ValueError(f"memory_limit_mb must be >= 1024, got {limit}")
+
+
+class ControllerFailed(Exception):
+    """A child's controller call failed: ``str(error)`` says how (the
+    child's traceback, or what happened to its process)."""
+
+
+class _Child:
+    """One child process and the parent's end of its pipe."""
+
+    def __init__(self, directory: Path, challenge: Mapping[str, Any], isolation: Isolation) -> None:
+        self.isolation = isolation
+        self.conn, theirs = _SPAWN.Pipe()
+        self.process = _SPAWN.Process(target=_serve, args=(theirs, directory, dict(challenge),
+                                                            isolation.memory_limit_mb), daemon=True)
+        self.process.start()
+        theirs.close()
+        # A child that stops reading or stalls mid-answer cannot block the parent past the call limit.
+        seconds = int(isolation.call_timeout_s)
+        micros = int((isolation.call_timeout_s - seconds) * 1e6)
+        with socket.socket(fileno=os.dup(self.conn.fileno())) as sock:
+            for option in (socket.SO_SNDTIMEO, socket.SO_RCVTIMEO):
+                sock.setsockopt(socket.SOL_SOCKET, option, struct.pack("ll", seconds, micros))
+
+    def call(self, method: str, args: tuple, timeout_s: float) -> Any:
+        """The child's answer to ``method(*args)``; `ControllerFailed`
+        (the child killed) when it raised or failed."""
+        try:
+            self.conn.send((method, args))
+            ready = self.conn.poll(timeout_s)
+            data = self.conn.recv_bytes(_MAX_REPLY_BYTES) if ready else b""
+        except (EOFError, OSError) as error:
+            raise ControllerFailed(self._died(method, error)) from None
+        if not ready:
+            self.close()
+            raise ControllerFailed(f"{method} ran past its {timeout_s:g} s wall-clock limit; "
+                                   "the controller's process was killed")
+        try:
+            reply = json.loads(data)
+        except (ValueError, RecursionError):
+            reply = None
+        if not isinstance(reply, dict) or not ({"ok"} == set(reply) or {"error"} == set(reply)):
+            self.close()
+            raise ControllerFailed(f"the controller's process answered {method} out of protocol")
+        if "error" in reply:
+            self.close()
+            raise ControllerFailed(str(reply["error"]))
+        return reply["ok"]
+
+    def _died(self, method: str, error: BaseException) -> str:
+        self.process.join(1.0)
+        code = self.process.exitcode
+        self.close()
+        if code is None:
+            return f"the controller's process broke its pipe during {method} ({type(error).__name__}: {error})"
+        if code < 0:
+            return f"the controller's process was killed by {signal.Signals(-code).name} during {method}"
+        return f"the controller's process exited with status {code} during {method}"
+
+    def close(self) -> None:
+        """Kill the process (if it still runs) and close the pipe."""
+        if self.process.exitcode is None:
+            self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+
+class ChildController(Controller):
+    """A controller that lives in a child process: each method sends its
+    arguments there and returns what the child's controller returned
+    (checked again here). Raises `ControllerFailed` when the call fails."""
+
+    def __init__(self, child: _Child, obs: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
+        self.config = None  # the configuration lives in the child
+        self._child = child
+        child.call("__init__", (dict(obs), dict(info)), child.isolation.start_timeout_s)
+
+    def _call(self, method: str, *args: Any) -> Any:
+        return self._child.call(method, args, self._child.isolation.call_timeout_s)
+
+    def compute_control(self, obs: Mapping[str, np.ndarray], info: Mapping[str, Any] | None = None) -> np.ndarray:
+        """The child's action: float64 [2]."""
+        value = self._call("compute_control", dict(obs), None if info is None else dict(info))
+        if (not isinstance(value, list) or len(value) != 2
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):
+            self._child.close()
+            raise ControllerFailed("the controller's process answered compute_control out of protocol")
+        return np.array(value, np.float64)
+
+    def step_callback(self, action: np.ndarray, obs: Mapping[str, np.ndarray], reward: float, terminated: bool,
+                      truncated: bool, info: Mapping[str, Any]) -> None:
+        self._call("step_callback", np.asarray(action), dict(obs), reward, terminated, truncated, dict(info))
+
+    def episode_callback(self) -> None:
+        self._call("episode_callback")
+
+    def render_callback(self, debug_draw: DebugDraw) -> None:
+        """The child's controller draws on its own surface; its commands are
+        drawn again on ``debug_draw``, which checks each one."""
+        commands = self._call("render_callback")
+        if not isinstance(commands, list):
+            self._child.close()
+            raise ControllerFailed("the controller's process answered render_callback out of protocol")
+        for command in commands:
+            if not (isinstance(command, list) and len(command) == 5 and command[0] in ("line", "points", "text")):
+                self._child.close()
+                raise ControllerFailed("the controller's process answered render_callback out of protocol")
+            kind, points, color, size, text = command
+            if kind == "line":
+                debug_draw.line(points, color=tuple(color), width=size)
+            elif kind == "points":
+                debug_draw.points(points, color=tuple(color), size=size)
+            else:
+                debug_draw.text(points, text, color=tuple(color))
+
+
+class ChildControllers:
+    """The children of one run (a context manager: leaving it kills every
+    child still running).
+
+    Args:
+        directory: the plugin directory (`racing_env.plugins.Plugin.directory`).
+        challenge: the Challenge values (`racing_env.plugins.challenge_values`);
+            each child builds the controller's configuration from them.
+        isolation: the limits.
+        spares: children kept started ahead of need (the worlds that run at once).
+    """
+
+    def __init__(self, directory: Path, challenge: Mapping[str, Any], isolation: Isolation, spares: int) -> None:
+        if not isinstance(isolation, Isolation):
+            raise TypeError(f"isolation must be an Isolation, got {type(isolation).__name__}")
+        self._args = (Path(directory), dict(challenge), isolation)
+        self._spares: list[_Child] = []
+        self._spare_count = spares
+        self._worlds: dict[int, _Child] = {}
+
+    def __enter__(self) -> ChildControllers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self, world: int, obs: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> ChildController:
+        """``world``'s next episode's controller, in a fresh child (the
+        world's previous child is killed)."""
+        self.release(world)
+        child = self._spares.pop(0) if self._spares else _Child(*self._args)
+        self._worlds[world] = child
+        while len(self._spares) < self._spare_count:
+            self._spares.append(_Child(*self._args))
+        return ChildController(child, obs, info)
+
+    def release(self, world: int) -> None:
+        """Kill ``world``'s child, if it has one."""
+        child = self._worlds.pop(world, None)
+        if child is not None:
+            child.close()
+
+    def close(self) -> None:
+        """Kill every child."""
+        for world in list(self._worlds):
+            self.release(world)
+        while self._spares:
+            self._spares.pop().close()
+
+
+def check_plugin(directory: Path, isolation: Isolation) -> None:
+    """Import the plugin in a child, as `racing_env.plugins.load_plugin`
+    does in this process, so that its code never runs here.
+
+    Raises:
+        PluginError: it does not import, or does not define exactly one
+            concrete Controller subclass; or the child failed within its limits.
+    """
+    child = _Child(directory, {}, isolation)
+    try:
+        refused = child.call("check", (), isolation.start_timeout_s)
+    except ControllerFailed as error:
+        raise PluginError(f"plugin {directory} could not be checked in a child process: {error}") from None
+    finally:
+        child.close()
+    if refused is not None:
+        raise PluginError(str(refused))
+
+
+def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_limit_mb: int | None) -> None:
+    """The child: answers the parent's calls until its pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends the run and kills the children
+    os.dup2(2, 1)  # what the controller prints goes to stderr, as evaluate's own stdout does
+    if memory_limit_mb is not None:
+        limit = memory_limit_mb << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    controller = None
+    while True:
+        try:
+            method, args = conn.recv()
+        except EOFError:
+            return
+        try:
+            value = None
+            if method == "check":
+                try:
+                    load_plugin(directory)
+                except PluginError as error:
+                    value = str(error)
+            elif method == "__init__":
+                plugin = load_plugin(directory, import_code=False)
+                controller = plugin.load_class()(*args, plugin.config(challenge))
+            elif method == "compute_control":
+                value = checked_action(controller.compute_control(*args)).tolist()
+            elif method == "render_callback":
+                draw = DrawList()
+                controller.render_callback(draw)
+                value = [[c.kind, c.points.tolist(), list(c.color), c.size, c.text] for c in draw.drain()]
+            else:
+                getattr(controller, method)(*args)
+            reply = {"ok": value}
+        except BaseException:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are the controller's errors too
+            reply = {"error": traceback.format_exc()}
+        conn.send_bytes(json.dumps(reply).encode())

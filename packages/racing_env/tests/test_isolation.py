@@ -1,0 +1,201 @@
+"""The isolated mode: each episode's controller in a child process. A hang,
+an exit, a crash or a memory blow-up of the child ends its episode as a
+recorded controller error and the run goes on; the child reaches nothing of
+the parent (the env, the results, its builtins); a deterministic controller
+gives the same results in both modes, its drawing included."""
+
+from __future__ import annotations
+
+import builtins
+import textwrap
+
+import pytest
+
+from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track
+from racing_env.isolation import Isolation, check_plugin
+from racing_env.plugins import PURSUIT, PluginError, load_plugin
+from racing_env.runner import run
+
+SHORT = Level(level_id=0, name="short", max_episode_steps=4)
+FAST = Isolation(call_timeout_s=1.0, start_timeout_s=60.0)
+
+
+def make_plugin(root, name, body, import_code=True):
+    path = root / name
+    path.mkdir()
+    (path / "controller.py").write_text("import numpy as np\nfrom racing_env.controller import Controller\n"
+                                        + textwrap.dedent(body))
+    (path / "config.toml").write_text('name = "test"\n')
+    return load_plugin(path, import_code=import_code)
+
+
+@pytest.fixture(scope="module")
+def env():
+    return VecCarRacingEnv(1, config=ProjectConfig(), level=SHORT, backend="cpu_reference", track=level0_track())
+
+
+def test_a_hanging_controller_times_out_and_the_next_episode_gets_a_fresh_process(tmp_path, env):
+    """The first episode's controller sleeps forever in compute_control: it
+    ends as invalid_action with the timeout recorded; the second episode's
+    controller, in a new process, drives to the Level's timeout."""
+    mark = tmp_path / "hung"
+    plugin = make_plugin(tmp_path, "hangs", f"""
+        import time
+        from pathlib import Path
+        class Hangs(Controller):
+            def compute_control(self, obs, info=None):
+                if not Path({str(mark)!r}).exists():
+                    Path({str(mark)!r}).write_text("")
+                    time.sleep(3600)
+                return np.zeros(2, np.float32)
+    """)
+    result = run(plugin, env, episodes=2, seed=0, isolation=FAST)
+    first, second = result.episodes
+    assert first.termination_reason == "invalid_action" and first.steps == 1
+    assert "compute_control ran past its 1 s wall-clock limit" in first.error
+    assert second.termination_reason == "timeout" and second.error is None
+    assert not result.interrupted
+
+
+@pytest.mark.parametrize("body,error", [
+    ("import sys; sys.exit(0)", "SystemExit: 0"),
+    ("import os; os._exit(3)", "the controller's process exited with status 3 during compute_control"),
+    ("raise KeyboardInterrupt", "KeyboardInterrupt"),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "killed by SIGSEGV during compute_control"),
+])
+def test_exits_crashes_and_interrupts_of_the_child_are_recorded_and_the_run_goes_on(tmp_path, env, body, error):
+    plugin = make_plugin(tmp_path, "quits", f"""
+        class Quits(Controller):
+            def compute_control(self, obs, info=None):
+                {body}
+    """)
+    result = run(plugin, env, episodes=2, seed=0, isolation=FAST)
+    assert [e.termination_reason for e in result.episodes] == ["invalid_action"] * 2
+    assert all(error in e.error for e in result.episodes), result.episodes[0].error
+    assert result.summary["controller_errors"] == 2 and not result.interrupted
+
+
+def test_a_memory_blow_up_is_stopped_by_the_limit_and_recorded(tmp_path, env):
+    plugin = make_plugin(tmp_path, "greedy", """
+        class Greedy(Controller):
+            def compute_control(self, obs, info=None):
+                blocks = []
+                while True:
+                    blocks.append(np.ones(2**24))  # 128 MiB each, touched
+    """)
+    result = run(plugin, env, episodes=1, isolation=Isolation(memory_limit_mb=1024))
+    (episode,) = result.episodes
+    assert episode.termination_reason == "invalid_action" and "MemoryError" in episode.error
+
+
+# Looks for the parent's objects: the env (gc), the Runner's episode list
+# (gc and the caller's frames) and a counter in builtins that would carry
+# over from the previous episode. It rewrites what it finds.
+SNOOP = """
+    import builtins, gc, sys
+    from racing_env.runner import EpisodeResult
+    from racing_env.vector import VecCarRacingEnv
+    class Snoop(Controller):
+        def __init__(self, obs, info, config):
+            super().__init__(obs, info, config)
+            builtins.snoop_episodes = getattr(builtins, "snoop_episodes", 0) + 1
+            if builtins.snoop_episodes > 1:
+                raise RuntimeError("state survived the episode")
+        def compute_control(self, obs, info=None):
+            found = [o for o in gc.get_objects() if isinstance(o, VecCarRacingEnv)]
+            frame = sys._getframe(1)
+            while frame is not None:
+                found += [v for v in frame.f_locals.values() if isinstance(v, list) and v
+                          and isinstance(v[0], EpisodeResult)]
+                frame = frame.f_back
+            for lists in [o for o in gc.get_objects() if type(o) is list and o
+                          and isinstance(o[0], EpisodeResult)]:
+                lists[0] = lists[0].__class__(*[*vars(lists[0]).values()][:4], "success", True, 1.0, 1.0, 1, None)
+            return np.full(2, np.nan) if found else np.zeros(2, np.float32)
+"""
+
+
+def test_an_isolated_controller_reaches_nothing_of_the_parent(tmp_path, env):
+    """In-process, the snooping plugin finds the env and keeps a count in
+    builtins across episodes (trusted code reaches anything); isolated, it
+    finds neither, and the results are the env's own."""
+    plugin = make_plugin(tmp_path, "snoop", SNOOP)
+    trusted = run(plugin, env, episodes=3, seed=0)
+    assert trusted.episodes[0].termination_reason == "invalid_action"  # it found the env
+    assert "state survived the episode" in trusted.episodes[1].error
+    del builtins.snoop_episodes
+    isolated = run(plugin, env, episodes=3, seed=0, isolation=FAST)
+    assert [e.termination_reason for e in isolated.episodes] == ["timeout"] * 3
+    assert [e.error for e in isolated.episodes] == [None] * 3
+    assert not hasattr(builtins, "snoop_episodes")
+
+
+class Frames:
+    """A view that wants every frame and keeps what it is shown."""
+
+    def __init__(self):
+        self.shown = []
+
+    def wants_frame(self):
+        return True
+
+    def show(self, obs, commands, caption):
+        self.shown.append((caption, [(c.kind, c.points.tolist(), c.color, c.size, c.text) for c in commands]))
+
+
+def test_the_pursuit_reference_gives_the_same_results_and_drawings_in_both_modes():
+    level = Level(level_id=0, name="first 1.2 s", max_episode_steps=60)
+    env = VecCarRacingEnv(1, config=ProjectConfig(), level=level, backend="cpu_reference", track=level0_track())
+    plugin = load_plugin(PURSUIT)
+    trusted, isolated = Frames(), Frames()
+    a = run(plugin, env, episodes=2, seed=4, view=trusted)
+    b = run(plugin, env, episodes=2, seed=4, view=isolated, isolation=FAST)
+    assert a.episodes == b.episodes and a.summary == b.summary
+    assert trusted.shown == isolated.shown and len(trusted.shown) == 2 * 61
+    assert sum(bool(commands) for _, commands in isolated.shown) >= 2 * 60  # its aim point, once it has one
+
+
+def test_bad_draw_commands_from_the_child_are_checked_in_the_parent(tmp_path, env):
+    plugin = make_plugin(tmp_path, "draws", """
+        class Draws(Controller):
+            def compute_control(self, obs, info=None):
+                return np.zeros(2, np.float32)
+            def render_callback(self, debug_draw):
+                debug_draw.points([[0.0, 0.0]], color=(1, 2, 3))
+                debug_draw.points([[0.0, float("nan")]])
+    """)
+    result = run(plugin, env, episodes=1, view=Frames(), isolation=FAST)
+    (episode,) = result.episodes
+    assert episode.termination_reason == "invalid_action" and "ValueError: points must be finite" in episode.error
+
+
+def test_check_plugin_imports_in_a_child_only(tmp_path):
+    plugin = make_plugin(tmp_path, "marks", """
+        import builtins
+        builtins.plugin_imported = True
+        class Marks(Controller):
+            def compute_control(self, obs, info=None):
+                return np.zeros(2, np.float32)
+    """, import_code=False)
+    check_plugin(plugin.directory, FAST)
+    assert not hasattr(builtins, "plugin_imported")
+    broken = make_plugin(tmp_path, "broken", "raise ImportError('nope')\n", import_code=False)
+    with pytest.raises(PluginError, match="failed to import: ImportError: nope"):
+        check_plugin(broken.directory, FAST)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"call_timeout_s": 0}, ValueError, "call_timeout_s must be a finite number > 0"),
+    ({"start_timeout_s": float("inf")}, ValueError, "start_timeout_s"),
+    ({"call_timeout_s": "1"}, TypeError, "call_timeout_s must be a number"),
+    ({"memory_limit_mb": 100}, ValueError, "memory_limit_mb must be >= 1024"),
+    ({"memory_limit_mb": 2048.0}, TypeError, "memory_limit_mb must be an int or None"),
+])
+def test_bad_limits_are_refused(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        Isolation(**kwargs)
+
+
+def test_run_refuses_an_isolation_of_the_wrong_type(env):
+    with pytest.raises(TypeError, match="isolation must be an Isolation or None"):
+        run(load_plugin(PURSUIT), env, episodes=1, isolation=5.0)
