@@ -192,27 +192,47 @@ def test_a_run_waits_for_the_run_holding_the_lock_and_leaves_its_files_alone(sma
     assert len(done) == 1 and builds == [None] and not live.exists()
 
 
-CONCURRENT_RUN = """
-import sys, time
+# A materialize-track-pool run of its own, whose build loads root/source.npz:
+# "race" waits for its twin, then builds slowly; "hang-at-N" hangs at its
+# N-th os.replace (1: before the npz is published, 2: before the manifest is).
+RUN = """
+import os, sys, time
 from pathlib import Path
 from racing_env import TrackPool
 from racing_stack import pools
 
-root, me = Path(sys.argv[1]), sys.argv[2]
+root, cache, me, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 pools.MANIFESTS = root / "manifests"
 
 def build(split, size=None, progress=None):
     (root / f"built.{me}").touch()
-    time.sleep(1.0)  # both runs would be building now, were they not taking turns
+    time.sleep(1.0 if mode == "race" else 0.0)  # both would be building at once, were they not taking turns
     return TrackPool.load(root / "source.npz")
 
 pools.build_pool = build
-(root / f"ready.{me}").touch()
-deadline = time.monotonic() + 60
-while len(list(root.glob("ready.*"))) < 2 and time.monotonic() < deadline:
-    time.sleep(0.005)
-sys.exit(pools.main(["--splits", "test", "--cache", str(root / "cache")]))
+if mode == "race":
+    (root / f"ready.{me}").touch()
+    deadline = time.monotonic() + 60
+    while len(list(root.glob("ready.*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+else:
+    replace, replaced = os.replace, []
+
+    def hang(src, dst):
+        replaced.append(dst)
+        if len(replaced) == int(mode.removeprefix("hang-at-")):
+            print("hanging", flush=True)
+            time.sleep(600)
+        replace(src, dst)
+
+    os.replace = hang
+sys.exit(pools.main(["--splits", "test", "--cache", cache]))
 """
+
+
+def _start(root, cache, me, mode):
+    return subprocess.Popen([sys.executable, "-c", RUN, str(root), str(cache), me, mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_two_concurrent_runs_both_succeed_and_build_once(tmp_path, monkeypatch, small_pool):
@@ -220,14 +240,36 @@ def test_two_concurrent_runs_both_succeed_and_build_once(tmp_path, monkeypatch, 
     monkeypatch.setattr(pools, "build_pool", lambda *args, **kwargs: small_pool)
     pools.materialize("test", tmp_path / "first", write_manifest=True)
     small_pool.save(tmp_path / "source.npz")
-    runs = [subprocess.Popen([sys.executable, "-c", CONCURRENT_RUN, str(tmp_path), str(i)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    runs = [_start(tmp_path, tmp_path / "cache", str(i), "race") for i in range(2)]
     outputs = [run.communicate(timeout=240) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], outputs
     assert len(list(tmp_path.glob("built.*"))) == 1
     assert all("3 tracks match the committed manifest" in err for _, err in outputs), outputs
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([f".{NAME}.lock", f"{NAME}.json",
                                                                              f"{NAME}.npz"])
+
+
+@pytest.mark.parametrize(("hang_at", "published"), [(1, []), (2, [f"{NAME}.npz"])])
+def test_the_run_after_a_killed_one_cleans_up_and_rebuilds(small_split, small_pool, tmp_path, hang_at, published):
+    _, builds = small_split
+    small_pool.save(tmp_path / "source.npz")
+    cache = tmp_path / "killed"
+    run = _start(tmp_path, cache, "killed", f"hang-at-{hang_at}")
+    try:
+        assert run.stdout.readline() == "hanging\n", run.communicate(timeout=60)
+    finally:
+        run.kill()
+        run.wait(timeout=60)
+    left = sorted(p.name for p in cache.iterdir() if p.name.endswith(".tmp"))
+    assert sorted(p.name for p in cache.iterdir() if not p.name.endswith(".tmp")) == [f".{NAME}.lock", *published]
+    assert len(left) == 3 - hang_at  # the manifest's temporary file, and the npz's if it was not published
+    lines = []
+    pool = pools.materialize("test", cache, progress=lines.append)
+    assert pool.geometry_hashes == small_pool.geometry_hashes and builds == [None]
+    assert not any("waiting" in line for line in lines), lines  # the kill released the lock
+    assert sum("left by a killed run" in line for line in lines) == len(left)
+    assert any("the cached pool is damaged" in line for line in lines) == bool(published)
+    assert sorted(p.name for p in cache.iterdir()) == sorted([f".{NAME}.lock", f"{NAME}.json", f"{NAME}.npz"])
 
 
 def test_a_cache_that_cannot_be_made_is_an_error_naming_it(tmp_path, monkeypatch, capsys):
