@@ -61,8 +61,8 @@ def exclusive_lock(path: Path, waiting: Callable[[], None] | None = None) -> Ite
     exits, however it ends, so a killed run never blocks the next.
 
     Where ``path`` is missing and cannot be created (a folder this process
-    may only read, such as a shared cache its owner filled), the block runs
-    without the lock: this process cannot write there either.
+    may only read, such as a filled cache on a read-only file system), the
+    block runs without the lock: this process cannot write there either.
 
     Raises:
         OSError: ``path`` cannot be opened for another reason.
