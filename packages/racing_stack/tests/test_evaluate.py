@@ -6,6 +6,7 @@ import json
 
 import pytest
 from PIL import Image
+from plugin_dirs import write_plugin
 
 from racing_stack import evaluate, pools
 
@@ -160,12 +161,7 @@ def test_warp_s_info_messages_only_with_verbose(first_two, tmp_path, capsys, ver
         wp.config.log_level = before
 
 
-def _plugin(root, name, body):
-    plugin = root / name
-    plugin.mkdir()
-    (plugin / "controller.py").write_text(body)
-    (plugin / "config.toml").write_text("")
-    return plugin
+_plugin = write_plugin
 
 
 QUITS = """

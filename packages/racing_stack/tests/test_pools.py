@@ -1,8 +1,14 @@
 """Level 1's pools: disjoint namespaces, the first valid seeds in order,
 committed manifests that a fresh CPU build reproduces, a cache verified
-instead of rebuilt, mismatches named."""
+instead of rebuilt, mismatches named; a damaged cache entry rebuilt once,
+a killed run's temporary files removed, concurrent runs taking turns."""
 
 import json
+import re
+import subprocess
+import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -12,6 +18,7 @@ from track_gen.course import Course
 from track_gen.pipeline import presets
 
 from racing_stack import pools
+from racing_stack._files import exclusive_lock
 
 
 def test_the_namespaces_are_disjoint_and_sized_as_documented():
@@ -88,3 +95,186 @@ def test_warp_s_info_messages_only_with_verbose(monkeypatch, verbose):
         assert wp.config.log_level == (wp.LOG_INFO if verbose else wp.LOG_WARNING)
     finally:
         wp.config.log_level = before
+
+
+# --------------------------------------------------------------------------- the cache's faults
+
+NAME = f"level1_test_v{BENCHMARK_VERSION}"
+
+
+@pytest.fixture(scope="module")
+def small_pool():
+    return pools.build_pool("test", size=3)
+
+
+@pytest.fixture
+def small_split(tmp_path, monkeypatch, small_pool):
+    """A three-track Test split with its committed manifest under tmp_path;
+    returns the cache folder and the list of builds (one None per build)."""
+    monkeypatch.setattr(pools, "MANIFESTS", tmp_path / "manifests")
+    builds = []
+
+    def build(split, size=None, progress=None):
+        builds.append(None)
+        return small_pool
+
+    monkeypatch.setattr(pools, "build_pool", build)
+    pools.materialize("test", tmp_path / "first", write_manifest=True)
+    builds.clear()
+    cache = tmp_path / "cache"
+    pools.materialize("test", cache)
+    assert builds == [None]
+    builds.clear()
+    return cache, builds
+
+
+def _tamper_with_a_row(path):
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: data[name].copy() for name in data.files}
+    arrays["centerline"][1, 5, 0] += 1.0
+    path.unlink()
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize(("damage", "named"), [
+    pytest.param(lambda npz, manifest: npz.unlink(), "npz is missing", id="npz-missing"),
+    pytest.param(lambda npz, manifest: manifest.unlink(), "json is missing", id="manifest-missing"),
+    pytest.param(lambda npz, manifest: npz.write_bytes(npz.read_bytes()[:len(npz.read_bytes()) // 2]),
+                 "npz is not a readable", id="npz-truncated"),
+    pytest.param(lambda npz, manifest: npz.write_bytes(b"not a zip"), "npz is not a readable", id="npz-not-a-zip"),
+    pytest.param(lambda npz, manifest: npz.write_bytes(b""), "npz is not a readable", id="npz-empty"),
+    pytest.param(lambda npz, manifest: manifest.write_text('{"format": 1, "tra'), "json is not valid JSON",
+                 id="manifest-truncated"),
+    pytest.param(lambda npz, manifest: _tamper_with_a_row(npz), r"row 1 \(track_id [0-9]+\) of .*npz: geometry hash",
+                 id="row-changed"),
+])
+def test_a_damaged_cache_entry_is_removed_and_rebuilt_once(small_split, small_pool, damage, named):
+    cache, builds = small_split
+    npz, manifest = cache / f"{NAME}.npz", cache / f"{NAME}.json"
+    damage(npz, manifest)
+    lines = []
+    pool = pools.materialize("test", cache, progress=lines.append)
+    assert builds == [None] and pool.geometry_hashes == small_pool.geometry_hashes
+    said = [line for line in lines if "the cached pool is damaged" in line]
+    assert len(said) == 1 and re.search(named, said[0]) and "rebuilding" in said[0], lines
+    assert pools.materialize("test", cache).geometry_hashes == small_pool.geometry_hashes
+    assert builds == [None]
+
+
+def test_stale_temporary_files_are_removed_and_others_kept(small_split):
+    cache, _ = small_split
+    stale = [f".{NAME}.npz.k3j9x_1q.tmp", f".{NAME}.json.0ab7c2de.tmp"]
+    kept = [f".level1_train_v{BENCHMARK_VERSION}.npz.k3j9x_1q.tmp", f"{NAME}.npz.tmp", "notes.txt"]
+    for name in stale + kept:
+        (cache / name).write_bytes(b"half")
+    lines = []
+    pools.materialize("test", cache, progress=lines.append)
+    assert sum("left by a killed run" in line for line in lines) == 2
+    assert not any((cache / name).exists() for name in stale)
+    assert all((cache / name).exists() for name in kept)
+
+
+def test_a_run_waits_for_the_run_holding_the_lock_and_leaves_its_files_alone(small_split):
+    cache, builds = small_split
+    (cache / f"{NAME}.npz").unlink()
+    live = cache / f".{NAME}.npz.live1234.tmp"  # the other run's file, being written
+    live.write_bytes(b"half")
+    lines, done = [], []
+    with exclusive_lock(cache / f".{NAME}.lock"):
+        runner = threading.Thread(target=lambda: done.append(pools.materialize("test", cache, progress=lines.append)))
+        runner.start()
+        deadline = time.monotonic() + 30
+        while not any("waiting for another run" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert live.exists() and builds == [] and not done, lines
+    runner.join(timeout=60)
+    assert len(done) == 1 and builds == [None] and not live.exists()
+
+
+# A materialize-track-pool run of its own, whose build loads root/source.npz:
+# "race" waits for its twin, then builds slowly; "hang-at-N" hangs at its
+# N-th os.replace (1: before the npz is published, 2: before the manifest is).
+RUN = """
+import os, sys, time
+from pathlib import Path
+from racing_env import TrackPool
+from racing_stack import pools
+
+root, cache, me, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+pools.MANIFESTS = root / "manifests"
+
+def build(split, size=None, progress=None):
+    (root / f"built.{me}").touch()
+    time.sleep(1.0 if mode == "race" else 0.0)  # both would be building at once, were they not taking turns
+    return TrackPool.load(root / "source.npz")
+
+pools.build_pool = build
+if mode == "race":
+    (root / f"ready.{me}").touch()
+    deadline = time.monotonic() + 60
+    while len(list(root.glob("ready.*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+else:
+    replace, replaced = os.replace, []
+
+    def hang(src, dst):
+        replaced.append(dst)
+        if len(replaced) == int(mode.removeprefix("hang-at-")):
+            print("hanging", flush=True)
+            time.sleep(600)
+        replace(src, dst)
+
+    os.replace = hang
+sys.exit(pools.main(["--splits", "test", "--cache", cache]))
+"""
+
+
+def _start(root, cache, me, mode):
+    return subprocess.Popen([sys.executable, "-c", RUN, str(root), str(cache), me, mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_concurrent_runs_both_succeed_and_build_once(tmp_path, monkeypatch, small_pool):
+    monkeypatch.setattr(pools, "MANIFESTS", tmp_path / "manifests")
+    monkeypatch.setattr(pools, "build_pool", lambda *args, **kwargs: small_pool)
+    pools.materialize("test", tmp_path / "first", write_manifest=True)
+    small_pool.save(tmp_path / "source.npz")
+    runs = [_start(tmp_path, tmp_path / "cache", str(i), "race") for i in range(2)]
+    outputs = [run.communicate(timeout=240) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    assert len(list(tmp_path.glob("built.*"))) == 1
+    assert all("3 tracks match the committed manifest" in err for _, err in outputs), outputs
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([f".{NAME}.lock", f"{NAME}.json",
+                                                                             f"{NAME}.npz"])
+
+
+@pytest.mark.parametrize(("hang_at", "published"), [(1, []), (2, [f"{NAME}.npz"])])
+def test_the_run_after_a_killed_one_cleans_up_and_rebuilds(small_split, small_pool, tmp_path, hang_at, published):
+    _, builds = small_split
+    small_pool.save(tmp_path / "source.npz")
+    cache = tmp_path / "killed"
+    run = _start(tmp_path, cache, "killed", f"hang-at-{hang_at}")
+    try:
+        assert run.stdout.readline() == "hanging\n", run.communicate(timeout=60)
+    finally:
+        run.kill()
+        run.wait(timeout=60)
+    left = sorted(p.name for p in cache.iterdir() if p.name.endswith(".tmp"))
+    assert sorted(p.name for p in cache.iterdir() if not p.name.endswith(".tmp")) == [f".{NAME}.lock", *published]
+    assert len(left) == 3 - hang_at  # the manifest's temporary file, and the npz's if it was not published
+    lines = []
+    pool = pools.materialize("test", cache, progress=lines.append)
+    assert pool.geometry_hashes == small_pool.geometry_hashes and builds == [None]
+    assert not any("waiting" in line for line in lines), lines  # the kill released the lock
+    assert sum("left by a killed run" in line for line in lines) == len(left)
+    assert any("the cached pool is damaged" in line for line in lines) == bool(published)
+    assert sorted(p.name for p in cache.iterdir()) == sorted([f".{NAME}.lock", f"{NAME}.json", f"{NAME}.npz"])
+
+
+def test_a_cache_that_cannot_be_made_is_an_error_naming_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(pools, "build_pool", lambda *args, **kwargs: pytest.fail("built without a cache"))
+    (tmp_path / "cache").write_text("a file in the way")
+    assert pools.main(["--splits", "test", "--cache", str(tmp_path / "cache" / "sub")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("materialize-track-pool: ") and str(tmp_path / "cache") in err and "Traceback" not in err

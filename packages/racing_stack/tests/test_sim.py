@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from PIL import Image
+from plugin_dirs import write_plugin
 
 from racing_stack import sim
 
@@ -84,6 +85,36 @@ def test_output_folders_are_made_before_the_run(tmp_path, monkeypatch, capsys):
     assert json.loads(out.read_text()) == {"made": True}
 
 
+# Ctrl-C at the episode's fourth step.
+STOPPED = """
+import numpy as np
+from racing_env.controller import Controller
+
+
+class Stopped(Controller):
+    steps = 0
+
+    def compute_control(self, obs, info=None):
+        self.steps += 1
+        if self.steps == 4:
+            raise KeyboardInterrupt
+        return np.zeros(2)
+"""
+
+
+def test_ctrl_c_prints_and_writes_the_partial_result_and_exits_130(tmp_path, capsys):
+    plugin = write_plugin(tmp_path, "stopped", STOPPED)
+    out, gif = tmp_path / "partial.json", tmp_path / "partial.gif"
+    assert sim.main(["--controller", str(plugin), "--out", str(out), "--record", str(gif)]) == 130
+    printed = capsys.readouterr()
+    result = json.loads(printed.out)
+    assert result == json.loads(out.read_text())
+    assert result["interrupted"] is True and result["episodes"] == [] and result["summary"]["episodes"] == 0
+    assert result["track_gen_seed"] == 42 and result["recording"]["frames"] >= 1 and gif.exists()
+    assert 'sim: interrupted; the result holds the episodes that had ended, 0 ("interrupted": true)' in printed.err
+    assert "130 after Ctrl-C" in sim.__doc__  # --help says so
+
+
 BOOM = """
 from racing_env.controller import Controller
 
@@ -109,10 +140,7 @@ def need_xvfb(program: str) -> str:
 
 def test_sim_render_opens_its_window_on_a_display(tmp_path):
     runner = need_xvfb("xvfb-run")
-    plugin = tmp_path / "boom"
-    plugin.mkdir()
-    (plugin / "controller.py").write_text(BOOM)
-    (plugin / "config.toml").write_text("")
+    plugin = write_plugin(tmp_path, "boom", BOOM)
     env = dict(os.environ, SDL_VIDEODRIVER="x11")
     out = subprocess.run([runner, "-a", "-s", "-screen 0 1024x768x24", sys.executable, "-m", "racing_stack.sim",
                           "--render", "--controller", str(plugin)], env=env, capture_output=True, text=True,
@@ -131,10 +159,7 @@ def test_sim_render_opens_its_window_on_a_display(tmp_path):
 def test_warp_says_nothing_unless_asked(tmp_path, verbose):
     """Warp's banner and its line per loaded module only with --verbose (a
     fresh process: Warp initialises, and loads its modules, once)."""
-    plugin = tmp_path / "boom"
-    plugin.mkdir()
-    (plugin / "controller.py").write_text(BOOM)
-    (plugin / "config.toml").write_text("")
+    plugin = write_plugin(tmp_path, "boom", BOOM)
     out = subprocess.run([sys.executable, "-m", "racing_stack.sim", "--controller", str(plugin)]
                          + ["--verbose"] * verbose, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -782,9 +782,11 @@ class TrackPool:
 
         Reads the pool back to the host, checks its values (as
         ``from_arrays(check_values=True)``), then writes both files through
-        temporary files in the same folder, the manifest last. Never
-        overwrites: a pool file is immutable once published. Changes nothing
-        in the pool except filling the ``geometry_hashes`` cache.
+        temporary files in the same folder (``.<name>.npz.*.tmp`` and
+        ``.<name>.json.*.tmp``, fsynced, removed on any failure; a killed
+        writer leaves them behind), renamed into place the manifest last.
+        Never overwrites: a pool file is immutable once published. Changes
+        nothing in the pool except filling the ``geometry_hashes`` cache.
 
         Raises:
             TypeError: ``path`` is not a path.
@@ -813,11 +815,15 @@ class TrackPool:
             temporaries.append(tmp_npz)
             with os.fdopen(fd, "wb") as f:
                 np.savez(f, **host)
+                f.flush()
+                os.fsync(f.fileno())
             fd, tmp_json = tempfile.mkstemp(dir=folder, prefix=f".{manifest_path.name}.", suffix=".tmp")
             temporaries.append(tmp_json)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(manifest, f, indent=1)
                 f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
             os.replace(tmp_npz, npz_path)
             temporaries.remove(tmp_npz)
             os.replace(tmp_json, manifest_path)
@@ -826,6 +832,11 @@ class TrackPool:
             for leftover in temporaries:
                 with contextlib.suppress(OSError):
                     os.unlink(leftover)
+        folder_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(folder_fd)
+        finally:
+            os.close(folder_fd)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TrackPool:
@@ -841,24 +852,22 @@ class TrackPool:
         Raises:
             TypeError: ``path`` is not a path.
             FileNotFoundError: either file is missing.
+            OSError: either file cannot be opened (permissions).
             ValueError: ``path`` does not end in ``.npz``, a malformed manifest
-                or npz, a count, capacity or id mismatch, a bad value, or a hash
-                mismatch (naming the row and its track_id).
+                or npz (not JSON, not a readable zip of the six arrays: a
+                truncated or damaged file; each naming the file), a count,
+                capacity or id mismatch, a bad value, or a hash mismatch
+                (naming the row and its track_id).
         """
         npz_path, manifest_path = _check_path(path)
         with open(manifest_path, encoding="utf-8") as f:
             try:
                 manifest = json.load(f)
-            except json.JSONDecodeError as err:
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
                 raise ValueError(f"manifest {manifest_path} is not valid JSON: {err}") from None
         level_id, split, benchmark_version, entries = _parse_manifest(manifest, manifest_path)
 
-        with np.load(npz_path, allow_pickle=False) as data:
-            keys = set(data.files)
-            if keys != set(_ARRAY_FIELDS):
-                raise ValueError(f"{npz_path} must hold exactly the arrays {list(_ARRAY_FIELDS)}, "
-                                 f"got {sorted(keys)}")
-            host = {name: data[name] for name in _ARRAY_FIELDS}
+        host = _read_npz(npz_path)
         for name, value in host.items():
             if value.dtype != _FIELD_DTYPES[name]:
                 raise ValueError(f"{npz_path}: {name} must have dtype {_FIELD_DTYPES[name]}, got {value.dtype}")
@@ -887,6 +896,29 @@ class TrackPool:
         # Seed the cached property with the hashes just verified against these bytes.
         pool.__dict__["geometry_hashes"] = hashes
         return pool
+
+
+def _read_npz(npz_path: Path) -> dict[str, np.ndarray]:
+    """The six arrays of a pool's npz, by name.
+
+    Raises:
+        OSError: the file is missing or cannot be opened.
+        ValueError: the file is not a readable npz (truncated, damaged:
+            whatever the zip or npy reader refuses, including a seek that a
+            damaged offset sends past the file), or holds other arrays than
+            the six; the message names the file.
+    """
+    with open(npz_path, "rb") as f:
+        try:
+            with np.load(f, allow_pickle=False) as data:
+                keys = set(data.files)
+                host = {name: data[name] for name in _ARRAY_FIELDS} if keys == set(_ARRAY_FIELDS) else {}
+        except Exception as err:  # BadZipFile, EOFError, a seek past either end, ...: the bytes are damaged
+            raise ValueError(f"{npz_path} is not a readable .npz file (truncated or damaged): "
+                             f"{type(err).__name__}: {err}") from None
+    if keys != set(_ARRAY_FIELDS):
+        raise ValueError(f"{npz_path} must hold exactly the arrays {list(_ARRAY_FIELDS)}, got {sorted(keys)}")
+    return host
 
 
 def _check_pool_shapes(shapes: dict[str, tuple[int, ...]]) -> int:

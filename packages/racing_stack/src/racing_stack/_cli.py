@@ -1,19 +1,43 @@
-"""What the command lines check before any work: a bad number or an output
-file that cannot be written is a usage error (exit 2) naming its flag."""
+"""What the command lines share: the checks before any work (a bad number
+or an output file that cannot be written is a usage error, exit 2, naming
+its flag) and the end of a run that Ctrl-C stopped (its partial result,
+exit 130)."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["SEED_END", "int_in", "float_in", "check_outputs", "add_verbose_argument", "quiet_warp"]
+__all__ = ["SEED_END", "INTERRUPTED_STATUS", "Interrupted", "int_in", "float_in", "check_outputs",
+           "add_verbose_argument", "quiet_warp", "report_interrupted"]
 
 #: Reset seeds are one uint32 SeedSequence word: ``[0, 2**32)``.
 SEED_END = 2**32
+#: A command's exit status after Ctrl-C (128 + SIGINT, what a shell reports).
+INTERRUPTED_STATUS = 130
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a command's run (`evaluate`, `sim`): ``result`` is its
+    JSON result of the episodes that had ended (``"interrupted": true``)."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(f"interrupted after {len(result['episodes'])} ended episodes")
+        self.result = result
+
+
+def report_interrupted(prog: str, stop: Interrupted) -> tuple[dict[str, Any], int]:
+    """Say on stderr that Ctrl-C stopped ``prog``'s run; returns the partial
+    result to write and print, and the exit status (`INTERRUPTED_STATUS`)."""
+    print(f"{prog}: interrupted; the result holds the episodes that had ended, {len(stop.result['episodes'])} "
+          '("interrupted": true)', file=sys.stderr)
+    return stop.result, INTERRUPTED_STATUS
 
 
 def int_in(low: int, end: int | None = None, end_text: str | None = None) -> Callable[[str], int]:

@@ -7,6 +7,8 @@ fsynced, then renamed over the old one (and the folder fsynced): a kill, an
 interrupt or a full disk at any moment leaves either the old file or the
 new one, never a part of either. A temporary file left by a killed writer
 is named ``.NAME.PID.tmp``; `remove_stale` clears those of a folder.
+(Both live in the Torch-free ``racing_stack._files`` and are re-exported
+here.)
 
 The container is one header line, then the payload:
 
@@ -24,12 +26,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import pickle
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from racing_stack._files import remove_stale, write_atomic
 
 __all__ = ["FORMAT_VERSION", "CorruptFile", "load", "remove_stale", "save", "write_atomic"]
 
@@ -43,43 +46,6 @@ _MAX_HEADER = 256
 class CorruptFile(ValueError):
     """A checkpoint or weights file that is not a complete, unchanged
     racing_stack file of the expected kind."""
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (temporary file in the same
-    folder, fsync, rename, fsync of the folder). On any failure the
-    temporary file is removed and ``path`` is as it was.
-
-    Raises:
-        OSError: the write failed (e.g. the disk is full) and ``path`` is
-            as it was; or, rarely, the folder's fsync failed after the
-            rename, when ``path`` already holds ``data``.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:  # an interrupt too: no half-written file stays behind
-        tmp.unlink(missing_ok=True)
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
-
-
-def remove_stale(folder: Path, name: str) -> list[Path]:
-    """Remove the temporary files that killed writers of ``folder/name``
-    left behind; returns them."""
-    stale = sorted(Path(folder).glob(f".{name}.*.tmp"))
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
 
 
 def save(path: Path, kind: str, payload: Any) -> None:

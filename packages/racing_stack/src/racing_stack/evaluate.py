@@ -50,7 +50,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from racing_stack._cli import SEED_END, add_verbose_argument, check_outputs, float_in, int_in, quiet_warp
+from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, float_in, int_in,
+                               quiet_warp, report_interrupted)
 from racing_stack.viewing import add_view_arguments, open_view
 
 __all__ = ["ISOLATED_WORLDS", "Interrupted", "evaluate", "draw", "episodes_file", "main"]
@@ -63,15 +64,6 @@ ISOLATED_WORLDS = 16
 _SUMMARY_KEYS = ("plugin", "backend", "worlds", "level", "split", "summary", "seconds")
 #: Outcome colours of the picture.
 _COLOURS = {"success": "tab:green", "off_track": "tab:red", "timeout": "tab:orange", "invalid_action": "tab:purple"}
-
-
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C stopped `evaluate`: ``result`` is its JSON result of the
-    episodes that had ended (``"interrupted": true``)."""
-
-    def __init__(self, result: dict[str, Any]) -> None:
-        super().__init__(f"interrupted after {len(result['episodes'])} ended episodes")
-        self.result = result
 
 
 def evaluate(controller: Path | None = None, level: int = 1, split: str = "validation", tracks: int | None = None,
@@ -292,9 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"evaluate: {error}", file=sys.stderr)
             return 2
         except Interrupted as stop:
-            result, status = stop.result, 130
-            print(f"evaluate: interrupted; the result holds the episodes that had ended, {len(result['episodes'])} "
-                  '("interrupted": true)', file=sys.stderr)
+            result, status = report_interrupted("evaluate", stop)
         if args.out is not None:
             # A Ctrl-C between an episode's end and its line: the journal is made to match the result.
             episodes_file(args.out).write_text("".join(json.dumps(e) + "\n" for e in result["episodes"]))

@@ -15,6 +15,10 @@ A pool file is big (the 10,000-track Train pool is ~160 MB), so it lives in
 a cache (``$RACING_STACK_CACHE`` or ``~/.cache/racing_stack``); its manifest
 (ids and geometry hashes, a few hundred kB) is committed as package data.
 A second run finds the cache and verifies it instead of rebuilding.
+Concurrent runs take turns (a lock file per pool), a killed run's temporary
+files are removed by the next, and a damaged cache entry (a part missing,
+truncated or failing verification) is rebuilt, never loaded: see
+`materialize`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from racing_stack._cli import add_verbose_argument, quiet_warp
+from racing_stack._files import exclusive_lock, remove_stale
 
 
 #: Seeds in each split's namespace.
@@ -108,6 +113,16 @@ def materialize(split: str, cache: Path | None = None, write_manifest: bool = Fa
     """The split's pool from the cache, verified against its committed
     manifest; built and saved first when the cache lacks it.
 
+    The cache entry is ``<name>.npz`` and its ``<name>.json`` (`pool_name`).
+    Runs for the same split take turns: the first holds the lock file
+    ``.<name>.lock`` in the cache while it checks, builds and saves; the
+    others wait for it, then verify and reuse what it saved. The run
+    holding the lock first removes the temporary files killed runs left
+    (``.<name>.npz.*.tmp``, ``.<name>.json.*.tmp``). A damaged entry (one
+    part missing, or one that `TrackPool.load` refuses: truncated, not a
+    zip, not JSON, a hash that does not match) is never loaded: it is
+    removed and rebuilt once, saying why through ``progress``.
+
     Args:
         split: ``"train"``, ``"validation"`` or ``"test"``.
         cache: the cache folder (default `cache_dir()`).
@@ -118,33 +133,62 @@ def materialize(split: str, cache: Path | None = None, write_manifest: bool = Fa
     Raises:
         ValueError: the cached or built pool's ids or geometry hashes differ
             from the committed manifest (naming the split and the first
-            differing row), or no committed manifest exists.
+            differing row), or no committed manifest exists (checked before
+            any build).
+        OSError: the cache cannot be read or written (permissions, a full
+            disk).
     """
-    from racing_env import TrackPool
-
     say = progress or (lambda line: None)
     cache = cache_dir() if cache is None else Path(cache)
+    name = pool_name(split)
+    path = cache / f"{name}.npz"
+    committed = MANIFESTS / f"{name}.json"
+    if not write_manifest and not committed.exists():
+        raise ValueError(f"no committed manifest for split {split!r} ({committed})")
     cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"{pool_name(split)}.npz"
-    committed = MANIFESTS / f"{pool_name(split)}.json"
-    if path.exists():
-        say(f"{split}: verifying {path}")
-        pool = TrackPool.load(path)
-    else:
-        pool = build_pool(split, progress=lambda have, want: say(f"{split}: {_bar(have, want)} {have}/{want} tracks"))
-        pool.save(path)
-        say(f"{split}: wrote {path}")
-    built = _entries(path.with_suffix(".json"))
+    lock = cache / f".{name}.lock"
+    with exclusive_lock(lock, waiting=lambda: say(f"{split}: waiting for another run that holds {lock}")):
+        for part in (path, path.with_suffix(".json")):
+            for stale in remove_stale(cache, part.name):
+                say(f"{split}: removed {stale}, left by a killed run")
+        pool = _cached(split, path, say)
+        if pool is None:
+            pool = build_pool(split, progress=lambda n, want: say(f"{split}: {_bar(n, want)} {n}/{want} tracks"))
+            pool.save(path)
+            say(f"{split}: wrote {path}")
+        built = _entries(path.with_suffix(".json"))
     if write_manifest:
         committed.parent.mkdir(parents=True, exist_ok=True)
         committed.write_text(json.dumps(built, indent=1) + "\n")
         say(f"{split}: wrote the manifest {committed}")
         return pool
-    if not committed.exists():
-        raise ValueError(f"no committed manifest for split {split!r} ({committed})")
     _compare(split, _entries(committed), built)
     say(f"{split}: {len(pool)} tracks match the committed manifest")
     return pool
+
+
+def _cached(split: str, path: Path, say: Callable[[str], None]):
+    """The pool cached at ``path``, verified by `TrackPool.load`; None when
+    the cache has no part of it, or when a part is missing or damaged (then
+    both parts are removed, saying why, so that the caller rebuilds it)."""
+    from racing_env import TrackPool
+
+    parts = (path, path.with_suffix(".json"))
+    missing = [part for part in parts if not part.exists()]
+    if len(missing) == len(parts):
+        return None
+    if missing:
+        damage = f"{missing[0]} is missing"
+    else:
+        say(f"{split}: verifying {path}")
+        try:
+            return TrackPool.load(path)
+        except ValueError as error:
+            damage = str(error)
+    say(f"{split}: the cached pool is damaged ({damage}); removing it and rebuilding")
+    for part in parts:
+        part.unlink(missing_ok=True)
+    return None
 
 
 def _checked_size(split: str, size: int | None, highest: int | None = None) -> int:
@@ -217,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     for split in args.splits:
         try:
             materialize(split, args.cache, args.write_manifests, progress=lambda line: print(line, file=sys.stderr))
-        except ValueError as error:
+        except (ValueError, OSError) as error:
             print(f"materialize-track-pool: {error}", file=sys.stderr)
             return 1
     return 0

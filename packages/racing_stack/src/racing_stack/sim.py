@@ -14,8 +14,11 @@ it as an animated GIF or MP4 without a display.
 
 A bad option, or an output file (``--out``, ``--record``) that cannot be
 written, is a usage error (exit 2) naming it, before anything runs;
-missing folders of the output files are made. Warp's banner and its line
-per loaded kernel module show only with ``--verbose``.
+missing folders of the output files are made. Exit status 130 after Ctrl-C
+during the episode: the result of the episodes that had ended (none, unless
+the one episode had) is still printed and written, with ``"interrupted":
+true``, and so is the recording of the frames drawn. Warp's banner and its
+line per loaded kernel module show only with ``--verbose``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import json
 import sys
 from pathlib import Path
 
-from racing_stack._cli import SEED_END, add_verbose_argument, check_outputs, int_in, quiet_warp
+from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, int_in, quiet_warp,
+                               report_interrupted)
 from racing_stack.viewing import add_view_arguments, open_view
 
 #: The track_gen seed ``sim`` drives on.
@@ -67,24 +71,32 @@ def main(argv: list[str] | None = None) -> int:
 
     check_outputs(parser, {"--out": args.out, "--record": args.record}, {"--record": RECORD_SUFFIXES})
     quiet_warp(args.verbose)
-    # stdout carries the JSON result only: what the libraries print goes to stderr.
-    with contextlib.redirect_stdout(sys.stderr):
-        result = _simulate(args)
+    status = 0
+    try:
+        # stdout carries the JSON result only: what the libraries print goes to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            result = _simulate(args)
+    except Interrupted as stop:
+        result, status = report_interrupted("sim", stop)
     if result is None:
         return 2
     text = json.dumps(result, indent=2)
     print(text)
     if args.out is not None:
         args.out.write_text(text + "\n")
-    return 0
+    return status
 
 
 def _simulate(args: argparse.Namespace) -> dict | None:
     """The episode's JSON result, or None after printing why the plugin or
-    the drawing options are unusable."""
+    the drawing options are unusable.
+
+    Raises:
+        Interrupted: Ctrl-C during the episode, with the partial result.
+    """
     from racing_env import LEVEL_1, ProjectConfig, VecCarRacingEnv
     from racing_env.plugins import TEMPLATE, PluginError, load_plugin
-    from racing_env.runner import run
+    from racing_env.runner import RunInterrupted, run
 
     config = ProjectConfig()
     try:
@@ -104,12 +116,19 @@ def _simulate(args: argparse.Namespace) -> dict | None:
 
         print(f"sim: track_gen seed {TRACK_SEED}, lap {float(track.track_length):.0f} m; {plugin.directory.name} on "
               f"{args.backend} (Level 1, timeout {LEVEL_1.max_episode_steps} steps)", file=sys.stderr)
-        result = run(plugin, env, episodes=1, seed=args.seed, progress=progress, view=view).to_json()
+        stopped = None
+        try:
+            ran = run(plugin, env, episodes=1, seed=args.seed, progress=progress, view=view)
+        except RunInterrupted as stop:
+            ran, stopped = stop.result, stop
+    result = ran.to_json()
     result["track_gen_seed"] = TRACK_SEED
     if view is not None and view.record is not None:
         result["recording"] = {"file": str(view.record), "frames": view.frames_recorded, "fps": view.record_fps}
         print(f"sim: wrote {view.record} ({view.frames_recorded} frames at {view.record_fps:g} frames/s)",
               file=sys.stderr)
+    if stopped is not None:
+        raise Interrupted(result) from stopped
     return result
 
 
