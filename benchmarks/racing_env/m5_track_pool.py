@@ -93,7 +93,7 @@ from protocol import (  # noqa: E402
 from racing_env import BENCHMARK_VERSION, LEVEL_1, Level, ProjectConfig, TrackPool, VecCarRacingEnv, seeds  # noqa: E402
 from racing_env.plugins import CHALLENGE_KEYS, challenge_values, load_plugin  # noqa: E402
 from racing_env.runner import run  # noqa: E402
-from racing_env.spaces import INFO_FIELDS, OBSERVATION_FIELDS  # noqa: E402
+from racing_env.types import INFO_FIELDS, OBSERVATION_FIELDS  # noqa: E402
 from racing_stack import pools  # noqa: E402
 
 GATE_POOL_SHARE = 0.97

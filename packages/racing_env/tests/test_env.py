@@ -11,7 +11,7 @@ from worlds import SHORT_LEVEL
 from gymnasium.utils.env_checker import check_env
 from racing_env import ENV_ID, LEVEL_0, CarRacingEnv, TerminationReason, level0_track
 from racing_env.seeds import host_seed_word
-from racing_env.spaces import INFO_FIELDS, OBSERVATION_FIELDS
+from racing_env.types import INFO_FIELDS, OBSERVATION_FIELDS
 
 
 @pytest.fixture()

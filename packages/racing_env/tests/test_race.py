@@ -28,14 +28,14 @@ from racing_env.config import ProjectConfig
 from racing_env.race import (
     MIN_POINTS,
     WINDOW,
-    RaceState,
     min_segment_length,
     points_on_track,
     race_reset,
     race_update,
     track_arrays,
 )
-from racing_env.tracks import LEVEL0_TRACK_ID, TRACK_CAPACITY, Track, TrackPool, level0_track
+from racing_env.tracks import Track, TrackPool, level0_track
+from racing_env.types import LEVEL0_TRACK_ID, TRACK_CAPACITY, RaceState
 
 CONFIG = ProjectConfig()
 #: Points closer than this to a boundary edge or a seam (left_i -> right_i) are not judged, m.

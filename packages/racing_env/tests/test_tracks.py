@@ -16,16 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from racing_env.tracks import (
-    BENCHMARK_VERSION,
-    LEVEL0_TRACK_ID,
-    MIN_TRACK_POINTS,
-    TRACK_CAPACITY,
-    Track,
-    TrackPool,
-    geometry_hash,
-    level0_track,
-)
+from racing_env.tracks import Track, TrackPool, geometry_hash, level0_track
+from racing_env.types import BENCHMARK_VERSION, LEVEL0_TRACK_ID, MIN_TRACK_POINTS, TRACK_CAPACITY
 
 # Level 0's identity: its geometry hash is part of the published benchmark. A
 # deliberate change of the built-in track must change this pin (and the CHANGELOG).

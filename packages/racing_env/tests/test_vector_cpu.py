@@ -25,7 +25,7 @@ from racing_env import (
     level0_track,
 )
 from racing_env.seeds import host_pool_row, host_seed_word
-from racing_env.spaces import INFO_FIELDS, OBSERVATION_FIELDS
+from racing_env.types import INFO_FIELDS, OBSERVATION_FIELDS
 
 OBS_SPEC = {
     "position": ((1, 2), np.float32),

@@ -13,8 +13,9 @@ import gymnasium
 from racing_env.config import LEVEL_0, LEVEL_1, Level, ProjectConfig
 from racing_env.controller import Controller, DebugDraw
 from racing_env.env import CarRacingEnv
-from racing_env.tracks import BENCHMARK_VERSION, LEVEL0_TRACK_ID, TRACK_CAPACITY, Track, TrackPool, level0_track
-from racing_env.vector import TerminationReason, VecCarRacingEnv
+from racing_env.tracks import Track, TrackPool, level0_track
+from racing_env.types import BENCHMARK_VERSION, LEVEL0_TRACK_ID, TRACK_CAPACITY, TerminationReason
+from racing_env.vector import VecCarRacingEnv
 
 try:  # the installed distribution's version: pyproject.toml is the one place it is written
     __version__ = version("racing-env")

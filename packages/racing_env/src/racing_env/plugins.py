@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from racing_env.controller import Controller
-from racing_env.tracks import TRACK_CAPACITY
+from racing_env.types import TRACK_CAPACITY
 from racing_env.vector import VecCarRacingEnv
 
 __all__ = ["PLUGIN_PACKAGE", "CHALLENGE_KEYS", "CONTROLLERS", "PURSUIT", "TEMPLATE", "Plugin", "PluginError",

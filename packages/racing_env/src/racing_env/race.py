@@ -29,18 +29,16 @@ must reach every wheel, and ahead and behind must not overlap:
 
 from __future__ import annotations
 
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from racing_env.config import ProjectConfig
+from racing_env.types import RaceState, TrackArrays
 
 __all__ = [
     "WINDOW",
     "MIN_POINTS",
-    "TrackArrays",
-    "RaceState",
     "track_arrays",
     "min_segment_length",
     "race_reset",
@@ -56,62 +54,6 @@ WINDOW = 16
 MIN_POINTS = 2 * WINDOW + 2
 #: Points of a window of 2 WINDOW + 1 segments.
 _SPAN = 2 * WINDOW + 2
-
-
-class TrackArrays(NamedTuple):
-    """A pool's geometry as the Race Core reads it (device arrays).
-
-    Attributes:
-        centerline: float32 [P, C, 2], m.
-        left_boundary: float32 [P, C, 2], m.
-        right_boundary: float32 [P, C, 2], m.
-        arc: float32 [P, C], arc length from point 0 to point i along the
-            centerline, m.
-        num_points: int32 [P], valid points (= segments of the loop).
-        track_length: float32 [P], m (the pool's, for the observation).
-        lap_m: float32 [P], the centerline's perimeter as the Race Core
-            measures it, m.
-        start: float32 [P, 3], the start pose (x m, y m, yaw rad): point 0,
-            heading along segment 0.
-        track_mask: int8 [P, C], for the observation.
-        track_id: uint32 [P], for the info.
-        windows: float32 [P, C + 2 WINDOW + 1, 3, 2], the centerline, left
-            and right boundary points unrolled around the loop: entry ``k``
-            holds point ``(k - WINDOW) mod n``, so the points of any window
-            of segments are one contiguous slice (one gather per world).
-    """
-
-    centerline: jax.Array
-    left_boundary: jax.Array
-    right_boundary: jax.Array
-    arc: jax.Array
-    num_points: jax.Array
-    track_length: jax.Array
-    lap_m: jax.Array
-    start: jax.Array
-    track_mask: jax.Array
-    track_id: jax.Array
-    windows: jax.Array
-
-
-class RaceState(NamedTuple):
-    """Per-world Race Core state.
-
-    Attributes:
-        row: int32 [E], the world's TrackPool row.
-        local_segment: int32 [E], the localizer's segment, in [0, n).
-        progress_segment: int32 [E], the segment of the last legal
-            projection, counted from the start without wrapping, in [0, n].
-        progress_m: float32 [E], legal arc length driven this lap, m.
-        legal: bool [E], the localizer has stayed within `WINDOW` segments
-            of the last legal projection (or came back into them from behind).
-    """
-
-    row: jax.Array
-    local_segment: jax.Array
-    progress_segment: jax.Array
-    progress_m: jax.Array
-    legal: jax.Array
 
 
 def track_arrays(centerline, left_boundary, right_boundary, track_mask, track_length, track_id) -> TrackArrays:

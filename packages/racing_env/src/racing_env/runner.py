@@ -42,7 +42,8 @@ from racing_env.controller import Controller, checked_action
 from racing_env.isolation import ChildControllers, ControllerFailed, Isolation
 from racing_env.plugins import Plugin, challenge_values
 from racing_env.render import DrawList, EpisodeView
-from racing_env.vector import TerminationReason, VecCarRacingEnv
+from racing_env.types import TerminationReason
+from racing_env.vector import VecCarRacingEnv
 
 __all__ = ["REASONS", "EpisodeResult", "RunInterrupted", "RunResult", "run", "summarize"]
 
@@ -159,7 +160,7 @@ def summarize(episodes: list[EpisodeResult]) -> dict[str, Any]:
 
 
 #: The name of each `TerminationReason` code, as results write it.
-REASONS = {value: name.lower() for name, value in vars(TerminationReason).items() if name.isupper()}
+REASONS = {int(reason): reason.name.lower() for reason in TerminationReason}
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -10,36 +10,9 @@ import numpy as np
 from gymnasium import spaces
 
 from racing_env.config import ProjectConfig
-from racing_env.tracks import TRACK_CAPACITY
+from racing_env.types import TRACK_CAPACITY
 
-__all__ = ["OBSERVATION_FIELDS", "INFO_FIELDS", "action_space", "observation_space"]
-
-#: Observation fields in the order of the spec's table.
-OBSERVATION_FIELDS = (
-    "position",
-    "yaw",
-    "velocity_body",
-    "yaw_rate",
-    "steering_angle",
-    "track_progress",
-    "centerline",
-    "left_boundary",
-    "right_boundary",
-    "track_mask",
-    "track_length",
-)
-
-#: The seven info fields of every reset and step, in the spec's order.
-INFO_FIELDS = (
-    "episode_seed",
-    "controller_seed",
-    "track_id",
-    "benchmark_version",
-    "termination_reason",
-    "lap_completed",
-    "lap_time_s",
-)
-
+__all__ = ["action_space", "observation_space"]
 
 def action_space(config: ProjectConfig) -> spaces.Box:
     """float32 (2,): steering (rad), longitudinal acceleration (m/s^2)."""

@@ -55,28 +55,14 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
+from racing_env.types import BENCHMARK_VERSION, LEVEL0_TRACK_ID, MIN_TRACK_POINTS, TRACK_CAPACITY
+
 __all__ = [
-    "BENCHMARK_VERSION",
-    "LEVEL0_TRACK_ID",
-    "MIN_TRACK_POINTS",
-    "TRACK_CAPACITY",
     "Track",
     "TrackPool",
     "geometry_hash",
     "level0_track",
 ]
-
-TRACK_CAPACITY: int = 640
-"""Fixed centerline capacity of the observation (points)."""
-
-LEVEL0_TRACK_ID: int = 2**32 - 1
-"""uint32 ``track_id`` reserved for Level 0's built-in track (UINT32_MAX)."""
-
-BENCHMARK_VERSION: str = "0.1"
-"""The benchmark version a pool carries unless told otherwise."""
-
-MIN_TRACK_POINTS: int = 8
-"""The fewest valid centerline points a Track may have."""
 
 _UINT32_LIMIT = 2**32
 _NAME_PATTERN = re.compile(r"[0-9A-Za-z._-]{1,32}")

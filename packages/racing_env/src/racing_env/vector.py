@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium
 import jax
@@ -37,55 +37,18 @@ from racing_env.config import Level, ProjectConfig
 from racing_env.physics import BACKENDS, CpuReferencePhysics, MjxWarpPhysics
 from racing_env.race import (
     MIN_POINTS,
-    RaceState,
-    TrackArrays,
     min_segment_length,
     race_reset,
     race_update,
     track_arrays,
 )
-from racing_env.spaces import INFO_FIELDS, action_space, observation_space
+from racing_env.spaces import action_space, observation_space
 from racing_env.tracks import Track, TrackPool
+from racing_env.types import INFO_FIELDS, EnvState, TerminationReason, TrackArrays
 
-__all__ = ["VecCarRacingEnv", "TerminationReason", "EnvState"]
+__all__ = ["VecCarRacingEnv"]
 
 _UINT32_END = 2**32
-
-
-class TerminationReason:
-    """The values of ``info["termination_reason"]``."""
-
-    NONE = 0
-    SUCCESS = 1
-    OFF_TRACK = 2
-    INVALID_ACTION = 3
-    TIMEOUT = 4
-
-
-class EnvState(NamedTuple):
-    """Every world's Challenge state (device arrays; E worlds).
-
-    Attributes:
-        race: the Race Core state.
-        root_seed: uint32 [], the root of every seed.
-        world: uint32 [E], world indices.
-        episode: uint32 [E], episode counters (0 after a seeded reset).
-        episode_seed: uint32 [E], SeedSequence domain 0 of the episode.
-        controller_seed: uint32 [E], SeedSequence domain 1 of the episode.
-        steps: int32 [E], control steps taken this episode.
-        pending: bool [E], the last call was terminal: the next call resets.
-        clipped: int32 [E], finite out-of-range actions clipped so far.
-    """
-
-    race: RaceState
-    root_seed: jax.Array
-    world: jax.Array
-    episode: jax.Array
-    episode_seed: jax.Array
-    controller_seed: jax.Array
-    steps: jax.Array
-    pending: jax.Array
-    clipped: jax.Array
 
 
 def _where(mask: jax.Array, new, old):
@@ -248,7 +211,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
 
     `reset` and `step` return JAX arrays (observation fields with a leading
     ``num_envs`` axis; reward float32 [E]; terminated, truncated bool [E])
-    and the seven-field info of `racing_env.spaces.INFO_FIELDS`.
+    and the seven-field info of `racing_env.types.INFO_FIELDS`.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}

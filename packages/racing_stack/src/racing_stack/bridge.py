@@ -98,7 +98,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import warp as wp
-from racing_env.tracks import BENCHMARK_VERSION, TRACK_CAPACITY, Track, TrackPool
+from racing_env.tracks import Track, TrackPool
+from racing_env.types import BENCHMARK_VERSION, TRACK_CAPACITY
 from track_gen.course import Course
 from track_gen.generator import TrackGenerator
 
