@@ -365,11 +365,18 @@ def test_validation_reads_each_world_first_ending_only(env, validation, tmp_path
     trainer = Trainer(TINY, env, tmp_path)
     with pytest.raises(ValueError, match="no validation env"):
         trainer.validate()
+    with pytest.raises(ValueError, match="no validation env"):
+        trainer.compile_validation()
     trainer.validation = ScriptedEnds(validation)
+    trainer.compile_validation()
+    assert trainer.validation.calls == 1  # one call compiles the step; it is not a validation
+    assert trainer.overhead["validations"] == 0 and trainer.best is None
+    trainer.validation.calls = 0
     result = trainer.validate()
     assert result == {"validation_success_rate": 0.5, "validation_median_lap_time_s": 12.5,
                       "validation_mean_progress": pytest.approx(0.6)}
     assert trainer.validation.calls == TINY.validation_steps  # given up there: no early stop before 32 calls
+    assert trainer.overhead["validations"] == 1 and trainer.overhead["validation_s"] > 0.0
 
 
 def test_the_best_validated_policy_is_kept_and_exported(env, tmp_path):
@@ -426,9 +433,12 @@ def test_the_best_validated_policy_is_kept_and_exported(env, tmp_path):
 
 
 def test_a_time_budget_stops_after_the_update_that_spends_it(env, tmp_path):
-    rows = Trainer(dataclasses.replace(TINY, updates=50), env, tmp_path).run(seconds=0.0)
+    trainer = Trainer(dataclasses.replace(TINY, updates=50), env, tmp_path)
+    rows = trainer.run(seconds=0.0)
     assert [r["update"] for r in rows] == [1]  # one update, then the checkpoint
     assert (tmp_path / "checkpoint.pt").exists()
+    assert trainer.overhead["checkpoints"] == 1 and trainer.overhead["checkpoint_s"] > 0.0
+    assert trainer.overhead["validations"] == 0  # not due at update 1 (validate_every 2)
 
 
 def test_settings_are_overridden_by_name_and_checked():

@@ -9,7 +9,9 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
 1. Training: `racing_stack.ppo` at the GPU preset (``--worlds`` worlds, the
    full Train pool), validated with early exit on Validation rows 0-499
    every ``validate_every`` updates, stopped after ``--train-seconds`` of
-   wall time (then its last policy is validated too); transitions/s end
+   wall time (then its last policy is validated too; the validation env's
+   calls are compiled before the clock starts, as the training env's are
+   by its first update); transitions/s end
    to end per update (env + policy + GAE + update; a validation is not part
    of an update), their median after the first two (compiles).
 2. Validation, 1,000 tracks: the chosen policy on every Validation track
@@ -20,9 +22,9 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
    laps (``benchmarks/v0.1/pursuit_level1_validation.json``). Rows 500-999
    played no part in choosing the policy: they are also reported alone
    (the confirmation).
-4. Phases: one more update timed phase by phase with the device
+3. Phases: one more update timed phase by phase with the device
    synchronised between them, and an env-only run of the same worlds.
-5. Unless ``--dev``: export the plugin, and the Runner drives it and pure
+4. Unless ``--dev``: export the plugin, and the Runner drives it and pure
    pursuit once on each of the first ``--eval-tracks`` Test tracks
    (``mjx_warp``, one world a track; Torch on one CPU thread). Test is
    looked at only here.
@@ -191,6 +193,8 @@ def main() -> None:
     log(f"env: {config.worlds} worlds on the Train pool")
     t0 = time.perf_counter()
     trainer = Trainer(config, make_env(config), run_dir, validation=make_validation_env(config))
+    if config.validate_every:
+        trainer.compile_validation()  # a compile is setup, like the training env's
     report["setup_s"] = time.perf_counter() - t0
     log(f"training {config.updates} updates, for at most {args.train_seconds:.0f} s")
     t0 = time.perf_counter()
@@ -210,6 +214,7 @@ def main() -> None:
     updating = sum(r["seconds"] for r in rows)
     report["training"] = {"updates": len(rows), "transitions": rows[-1]["transitions"], "seconds": updating,
                           "wall_s": wall, "overhead_share": 1.0 - updating / wall,
+                          "overhead": dict(trainer.overhead),
                           "median_transitions_per_s_after_2": float(np.median(steady)),
                           "validations": [{k: r[k] for k in ("update", "validation_success_rate",
                                                              "validation_median_lap_time_s",

@@ -125,6 +125,8 @@ class Trainer:
         self.reward_bounds = config.reward.bounds(float(np.max(np.asarray(env.track_pool.track_length))))
         self.rollout = Rollout(config, env, self.device, Handover(self.device), self.generator)
         self.buf = self.rollout.buf
+        #: Wall time (s) this Trainer spent validating and checkpointing, and how often.
+        self.overhead = {"validation_s": 0.0, "validations": 0, "checkpoint_s": 0.0, "checkpoints": 0}
 
     @property
     def crossing(self) -> Handover:
@@ -266,7 +268,20 @@ class Trainer:
         if env is None:
             raise ValueError("no validation env: give the Trainer one (validation=make_validation_env(config))")
         rows = list(range(cfg.validation_tracks))
-        return result_row(validate(self.policy, env, cfg, self.crossing, rows, early_exit))
+        start = time.perf_counter()
+        result = result_row(validate(self.policy, env, cfg, self.crossing, rows, early_exit))
+        self.overhead["validation_s"] += time.perf_counter() - start
+        self.overhead["validations"] += 1
+        return result
+
+    def compile_validation(self) -> None:
+        """Compile the validation env's calls (a reset and one early-exit
+        step; nothing is kept), so that a validation inside a timed run
+        costs its driving alone, like an update after the first."""
+        if self.validation is None:
+            raise ValueError("no validation env: give the Trainer one (validation=make_validation_env(config))")
+        once = dataclasses.replace(self.config, validation_steps=1)
+        validate(self.policy, self.validation, once, self.crossing, list(range(once.validation_tracks)), True)
 
     def best_policy(self) -> ActorCritic:
         """The best validated policy (a copy), or the current one when no
@@ -421,8 +436,11 @@ class Trainer:
         Raises:
             OSError: the write failed; the previous checkpoint is unchanged.
         """
+        start = time.perf_counter()
         checkpoints.save(path, "checkpoint", self.state_dict())
         self.saved_update = self.update
+        self.overhead["checkpoint_s"] += time.perf_counter() - start
+        self.overhead["checkpoints"] += 1
 
     def load(self, path: Path) -> None:
         """Continue from a checkpoint of a run with the same settings (only
