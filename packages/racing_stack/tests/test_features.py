@@ -63,7 +63,7 @@ def test_road_geometry_on_a_straight_road(xp, worlds, wheelbase, track_width):
     centerline = np.zeros((worlds, capacity, 2), np.float32)
     left = np.zeros((worlds, capacity, 2), np.float32)
     position = np.zeros((worlds, 2), np.float32)
-    want_nearest, want_lateral, want_heading, half = [], [], [], np.zeros(worlds)
+    want_nearest, want_lateral, want_heading, want_along, half = [], [], [], [], np.zeros(worlds)
     direction = rng.choice([-1.0, 1.0], worlds)
     yaw = rng.uniform(-3 * np.pi, 3 * np.pi, worlds).astype(np.float32)
     count = rng.integers(120, capacity + 1, worlds)
@@ -75,21 +75,24 @@ def test_road_geometry_on_a_straight_road(xp, worlds, wheelbase, track_width):
         left[w, :n] = np.stack([x, direction[w] * width], 1)
         i = rng.integers(40, n - 40)  # far from the loop's closing segment
         half[w] = np.float32(width[i])
-        position[w] = [x[i] + direction[w] * rng.uniform(-0.45, 0.45) * spacing, rng.uniform(-1.6, 1.6) * half[w]]
+        fraction = rng.uniform(-0.45, 0.45)
+        position[w] = [x[i] + direction[w] * fraction * spacing, rng.uniform(-1.6, 1.6) * half[w]]
         centerline[w, n:] = left[w, n:] = position[w]
         want_nearest.append(i)
+        want_along.append(i + fraction)
         want_lateral.append(direction[w] * position[w, 1])
         want_heading.append(yaw[w] - (0.0 if direction[w] > 0 else np.pi))
     wheels = wheels_by_hand(position.astype(np.float64), yaw.astype(np.float64), wheelbase, track_width)
     want_margins = half[:, None] - np.abs(wheels[..., 1])
 
-    nearest, half_width, lateral, heading, margins = (np.asarray(v) for v in road_geometry(
+    nearest, half_width, lateral, heading, margins, along = (np.asarray(v) for v in road_geometry(
         xp, xp.asarray(position), xp.asarray(yaw), xp.asarray(centerline), xp.asarray(left),
         xp.asarray(count.astype(np.int32)), wheelbase, track_width))
 
     assert half_width.shape == lateral.shape == heading.shape == (worlds,) and margins.shape == (worlds, 4)
-    assert all(v.dtype == np.float32 for v in (half_width, lateral, heading, margins))
+    assert all(v.dtype == np.float32 for v in (half_width, lateral, heading, margins, along))
     np.testing.assert_array_equal(nearest, want_nearest)
+    np.testing.assert_allclose(along, want_along, atol=1e-3)  # float32 of up to 300 points
     np.testing.assert_allclose(half_width, half, atol=1e-5)
     np.testing.assert_allclose(lateral, want_lateral, atol=1e-4)
     assert np.all((heading > -np.pi - 1e-6) & (heading <= np.pi + 1e-6))
@@ -118,7 +121,7 @@ def test_road_geometry_on_a_circle(xp, turn):
     position = (distance[:, None] * np.stack([np.cos(angle), np.sin(angle)], 1) + [5.0, -3.0]).astype(np.float32)
     yaw = rng.uniform(-np.pi, np.pi, worlds).astype(np.float32)
 
-    _, half_width, lateral, heading, margins = (np.asarray(v) for v in road_geometry(
+    _, half_width, lateral, heading, margins, along = (np.asarray(v) for v in road_geometry(
         xp, xp.asarray(position), xp.asarray(yaw), xp.asarray(centerline), xp.asarray(left),
         xp.full(worlds, n, xp.int32), CONFIG.wheelbase_m, CONFIG.track_width_m))
 
@@ -133,6 +136,12 @@ def test_road_geometry_on_a_circle(xp, turn):
                             CONFIG.wheelbase_m, CONFIG.track_width_m)
     want = w - np.abs(radius - np.linalg.norm(wheels, axis=-1))
     np.testing.assert_allclose(margins, want, atol=sagitta + 1e-4)
+    # The projection, in points along the polygon, against the car's angle: on a chord of
+    # half angle h, a point at distance d and angle delta from its middle projects to
+    # 1/2 + (d / R) sin(delta) / (2 sin h), the angle's fraction to 1/2 + delta / (2 h).
+    points = wrap(turn * (angle - 0.3)) / (2 * np.pi / n)
+    np.testing.assert_allclose(wrap((along - points) * 2 * np.pi / n), 0.0,
+                               atol=2 * np.pi / n * (0.5 * 1.5 * w / radius + 1e-3))
 
 
 # ----------------------------------------------------------------- features on real tracks
@@ -177,8 +186,9 @@ def random_obs(rng, env_obs, worlds, spread=2.0):
     return obs, rows
 
 
+@pytest.mark.parametrize("interpolate", [False, True], ids=["rounded", "interpolated"])
 @pytest.mark.parametrize("points, spacing, scale", [(20, 6.0, 25.0), (1, 3.0, 10.0), (7, 17.5, 50.0)])
-def test_numpy_and_jax_features_agree_on_real_tracks(env_obs, points, spacing, scale):
+def test_numpy_and_jax_features_agree_on_real_tracks(env_obs, points, spacing, scale, interpolate):
     rng = np.random.default_rng(points)
     worlds = 33
     obs, _ = random_obs(rng, env_obs, worlds)
@@ -186,7 +196,7 @@ def test_numpy_and_jax_features_agree_on_real_tracks(env_obs, points, spacing, s
     previous[0] = 0.0  # an episode's first step
     previous[1] = [0.6, -8.0]
     previous[2] = [-0.6, 4.0]
-    wrapper = LocalTrack(points=points, spacing_m=spacing, scale_m=scale)
+    wrapper = LocalTrack(points=points, spacing_m=spacing, scale_m=scale, interpolate=interpolate)
 
     host = wrapper.host(obs, previous)
     device = np.asarray(wrapper({k: jnp.asarray(v) for k, v in obs.items()}, jnp.asarray(previous)))
@@ -199,6 +209,73 @@ def test_numpy_and_jax_features_agree_on_real_tracks(env_obs, points, spacing, s
         np.testing.assert_allclose(got[:, 4], previous[:, 0] / 0.6, rtol=1e-6)
         np.testing.assert_allclose(got[:, 5], previous[:, 1] / 8.0, rtol=1e-6)
     assert np.all(host[0, 4:6] == 0.0)
+
+
+def sliding_obs(track, first, slides, yaw=None):
+    """One world per pose: the car's rear axle ``slides`` cm along the
+    centerline from point ``first``, at the yaw of that point's segment (or
+    ``yaw``), on ``track``."""
+    line = track.centerline[:track.num_points].astype(np.float64)
+    step = np.linalg.norm(np.roll(line, -1, 0) - line, axis=1)
+    arc = np.concatenate([[0.0], np.cumsum(step)])
+    s = arc[first] + 0.01 * np.arange(slides)
+    i = np.searchsorted(arc, s, side="right") - 1
+    position = line[i] + ((s - arc[i]) / step[i])[:, None] * (line[(i + 1) % len(line)] - line[i])
+    d = line[first + 1] - line[first]
+    obs = {"position": position.astype(np.float32),
+           "yaw": np.full(slides, np.arctan2(d[1], d[0]) if yaw is None else yaw, np.float32),
+           "velocity_body": np.zeros((slides, 2), np.float32), "yaw_rate": np.zeros(slides, np.float32),
+           "steering_angle": np.zeros(slides, np.float32)}
+    for k in ("centerline", "left_boundary", "right_boundary", "track_mask", "track_length"):
+        obs[k] = np.repeat(np.asarray(getattr(track, k))[None], slides, axis=0)
+    return obs
+
+
+@pytest.mark.parametrize("track", TRACKS, ids=["level0", "ellipse", "ellipse-of-changing-width"])
+def test_the_interpolated_preview_moves_continuously_with_the_car(track):
+    """The car slides 1 cm at a time over three points of centerline at a
+    fixed yaw. Interpolated, every preview coordinate moves by about the
+    slide (at most the slide times the ratio of the segments' lengths where
+    a place is, plus the slide itself); rounded, the preview jumps by about
+    a point's spacing wherever the nearest point changes."""
+    line = track.centerline[:track.num_points].astype(np.float64)
+    step = np.linalg.norm(np.roll(line, -1, 0) - line, axis=1)
+    first = 10
+    obs = sliding_obs(track, first, int(300 * step[first:first + 3].mean()))
+    previous = np.zeros((len(obs["yaw"]), 2), np.float32)
+    left = track.left_boundary[:track.num_points].astype(np.float64)
+    right = track.right_boundary[:track.num_points].astype(np.float64)
+    longest = max(np.max(np.linalg.norm(np.roll(b, -1, 0) - b, axis=1)) for b in (line, left, right))
+    bound = 0.01 * (1 + longest / step.min()) / 25.0
+    smooth = np.abs(np.diff(LocalTrack(interpolate=True).host(obs, previous)[:, 14:], axis=0)).max()
+    rounded = np.abs(np.diff(LocalTrack().host(obs, previous)[:, 14:], axis=0)).max()
+    assert smooth <= bound + 1e-5, (smooth, bound)
+    assert rounded >= 0.4 * step.min() / 25.0  # a point's spacing, seen along the car's axis
+
+
+def test_the_interpolated_preview_is_spacing_apart_on_a_straight_road():
+    """A square loop of 1 m points (100 m sides, the road 8 m wide), the car
+    on its first side at x = 10.3 m, 0.2 m left of the centerline, facing
+    along it: the k-th interpolated place is exactly 6 k m ahead on the
+    centerline (0.2 m to the car's right) and on each edge; the rounded
+    preview starts at the nearest point, 0.3 m behind."""
+    side = np.arange(100, dtype=np.float32)
+    loop = np.concatenate([np.stack([side, 0 * side], 1), np.stack([100 + 0 * side, side], 1),
+                           np.stack([100 - side, 100 + 0 * side], 1), np.stack([0 * side, 100 - side], 1)])
+    inward = np.concatenate([np.repeat([[0.0, 1.0]], 100, 0), np.repeat([[-1.0, 0.0]], 100, 0),
+                             np.repeat([[0.0, -1.0]], 100, 0), np.repeat([[1.0, 0.0]], 100, 0)]).astype(np.float32)
+    track = {"centerline": loop, "left_boundary": loop + 4 * inward, "right_boundary": loop - 4 * inward,
+             "track_mask": np.ones(400, bool), "track_length": np.float32(400.0)}
+    obs = {"position": np.array([[10.3, 0.2]], np.float32), "yaw": np.zeros(1, np.float32),
+           "velocity_body": np.zeros((1, 2), np.float32), "yaw_rate": np.zeros(1, np.float32),
+           "steering_angle": np.zeros(1, np.float32), **{k: np.asarray(v)[None] for k, v in track.items()}}
+    ahead = 6.0 * np.arange(12)  # all on the first side
+    for interpolate, start in ((True, 0.0), (False, -0.3)):
+        wrapper = LocalTrack(points=12, interpolate=interpolate)
+        got = wrapper.host(obs, np.zeros((1, 2), np.float32))[0, 14:].reshape(3, 12, 2)
+        for line, y in zip(got, (-0.2, 3.8, -4.2)):  # centerline, left, right
+            np.testing.assert_allclose(line[:, 0] * 25.0, start + ahead, atol=1e-4)
+            np.testing.assert_allclose(line[:, 1] * 25.0, y, atol=1e-5)
 
 
 def brute_force_road(obs, w, wheelbase, track_width):
@@ -262,7 +339,7 @@ def test_wheel_margins_agree_with_the_race_cores_off_track_test():
         position.append(track.centerline[i] + rng.uniform(-1.6, 1.6) * normal + rng.normal(0.0, 0.5, 2))
     position = jnp.asarray(np.asarray(position, np.float32))
     yaw = jnp.asarray(rng.uniform(-np.pi, np.pi, worlds).astype(np.float32))
-    nearest, _, _, _, margins = jax.jit(road_geometry, static_argnums=(0, 6, 7))(
+    nearest, _, _, _, margins, _ = jax.jit(road_geometry, static_argnums=(0, 6, 7))(
         jnp, position, yaw, stacked["centerline"][rows], stacked["left_boundary"][rows], tracks.num_points[rows],
         CONFIG.wheelbase_m, CONFIG.track_width_m)
     on = np.asarray(jax.jit(points_on_track)(tracks, jnp.asarray(rows, jnp.int32), nearest,

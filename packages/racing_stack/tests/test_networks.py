@@ -261,3 +261,23 @@ def test_the_networks_and_the_export_import_neither_jax_nor_the_trainer():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"imported: {done.stdout.strip()}"
+
+
+@pytest.mark.parametrize("interpolate", [False, True])
+def test_the_exported_plugin_keeps_every_feature_setting(tmp_path, interpolate):
+    """The plugin's controller builds its features from config.toml's
+    ``[features]`` table: it must give back the trained ones, whatever they are."""
+    import dataclasses
+    import tomllib
+
+    from racing_stack.ppo import PRESETS
+    from racing_stack.ppo.export import export_plugin
+    from racing_stack.wrappers import LocalTrack
+
+    features = LocalTrack(points=5, spacing_m=4.5, scale_m=30.0, interpolate=interpolate)
+    config = dataclasses.replace(PRESETS["cpu"], features=features)
+    policy = ActorCritic(features.size, config.hidden, config.init_log_std, LOW, HIGH)
+    plugin = export_plugin(policy, config, tmp_path / "plugin")
+    settings = tomllib.loads((plugin / "config.toml").read_text())
+    assert LocalTrack(**settings["features"]) == features
+    assert tuple(settings["hidden"]) == config.hidden

@@ -44,17 +44,18 @@ def random_obs(rng, worlds):
 
 def signed_distance(line, q):
     """The distance of ``q`` to the closed polyline ``line`` (+ left of its
-    direction), and the direction of the nearest segment: every segment tried."""
+    direction), the direction of the nearest segment and where on the loop
+    the projection lies (segment index + fraction): every segment tried."""
     a, b = line, np.roll(line, -1, 0)
     ab = b - a
     t = np.clip(((q - a) * ab).sum(1) / (ab * ab).sum(1), 0, 1)
     d = np.linalg.norm(a + t[:, None] * ab - q, axis=1)
     i = int(np.argmin(d))
     side = 1.0 if ab[i, 0] * (q - a[i])[1] - ab[i, 1] * (q - a[i])[0] >= 0 else -1.0
-    return side * d[i], ab[i]
+    return side * d[i], ab[i], i + t[i]
 
 
-def reference_features(obs, previous, points, spacing, scale):
+def reference_features(obs, previous, points, spacing, scale, interpolate=False):
     out = []
     for w in range(len(obs["yaw"])):
         n = int(obs["track_mask"][w].sum())
@@ -63,7 +64,7 @@ def reference_features(obs, previous, points, spacing, scale):
         yaw = float(obs["yaw"][w])
         nearest = int(np.argmin(((line - p) ** 2).sum(1)))
         half = float(np.linalg.norm(obs["left_boundary"][w, nearest] - obs["centerline"][w, nearest]))
-        lateral, direction = signed_distance(line, p)
+        lateral, direction, along = signed_distance(line, p)
         heading = yaw - math.atan2(direction[1], direction[0])
         c, s = math.cos(yaw), math.sin(yaw)
         margins = []
@@ -76,22 +77,29 @@ def reference_features(obs, previous, points, spacing, scale):
                lateral / half, math.sin(heading), math.cos(heading), *margins]
         step = float(obs["track_length"][w]) / n
         for key in ("centerline", "left_boundary", "right_boundary"):
+            edge = obs[key][w, :n].astype(np.float64)
             for k in range(points):
-                q = obs[key][w, (nearest + round(k * spacing / step)) % n] - p
+                if interpolate:  # k x spacing along the loop from the projection, between two points
+                    place = along + k * spacing / step
+                    i, f = int(math.floor(place)) % n, place - math.floor(place)
+                    q = edge[i] + f * (edge[(i + 1) % n] - edge[i]) - p
+                else:
+                    q = edge[(nearest + round(k * spacing / step)) % n] - p
                 row += [(c * q[0] + s * q[1]) / scale, (-s * q[0] + c * q[1]) / scale]
         out.append(row)
     return np.asarray(out)
 
 
+@pytest.mark.parametrize("interpolate", [False, True], ids=["rounded", "interpolated"])
 @pytest.mark.parametrize("points, spacing, scale", [(1, 3.0, 50.0), (12, 5.0, 25.0), (7, 17.5, 10.0)])
-def test_local_track_matches_the_reference(points, spacing, scale):
+def test_local_track_matches_the_reference(points, spacing, scale, interpolate):
     rng = np.random.default_rng(points)
     obs = random_obs(rng, 9)
     previous = rng.uniform([-0.6, -8.0], [0.6, 4.0], (9, 2)).astype(np.float32)
-    wrapper = LocalTrack(points=points, spacing_m=spacing, scale_m=scale)
+    wrapper = LocalTrack(points=points, spacing_m=spacing, scale_m=scale, interpolate=interpolate)
     got = np.asarray(wrapper({k: jnp.asarray(v) for k, v in obs.items()}, jnp.asarray(previous)))
     assert got.shape == (9, wrapper.size) and got.dtype == np.float32
-    want = reference_features(obs, previous, points, spacing, scale)
+    want = reference_features(obs, previous, points, spacing, scale, interpolate)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-5)
     host = wrapper.host(obs, previous)  # the NumPy path a controller takes
     assert host.dtype == np.float32
@@ -122,7 +130,9 @@ def test_numpy_and_jax_round_half_way_points_alike():
                                            ({"spacing_m": float("nan")}, "spacing_m must be a number in"),
                                            ({"spacing_m": float("inf")}, "spacing_m must be a number in"),
                                            ({"scale_m": 1e5}, "scale_m must be a number in"),
-                                           ({"scale_m": True}, "scale_m must be a number in")])
+                                           ({"scale_m": True}, "scale_m must be a number in"),
+                                           ({"interpolate": 1}, "interpolate must be a bool"),
+                                           ({"interpolate": "yes"}, "interpolate must be a bool")])
 def test_bad_feature_settings_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LocalTrack(**kwargs)

@@ -61,7 +61,10 @@ def road_geometry(xp, position, yaw, centerline, left, count, wheelbase_m, track
         centerline), heading_error float32 [E] rad (yaw less the road's
         direction, in (-pi, pi]), margins float32 [E, 4] m (each wheel's
         distance inside the nearest edge; < 0 beyond it), in the order front
-        left, front right, rear left, rear right).
+        left, front right, rear left, rear right), along float32 [E] (the
+        rear axle's projection on the centerline as a point index with a
+        fraction: i + t is the point t of the way from point i to i + 1; it
+        moves continuously with the car)).
         Every wheel's margin takes the road's half width at the rear axle's
         nearest point: exact on roads of constant width (track_gen's), off
         by the width's change over a wheelbase elsewhere.
@@ -95,7 +98,11 @@ def road_geometry(xp, position, yaw, centerline, left, count, wheelbase_m, track
     heading = yaw - xp.arctan2(direction[:, 1], direction[:, 0])
     heading = xp.arctan2(xp.sin(heading), xp.cos(heading))
     margins = half_width[:, None] - xp.abs(offset[:, 1:])
-    return nearest, half_width.astype(f32), offset[:, 0].astype(f32), heading.astype(f32), margins.astype(f32)
+    rear = best[:, 0]
+    along = (xp.take_along_axis(first, rear[:, None], axis=1)[:, 0].astype(f32)
+             + xp.take_along_axis(t[:, 0], rear[:, None], axis=1)[:, 0])
+    return (nearest, half_width.astype(f32), offset[:, 0].astype(f32), heading.astype(f32), margins.astype(f32),
+            along.astype(f32))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,20 +120,27 @@ class LocalTrack:
       width (+ left), the sine and cosine of the heading error, and each
       wheel's distance inside the edge / 6 m (front left, front right, rear
       left, rear right; negative beyond it);
-    - the preview: for each of the ``points`` places ahead (the nearest
-      centerline point, then every ``spacing_m`` of centerline) the
-      centerline, left and right boundary points in the car frame (x
-      forward, y left), / ``scale_m``.
+    - the preview: for each of the ``points`` places ahead the centerline,
+      left and right boundary points in the car frame (x forward, y left),
+      / ``scale_m``. The places: with ``interpolate``, the rear axle's
+      projection on the centerline, then every ``spacing_m`` of centerline
+      from it, each interpolated between the two points around it, so that
+      the preview moves continuously with the car; without, the nearest
+      centerline point, then every ``spacing_m`` rounded to whole points
+      (the preview jumps by a point's spacing, about a metre, each time the
+      nearest point changes).
 
     Attributes:
         points: places ahead, >= 1.
         spacing_m: centerline distance between places (m), > 0.
         scale_m: the distance scale of the point coordinates (m), > 0.
+        interpolate: the continuous preview.
     """
 
     points: int = 20
     spacing_m: float = 6.0
     scale_m: float = 25.0
+    interpolate: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.points, bool) or not isinstance(self.points, int) or self.points < 1:
@@ -137,6 +151,8 @@ class LocalTrack:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_LENGTH_M:
                 raise ValueError(f"{name} must be a number in (0, {MAX_LENGTH_M:g}] m, got {value!r}")
+        if not isinstance(self.interpolate, bool):
+            raise ValueError(f"interpolate must be a bool, got {self.interpolate!r}")
 
     @property
     def size(self) -> int:
@@ -147,13 +163,13 @@ class LocalTrack:
         """float32 [E, size] from a vector observation of JAX arrays (on
         their device, jitted), with a leading [E], and the action of the
         step before (float32 [E, 2], env units; zero at an episode's start)."""
-        return _local_track_jax(self.points, float(self.spacing_m), float(self.scale_m),
+        return _local_track_jax(self.points, float(self.spacing_m), float(self.scale_m), self.interpolate,
                                 *(obs[k] for k in _FIELDS), previous_action)
 
     def host(self, obs: Mapping[str, np.ndarray], previous_action: np.ndarray) -> np.ndarray:
         """The same features from NumPy fields, computed in NumPy on the host
         (a controller's batch of one, without a device round trip)."""
-        return _local_track(np, self.points, float(self.spacing_m), float(self.scale_m),
+        return _local_track(np, self.points, float(self.spacing_m), float(self.scale_m), self.interpolate,
                             *(np.asarray(obs[k]) for k in _FIELDS), np.asarray(previous_action, np.float32))
 
 
@@ -161,23 +177,32 @@ _FIELDS = ("position", "yaw", "velocity_body", "yaw_rate", "steering_angle", "ce
            "right_boundary", "track_mask", "track_length")
 
 
-def _local_track(xp, points, spacing_m, scale_m, position, yaw, velocity, yaw_rate, steering, centerline, left,
-                 right, mask, length, previous_action):
+def _local_track(xp, points, spacing_m, scale_m, interpolate, position, yaw, velocity, yaw_rate, steering,
+                 centerline, left, right, mask, length, previous_action):
     """The features, written once for NumPy and JAX (``xp``)."""
     f32 = xp.float32
     # float32 throughout, so that NumPy and JAX round the same values the same way
     position = xp.asarray(position, f32)
     count = xp.maximum(xp.sum(xp.asarray(mask, xp.int32), axis=1), 1)  # [E]
-    nearest, half_width, lateral, heading, margins = road_geometry(
+    nearest, half_width, lateral, heading, margins, along = road_geometry(
         xp, position, yaw, centerline, left, count, _VEHICLE.wheelbase_m, _VEHICLE.track_width_m)
     step_m = xp.asarray(length, f32) / count.astype(f32)  # mean point spacing
-    ahead = xp.arange(points, dtype=f32)[None, :] * f32(spacing_m)
-    offsets = xp.round(ahead / step_m[:, None]).astype(xp.int32)
-    index = (nearest[:, None] + offsets) % count[:, None]  # [E, K]
+    ahead = xp.arange(points, dtype=f32)[None, :] * f32(spacing_m) / step_m[:, None]  # [E, K] in points
+    if interpolate:
+        place = along[:, None] + ahead
+        whole = xp.floor(place)
+        weight = (place - whole)[..., None]  # [E, K, 1]
+        index = whole.astype(xp.int32) % count[:, None]  # [E, K]
+    else:
+        index = (nearest[:, None] + xp.round(ahead).astype(xp.int32)) % count[:, None]
     c, s = xp.cos(yaw)[:, None], xp.sin(yaw)[:, None]
 
     def local(line):
-        p = xp.take_along_axis(line, index[..., None], axis=1) - position[:, None, :]
+        p = xp.take_along_axis(line, index[..., None], axis=1)
+        if interpolate:
+            following = xp.take_along_axis(line, ((index + 1) % count[:, None])[..., None], axis=1)
+            p = p + weight * (following - p)
+        p = p - position[:, None, :]
         x = c * p[..., 0] + s * p[..., 1]
         y = -s * p[..., 0] + c * p[..., 1]
         return xp.stack([x, y], axis=-1).reshape(x.shape[0], -1) / f32(scale_m)
@@ -190,7 +215,7 @@ def _local_track(xp, points, spacing_m, scale_m, position, yaw, velocity, yaw_ra
                           axis=1).astype(f32)
 
 
-_local_track_jax = jax.jit(functools.partial(_local_track, jnp), static_argnums=(0, 1, 2))
+_local_track_jax = jax.jit(functools.partial(_local_track, jnp), static_argnums=(0, 1, 2, 3))
 
 
 class Endings(NamedTuple):

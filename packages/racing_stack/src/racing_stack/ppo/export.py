@@ -56,5 +56,6 @@ def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, devic
         "[features]\n"
         f"points = {f.points}\n"
         f"spacing_m = {float(f.spacing_m)!r}\n"
-        f"scale_m = {float(f.scale_m)!r}\n").encode())
+        f"scale_m = {float(f.scale_m)!r}\n"
+        f"interpolate = {'true' if f.interpolate else 'false'}\n").encode())
     return directory
