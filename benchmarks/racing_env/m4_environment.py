@@ -217,7 +217,7 @@ def build_env(worlds: int, pool, level: Level) -> tuple[VecCarRacingEnv, dict[st
 
 def start_qpos_of(env: VecCarRacingEnv) -> jax.Array:
     """The start pose of every world's current track (for the raw run)."""
-    start = env._tracks.start[env._state.race.row]
+    start = env.params.tracks.start[env.core_state()[0].race.row]
     return car.start_qpos(env.config, start[:, 0], start[:, 1], start[:, 2])
 
 

@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import gymnasium
 
+from racing_env import core
 from racing_env.config import LEVEL_0, LEVEL_1, Level, ProjectConfig
 from racing_env.controller import Controller, DebugDraw
 from racing_env.env import CarRacingEnv
@@ -40,6 +41,7 @@ __all__ = [
     "Track",
     "TrackPool",
     "VecCarRacingEnv",
+    "core",
     "level0_track",
 ]
 

@@ -1,21 +1,12 @@
-"""`VecCarRacingEnv`: the one vector state machine of the Challenge.
+"""`VecCarRacingEnv`: the Challenge's vector env, the Gymnasium face of
+`racing_env.core`.
 
-It owns every world's vehicle, Race Core, seed, termination and NEXT_STEP
-autoreset state as JAX arrays. One public step is:
-
-1. the Challenge's action handling (`_Challenge.begin`): non-finite or
-   unconvertible actions mark their active world invalid, finite ones are
-   clipped into range and counted, pending-reset worlds ignore theirs;
-2. the physics backend's control step;
-3. the Race Core and termination (`_Challenge.finish`), then the NEXT_STEP
-   reset of the worlds whose previous call was terminal: they advance their
-   episode counter, draw new seeds and a new TrackPool row (SeedSequence
-   domain 2) and return their new initial observation with zero reward and
-   false flags.
-
-With ``mjx_warp`` all three run in one jitted function with the state
-donated, so no step moves data between host and device. ``cpu_reference``
-runs the same two Challenge functions around MuJoCo's C library.
+It holds every world's vehicle, Race Core, seed, termination and NEXT_STEP
+autoreset state as JAX arrays, checks arguments, converts host actions and
+adds the ``benchmark_version`` string. With ``mjx_warp`` a step is
+`racing_env.core.step`, jitted with the state donated, so no step moves
+data between host and device. ``cpu_reference`` runs the same Challenge
+functions (`core.begin`, `core.finish`) around MuJoCo's C library.
 """
 
 from __future__ import annotations
@@ -31,165 +22,18 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from racing_env import car, seeds
+from racing_env import core
 from racing_env._checks import integer_in, no_render_mode
 from racing_env.config import Level, ProjectConfig
-from racing_env.physics import BACKENDS, CpuReferencePhysics, MjxWarpPhysics
-from racing_env.race import (
-    MIN_POINTS,
-    min_segment_length,
-    race_reset,
-    race_update,
-    track_arrays,
-)
+from racing_env.physics import BACKENDS, CpuReferencePhysics, MjxWarpPhysics, PhysicsState
+from racing_env.race import MIN_POINTS, min_segment_length, track_arrays
 from racing_env.spaces import action_space, observation_space
 from racing_env.tracks import Track, TrackPool
-from racing_env.types import INFO_FIELDS, EnvState, TerminationReason, TrackArrays
+from racing_env.types import INFO_FIELDS, EnvState, TrackArrays
 
 __all__ = ["VecCarRacingEnv"]
 
 _UINT32_END = 2**32
-
-
-def _where(mask: jax.Array, new, old):
-    return jax.tree.map(lambda a, b: jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b), new, old)
-
-
-class _Challenge:
-    """The Challenge's pure functions for one config, level and pool."""
-
-    def __init__(self, config: ProjectConfig, level: Level, pool_size: int) -> None:
-        self.config = config
-        self.level = level
-        self.pool_size = pool_size
-        space = action_space(config)
-        self.low = space.low
-        self.high = space.high
-
-    def begin(self, state: EnvState, qvel: jax.Array, action: jax.Array, invalid: jax.Array):
-        """Action handling: (controls [E, NU], invalid-action mask [E], state)."""
-        active = ~state.pending
-        finite = jnp.all(jnp.isfinite(action), axis=1)
-        bad = active & (invalid | ~finite)
-        safe = jnp.where(finite[:, None], action, 0.0)
-        clipped = jnp.clip(safe, self.low, self.high)
-        was_clipped = active & ~bad & jnp.any(clipped != safe, axis=1)
-        applied = jnp.where((active & ~bad)[:, None], clipped, 0.0)
-        ctrl = car.controls(self.config, applied, qvel)
-        return ctrl, bad, state._replace(clipped=state.clipped + was_clipped.astype(jnp.int32))
-
-    def _identity(self, root: jax.Array, world: jax.Array, episode: jax.Array):
-        episode_seed = seeds.seed_word(root, seeds.EPISODE_DOMAIN, world, episode)
-        controller_seed = seeds.seed_word(root, seeds.CONTROLLER_DOMAIN, world, episode)
-        row = seeds.pool_row(seeds.seed_word(root, seeds.TRACK_DOMAIN, world, episode), self.pool_size)
-        return episode_seed, controller_seed, row
-
-    def _observe(self, tracks: TrackArrays, row, qpos, qvel, progress) -> dict[str, jax.Array]:
-        obs = car.planar_state(qpos, qvel)
-        obs["track_progress"] = progress
-        obs["centerline"] = tracks.centerline[row]
-        obs["left_boundary"] = tracks.left_boundary[row]
-        obs["right_boundary"] = tracks.right_boundary[row]
-        obs["track_mask"] = tracks.track_mask[row]
-        obs["track_length"] = tracks.track_length[row]
-        return obs
-
-    def _start_qpos(self, tracks: TrackArrays, row: jax.Array) -> jax.Array:
-        start = tracks.start[row]
-        return car.start_qpos(self.config, start[:, 0], start[:, 1], start[:, 2])
-
-    def _info(self, state: EnvState, tracks: TrackArrays, reason, lap_time) -> dict[str, jax.Array]:
-        return {
-            "episode_seed": state.episode_seed,
-            "controller_seed": state.controller_seed,
-            "track_id": tracks.track_id[state.race.row],
-            "termination_reason": reason,
-            "lap_completed": reason == TerminationReason.SUCCESS,
-            "lap_time_s": lap_time,
-        }
-
-    def reset(self, tracks: TrackArrays, state_root, world, episode, rows, explicit):
-        """A full reset of every world: (state, obs, info, start qpos [E, NQ]).
-
-        Args:
-            state_root: uint32 []. world: uint32 [E]. episode: uint32 [E],
-            the new episode counters. rows: int32 [E], used where `explicit`
-            (bool []) is set instead of the domain-2 choice.
-        """
-        episode_seed, controller_seed, drawn = self._identity(state_root, world, episode)
-        row = jnp.where(explicit, rows, drawn)
-        e = world.shape[0]
-        state = EnvState(
-            race=race_reset(row),
-            root_seed=state_root,
-            world=world,
-            episode=episode,
-            episode_seed=episode_seed,
-            controller_seed=controller_seed,
-            steps=jnp.zeros(e, jnp.int32),
-            pending=jnp.zeros(e, bool),
-            clipped=jnp.zeros(e, jnp.int32),
-        )
-        qpos = self._start_qpos(tracks, row)
-        obs = self._observe(tracks, row, qpos, jnp.zeros((e, car.NV), jnp.float32), jnp.zeros(e, jnp.float32))
-        info = self._info(state, tracks, jnp.zeros(e, jnp.int32), jnp.zeros(e, jnp.float32))
-        return state, obs, info, qpos
-
-    def finish(self, tracks: TrackArrays, state: EnvState, qpos, qvel, bad):
-        """Race Core, termination and NEXT_STEP reset after the physics step.
-
-        Returns:
-            (state, obs, reward, terminated, truncated, info, reset mask [E],
-            reset qpos [E, NQ]).
-        """
-        qpos = qpos.astype(jnp.float32)
-        qvel = qvel.astype(jnp.float32)
-        kin = car.planar_state(qpos, qvel)
-        wheels = car.wheel_points(self.config, kin["position"], kin["yaw"])
-        length = tracks.lap_m[state.race.row]
-        before = jnp.minimum(state.race.progress_m, length)
-        race, progress, off_track, lap_done = race_update(tracks, state.race, kin["position"], wheels)
-        steps = state.steps + 1
-        reason = jnp.select(
-            [bad, off_track, lap_done, steps >= self.level.max_episode_steps],
-            [
-                TerminationReason.INVALID_ACTION,
-                TerminationReason.OFF_TRACK,
-                TerminationReason.SUCCESS,
-                TerminationReason.TIMEOUT,
-            ],
-            TerminationReason.NONE,
-        ).astype(jnp.int32)
-        reward = (jnp.minimum(race.progress_m, length) - before) / length
-        lap_time = jnp.where(reason == TerminationReason.SUCCESS, steps * self.config.control_dt_s, 0.0)
-
-        # NEXT_STEP: worlds whose previous call was terminal start over now.
-        reset = state.pending
-        episode = state.episode + reset.astype(jnp.uint32)
-        episode_seed, controller_seed, drawn = self._identity(state.root_seed, state.world, episode)
-        row = jnp.where(reset, drawn, race.row)
-        race = _where(reset, race_reset(row), race)
-        start = self._start_qpos(tracks, row)
-        qpos = jnp.where(reset[:, None], start, qpos)
-        qvel = jnp.where(reset[:, None], 0.0, qvel)
-        progress = jnp.where(reset, 0.0, progress)
-        reward = jnp.where(reset, 0.0, reward).astype(jnp.float32)
-        reason = jnp.where(reset, TerminationReason.NONE, reason)
-        lap_time = jnp.where(reset, 0.0, lap_time).astype(jnp.float32)
-        terminated = (reason == TerminationReason.SUCCESS) | (reason == TerminationReason.OFF_TRACK)
-        terminated = terminated | (reason == TerminationReason.INVALID_ACTION)
-        truncated = reason == TerminationReason.TIMEOUT
-        state = state._replace(
-            race=race,
-            episode=episode,
-            episode_seed=jnp.where(reset, episode_seed, state.episode_seed),
-            controller_seed=jnp.where(reset, controller_seed, state.controller_seed),
-            steps=jnp.where(reset, 0, steps),
-            pending=terminated | truncated,
-        )
-        obs = self._observe(tracks, row, qpos, qvel, progress)
-        info = self._info(state, tracks, reason, lap_time)
-        return state, obs, reward, terminated, truncated, info, reset, start
 
 
 def _missing(**given: Any) -> list[str]:
@@ -276,7 +120,6 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         self.single_observation_space = observation_space()
         self.observation_space = batch_space(self.single_observation_space, num_envs)
 
-        self._challenge = _Challenge(config, level, len(track_pool))
         self._world = jnp.arange(num_envs, dtype=jnp.uint32)
         self._no_invalid = jnp.zeros(num_envs, bool)
         self._state: EnvState | None = None
@@ -288,34 +131,21 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             # of one shape swap places from call to call): the state and
             # data are updated in place, step after step.
             sharding = self._data.qpos.sharding
-            self._reset_fn = jax.jit(self._mjx_reset, donate_argnums=(0,), out_shardings=sharding, keep_unused=True)
-            self._step_fn = jax.jit(self._mjx_step, donate_argnums=(0, 1), out_shardings=sharding, keep_unused=True)
+            self._reset_fn = jax.jit(core.reset, static_argnums=(1,), donate_argnums=(2,), out_shardings=sharding,
+                                     keep_unused=True)
+            self._step_fn = jax.jit(core.step, static_argnums=(1,), donate_argnums=(2, 3), out_shardings=sharding,
+                                    keep_unused=True)
             _LIVE_MJX_WARP.add(self)
         else:
             self._physics = CpuReferencePhysics(config, num_envs)
-            self._reset_fn = jax.jit(self._challenge.reset)
-            self._begin_fn = jax.jit(self._challenge.begin)
-            self._finish_fn = jax.jit(self._challenge.finish)
+            self._data = None
+            self._initial_fn = jax.jit(core.initial)
+            self._begin_fn = jax.jit(core.begin)
+            self._finish_fn = jax.jit(core.finish)
         # The env's tracks live where its state does, wherever the pool lives
         # (a pool built on the CPU drives GPU worlds).
         home = self._data.qpos.sharding if backend == "mjx_warp" else jax.devices()[0]
-        self._tracks = jax.device_put(tracks, home)
-
-    # -- jitted bodies of the mjx_warp backend ---------------------------------
-
-    def _mjx_reset(self, data, tracks, root, world, episode, rows, explicit):
-        state, obs, info, qpos = self._challenge.reset(tracks, root, world, episode, rows, explicit)
-        data = self._physics.reset(data, jnp.ones(world.shape, bool), qpos)
-        return data, state, obs, info
-
-    def _mjx_step(self, state, data, tracks, action, invalid):
-        ctrl, bad, state = self._challenge.begin(state, data.qvel, action, invalid)
-        data = self._physics.step(data, ctrl)
-        state, obs, reward, terminated, truncated, info, reset, start = self._challenge.finish(
-            tracks, state, data.qpos, data.qvel, bad
-        )
-        data = self._physics.reset(data, reset, start)
-        return state, data, obs, reward, terminated, truncated, info
+        self._params = core.EnvParams(config=config, level=level, tracks=jax.device_put(tracks, home))
 
     # -- the public API --------------------------------------------------------
 
@@ -344,7 +174,6 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             episode = np.zeros(self.num_envs, np.uint32)
         self._np_random_seed = root
         args = (
-            self._tracks,
             jnp.asarray(root, jnp.uint32),
             self._world,
             jnp.asarray(episode, jnp.uint32),
@@ -352,9 +181,9 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             jnp.asarray(explicit),
         )
         if self.backend == "mjx_warp":
-            self._data, state, obs, info = self._reset_fn(self._data, *args)
+            state, self._data, obs, info = self._reset_fn(self._params, self._physics, self._data, *args)
         else:
-            state, obs, info, qpos = self._reset_fn(*args)
+            state, obs, info, qpos = self._initial_fn(self._params, *args)
             self._physics.reset(np.ones(1, bool), np.asarray(qpos, np.float64))
         self._state = state
         return obs, self._public_info(info)
@@ -376,15 +205,16 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         action, invalid = self._convert(actions)
         if self.backend == "mjx_warp":
             self._state, self._data, obs, reward, terminated, truncated, info = self._step_fn(
-                self._state, self._data, self._tracks, action, invalid
+                self._params, self._physics, self._state, self._data, action, invalid
             )
         else:
             _, qvel = self._physics.kinematics()
-            ctrl, bad, state = self._begin_fn(self._state, jnp.asarray(qvel, jnp.float32), action, invalid)
+            ctrl, bad, state = self._begin_fn(self._params, self._state, jnp.asarray(qvel, jnp.float32), action,
+                                              invalid)
             self._physics.step(np.asarray(ctrl, np.float64))
             qpos, qvel = self._physics.kinematics()
             state, obs, reward, terminated, truncated, info, reset, start = self._finish_fn(
-                self._tracks, state, jnp.asarray(qpos, jnp.float32), jnp.asarray(qvel, jnp.float32), bad
+                self._params, state, jnp.asarray(qpos, jnp.float32), jnp.asarray(qvel, jnp.float32), bad
             )
             self._physics.reset(np.asarray(reset), np.asarray(start, np.float64))
             self._state = state
@@ -453,6 +283,36 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         else:
             self._physics.set_integration_state(snapshot["physics.mujoco_state"])
         self._np_random_seed = int(snapshot["state.root_seed"])
+
+    @property
+    def params(self) -> core.EnvParams:
+        """The car, the Level and the pool's arrays, as `racing_env.core` takes them."""
+        return self._params
+
+    @property
+    def physics(self) -> MjxWarpPhysics | CpuReferencePhysics:
+        """The physics backend (``mjx_warp``: the one `racing_env.core` steps)."""
+        return self._physics
+
+    def core_state(self) -> tuple[EnvState, PhysicsState]:
+        """(the Challenge state, the physics state) that the next `step`
+        continues from, for `racing_env.core.step`: a JAX program can scan
+        the env from here (``mjx_warp`` only).
+
+        The arrays are the env's own: its next `step` or `reset` consumes
+        them (they are donated), so copy them to keep them
+        (``jax.tree.map(jnp.copy, env.core_state())``).
+
+        Raises:
+            RuntimeError: before the first reset.
+            ValueError: a ``cpu_reference`` env (its physics state is MuJoCo
+                C's, on the host).
+        """
+        if self.backend != "mjx_warp":
+            raise ValueError("core_state needs the mjx_warp backend: cpu_reference integrates in MuJoCo C, on the host")
+        if self._state is None:
+            raise RuntimeError("call reset() before core_state()")
+        return self._state, self._data
 
     @property
     def clipped_action_count(self) -> jax.Array:

@@ -1,0 +1,72 @@
+"""`racing_env.core`, the Challenge's pure functions: a ``jax.lax.scan`` of
+`core.step` from the env's own state gives, bitwise, what the vector env
+gives call by call (NEXT_STEP resets after timeouts and invalid actions
+included), and the env's accessors for it."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from worlds import SHORT_LEVEL
+
+from racing_env import LEVEL_0, TerminationReason, VecCarRacingEnv, core, level0_track
+from racing_env.types import INFO_FIELDS
+
+ROOT = 77
+
+
+def equal(a, b, where: str) -> None:
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=where)
+
+
+def test_a_scan_of_the_core_is_the_env_call_by_call(mjx_pool_env):
+    env = mjx_pool_env
+    steps, worlds = 14, env.num_envs
+    rng = np.random.default_rng(5)
+    actions = rng.uniform([-0.8, -10.0], [0.8, 6.0], (steps, worlds, 2)).astype(np.float32)  # some clipped
+    actions[2, 1, 0] = np.nan  # invalid: ends world 1's episode
+    actions[9, 1, 1] = np.inf
+    actions[5, 2] = -np.inf
+    env.reset(seed=ROOT)
+    start = jax.tree.map(jnp.copy, env.core_state())  # the env's next step consumes its own arrays
+    params, physics = env.params, env.physics
+
+    def body(carry, action):
+        state, data = carry
+        state, data, *out = core.step(params, physics, state, data, action)
+        return (state, data), out
+
+    end, scanned = jax.jit(lambda carry, a: jax.lax.scan(body, carry, a))(start, jnp.asarray(actions))
+    reasons = []
+    for t in range(steps):
+        obs, reward, terminated, truncated, info = env.step(jnp.asarray(actions[t]))
+        want = [obs, reward, terminated, truncated, {k: v for k, v in info.items() if k != "benchmark_version"}]
+        got = jax.tree.map(lambda x, t=t: x[t], scanned)
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(got)[0], jax.tree.leaves(want)):
+            equal(a, b, f"call {t + 1}, {jax.tree_util.keystr(path)}")
+        reasons.append(np.asarray(info["termination_reason"]))
+    for a, b in zip(jax.tree.leaves(end), jax.tree.leaves(env.core_state())):
+        equal(a, b, "the state after the scan")
+    seen = set(np.concatenate(reasons).tolist())
+    assert {TerminationReason.INVALID_ACTION, TerminationReason.TIMEOUT} <= seen  # both kinds of reset ran
+    assert set(scanned[4]) == set(INFO_FIELDS) - {"benchmark_version"}
+
+
+def test_the_params_are_a_pytree_of_the_pool_arrays(mjx_pool_env, short_pool):
+    params = mjx_pool_env.params
+    assert isinstance(params, core.EnvParams)
+    assert params.level == SHORT_LEVEL and params.pool_size == len(short_pool)
+    leaves = jax.tree.leaves(params)
+    assert len(leaves) == len(jax.tree.leaves(params.tracks))  # the car and the Level are static
+    equal(params.tracks.track_id, short_pool.track_id, "track ids")
+
+
+def test_the_core_state_needs_the_mjx_backend_and_a_reset(config, cpu_env):
+    with pytest.raises(ValueError, match="core_state needs the mjx_warp backend"):
+        cpu_env.core_state()
+    fresh = VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="mjx_warp", track=level0_track())
+    with pytest.raises(RuntimeError, match="call reset\\(\\) before core_state\\(\\)"):
+        fresh.core_state()
