@@ -20,7 +20,11 @@ On a CUDA device (the formal run, ``mjx_warp``):
    constant controls is reported beside it. The three are timed in
    ``--rounds`` interleaved rounds (env, raw, constant raw, again), and
    each reports its median round: at 1,024 worlds a step is bound by the
-   host's dispatch, which drifts by tens of percent over a minute.
+   host's dispatch, which drifts by tens of percent over a minute. A
+   fourth, timed in the same rounds, loops the env's pure core
+   (`racing_env.core.step`) on the device, a round's calls in one jitted
+   ``fori_loop`` from a copy of the env's state: what a pure-JAX trainer
+   runs (reported with its speed-up over the per-call env; no gate).
 4. Health run: zero actions for the Level's timeout + 2 steps from a fresh
    seeded reset; every world must time out exactly once and autoreset on
    the next call; no success, off-track or invalid action; every public
@@ -64,6 +68,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import warp as wp  # noqa: E402
 from protocol import (  # noqa: E402
+    CoreScanStepper,
     ACTION_BATCHES,
     CaptureCounter,
     EnvStepper,
@@ -169,6 +174,13 @@ def timed_runs(env: VecCarRacingEnv, steps: int, rounds: int, sampler: VramSampl
     steppers = [EnvStepper(env), PhysicsStepper(env.config, qpos, random_actions(env, 0)),
                 PhysicsStepper(env.config, qpos, None)]
     first = {s.name: s.run(1) for s in steppers}
+    scan_error = None
+    try:  # reported, not gated: a failure here must not cost the protocol's own runs
+        scan = CoreScanStepper(env)
+        first[scan.name] = scan.run(1)
+        steppers.append(scan)
+    except Exception as error:
+        scan_error = f"{type(error).__name__}: {str(error)[:500]}"
     for s in steppers:
         s.run(20)
     per_round = max(1, steps // rounds)
@@ -195,6 +207,12 @@ def timed_runs(env: VecCarRacingEnv, steps: int, rounds: int, sampler: VramSampl
             result[s.name]["controls"] = s.controls
     result["env"]["env_steps_per_s"] = per_round / result["env"]["median_round_seconds"]
     result["env"]["final_nonfinite"] = steppers[0].final_nonfinite()
+    if scan_error is None:
+        result["core_scan"]["final_nonfinite"] = steppers[3].final_nonfinite()
+        result["core_scan_speedup_over_env"] = (result["core_scan"]["transitions_per_s"]
+                                                / result["env"]["transitions_per_s"])
+    else:
+        result["core_scan"] = {"error": scan_error}
     if sampler is not None:
         result["env"]["vram"] = vram_summary(sampler.samples, start, end)
     return result
@@ -315,7 +333,8 @@ def main() -> None:
         growth = headline["vram"]["steady_growth_mib"]
         gates.append(gate("steady_vram_growth_mib", growth, 0, growth == 0))
         gates.append(gate("distinct_validated_tracks", distinct, args.worlds, distinct == args.worlds == 1024))
-    nonfinite = health["nonfinite_public_values"] + sum(r["env"]["final_nonfinite"] for r in runs.values())
+    nonfinite = health["nonfinite_public_values"] + sum(
+        r["env"]["final_nonfinite"] + r["core_scan"].get("final_nonfinite", 0) for r in runs.values())
     gates.append(gate("nonfinite_public_values", nonfinite, 0, nonfinite == 0))
     every = health["worlds"]
     gates.append(gate("health_every_world_times_out_once", health["worlds_timed_out_once"], every,

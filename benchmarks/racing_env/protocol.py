@@ -23,7 +23,7 @@ import numpy as np
 import warp as wp
 
 import racing_env
-from racing_env import TerminationReason, VecCarRacingEnv
+from racing_env import TerminationReason, VecCarRacingEnv, core
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Random action batches an env stepper cycles through.
@@ -155,6 +155,48 @@ class EnvStepper:
 
     def final_nonfinite(self) -> int:
         obs, reward, _, _, info = self.out
+        return int(count_nonfinite(obs, reward, info["lap_time_s"]))
+
+
+class CoreScanStepper:
+    """The env's pure core (`racing_env.core.step`) looped on the device,
+    `run(n)` calls in one jitted call (a ``fori_loop``, the cycled random
+    actions picked on the device): what a pure-JAX trainer would run. It
+    steps a copy of the env's state (the env is left as it was), and the
+    loop carries every call's outputs, so none of them can be left out."""
+
+    name = "core_scan"
+
+    def __init__(self, env: VecCarRacingEnv) -> None:
+        self.worlds = env.num_envs
+        self.params, physics = env.params, env.physics
+        actions = jnp.stack(random_actions(env, 0))
+        state, data = jax.tree.map(jnp.copy, env.core_state())
+        self.calls = 0
+
+        def loop(params, carry, first, steps):
+            def body(k, carry):
+                state, data, _ = carry
+                state, data, *out = core.step(params, physics, state, data, actions[k % ACTION_BATCHES])
+                return state, data, out
+
+            return jax.lax.fori_loop(first, first + steps, body, carry)
+
+        self._loop = jax.jit(loop, donate_argnums=(1,))
+        # The carried outputs start as zeros of one call's shapes.
+        shapes = list(jax.eval_shape(lambda: core.step(self.params, physics, state, data, actions[0])[2:]))
+        self.carry = (state, data, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes))
+
+    def run(self, steps: int) -> float:
+        """Seconds for `steps` calls in one jitted loop, one sync at the end."""
+        start = time.perf_counter()
+        self.carry = self._loop(self.params, self.carry, jnp.int32(self.calls), jnp.int32(steps))
+        self.calls += steps
+        jax.block_until_ready(self.carry)
+        return time.perf_counter() - start
+
+    def final_nonfinite(self) -> int:
+        obs, reward, _, _, info = self.carry[2]
         return int(count_nonfinite(obs, reward, info["lap_time_s"]))
 
 

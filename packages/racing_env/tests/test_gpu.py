@@ -26,7 +26,7 @@ def test_state_lives_on_the_gpu(gpu_env):
     obs, info = gpu_env.reset(seed=0)
     for value in [*obs.values(), info["episode_seed"], info["track_id"]]:
         assert value.devices() == {jax.devices("gpu")[0]}
-    assert gpu_env._data.qpos.devices() == {jax.devices("gpu")[0]}
+    assert gpu_env.core_state()[1].qpos.devices() == {jax.devices("gpu")[0]}
 
 
 def test_no_transfers_either_way_in_active_and_mixed_reset_steps(gpu_env):
@@ -63,14 +63,14 @@ def test_donated_buffers_keep_their_addresses(gpu_env):
     env.reset(seed=2)
     action = jnp.zeros((env.num_envs, 2), jnp.float32)
     env.step(action)
-    data, state = addresses(env._data), addresses(env._state)
+    state, data = (addresses(part) for part in env.core_state())
     for _ in range(5):
         env.step(action)
-    assert addresses(env._state) == state
+    assert addresses(env.core_state()[0]) == state
     env.reset(seed=3)
     env.step(action.at[0].set(jnp.nan))
     env.step(action)
-    assert addresses(env._data) == data
+    assert addresses(env.core_state()[1]) == data
 
 
 def test_jax_work_between_steps_captures_no_new_graph(gpu_env, monkeypatch):
@@ -93,14 +93,14 @@ def test_jax_work_between_steps_captures_no_new_graph(gpu_env, monkeypatch):
     action = jnp.full((env.num_envs, 2), 0.1, jnp.float32)
     for _ in range(3):
         env.step(action)
-    jax.block_until_ready(env._data)
+    jax.block_until_ready(env.core_state())
     captures[0] = 0
     rng = np.random.default_rng(0)
     kept = []
     for k in range(30):
         env.step(action)
         kept = [*kept[-2:], jnp.ones(int(rng.integers(1, 1_000_000)), jnp.float32) * k]
-    jax.block_until_ready((env._data, kept))
+    jax.block_until_ready((env.core_state(), kept))
     assert captures[0] == 0
 
 

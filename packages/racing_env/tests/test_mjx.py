@@ -150,8 +150,8 @@ def test_donated_buffers_keep_their_addresses(mjx_pool_env):
     action = jnp.zeros((env.num_envs, 2), jnp.float32)
     def addresses():
         # Wait first: reading a pointer while Warp's callback runs would deadlock.
-        jax.block_until_ready((env._state, env._data))
-        leaves = jax.tree.leaves((env._state, env._data))
+        jax.block_until_ready(env.core_state())
+        leaves = jax.tree.leaves(env.core_state())
         return [leaf.unsafe_buffer_pointer() for leaf in leaves if leaf.size]
 
     env.step(action)

@@ -444,7 +444,7 @@ envs = [VecCarRacingEnv(2, config=ProjectConfig(), level=LEVEL_0, backend="mjx_w
 for env in envs:
     env.reset(seed=0)
     env.step(np.zeros((2, 2), np.float32))
-for array in envs[0]._data:  # as a call that failed after donating its inputs leaves them
+for array in envs[0].core_state()[1]:  # as a call that failed after donating its inputs leaves them
     array.delete()
 print("stepped")
 """

@@ -36,6 +36,91 @@ __all__ = ["VecCarRacingEnv"]
 _UINT32_END = 2**32
 
 
+class _DeviceStepper:
+    """``mjx_warp``: a whole step is `core.step`, one jitted call with the
+    Challenge and physics states donated; the physics state stays here."""
+
+    def __init__(self, config: ProjectConfig, num_envs: int) -> None:
+        self.physics = MjxWarpPhysics(config, num_envs)
+        self.data = self.physics.initial()
+        # Explicit output shardings make JAX alias each donated input to
+        # the output of the same place in the tree (left to XLA, buffers
+        # of one shape swap places from call to call): the state and
+        # data are updated in place, step after step.
+        self.home = self.data.qpos.sharding
+        self._reset = jax.jit(core.reset, static_argnums=(1,), donate_argnums=(2,), out_shardings=self.home,
+                              keep_unused=True)
+        self._step = jax.jit(core.step, static_argnums=(1,), donate_argnums=(2, 3), out_shardings=self.home,
+                             keep_unused=True)
+        _LIVE_DEVICE_STEPPERS.add(self)
+
+    @staticmethod
+    def device_bytes_per_world(config: ProjectConfig) -> int:
+        return MjxWarpPhysics.bytes_per_world(config)
+
+    def reset(self, params: core.EnvParams, *args):
+        state, self.data, obs, info = self._reset(params, self.physics, self.data, *args)
+        return state, obs, info
+
+    def step(self, params: core.EnvParams, state: EnvState, action: jax.Array, invalid: jax.Array):
+        state, self.data, *out = self._step(params, self.physics, state, self.data, action, invalid)
+        return state, *out
+
+    def fields(self) -> dict[str, jax.Array]:
+        return self.data._asdict()
+
+    def restore(self, fields: dict[str, Any]) -> None:
+        self.data = PhysicsState(**{k: jax.device_put(np.asarray(fields[k]), self.home) for k in PhysicsState._fields})
+
+    def core_data(self) -> PhysicsState:
+        return self.data
+
+
+class _HostStepper:
+    """``cpu_reference``: MuJoCo's C library integrates on the host between
+    `core.begin` and `core.finish` (each jitted); the state crosses twice
+    a step, by design."""
+
+    def __init__(self, config: ProjectConfig, num_envs: int) -> None:
+        self.physics = CpuReferencePhysics(config, num_envs)
+        self.home = jax.devices()[0]
+        self._initial = jax.jit(core.initial)
+        self._begin = jax.jit(core.begin)
+        self._finish = jax.jit(core.finish)
+
+    @staticmethod
+    def device_bytes_per_world(config: ProjectConfig) -> None:
+        return None
+
+    def reset(self, params: core.EnvParams, *args):
+        state, obs, info, qpos = self._initial(params, *args)
+        self.physics.reset(np.ones(1, bool), np.asarray(qpos, np.float64))
+        return state, obs, info
+
+    def step(self, params: core.EnvParams, state: EnvState, action: jax.Array, invalid: jax.Array):
+        _, qvel = self.physics.kinematics()
+        ctrl, bad, state = self._begin(params, state, jnp.asarray(qvel, jnp.float32), action, invalid)
+        self.physics.step(np.asarray(ctrl, np.float64))
+        qpos, qvel = self.physics.kinematics()
+        state, obs, reward, terminated, truncated, info, reset, start = self._finish(
+            params, state, jnp.asarray(qpos, jnp.float32), jnp.asarray(qvel, jnp.float32), bad)
+        self.physics.reset(np.asarray(reset), np.asarray(start, np.float64))
+        return state, obs, reward, terminated, truncated, info
+
+    def fields(self) -> dict[str, np.ndarray]:
+        return {"mujoco_state": self.physics.integration_state()}
+
+    def restore(self, fields: dict[str, Any]) -> None:
+        self.physics.set_integration_state(fields["mujoco_state"])
+
+    def core_data(self) -> None:
+        raise ValueError("core_state needs the mjx_warp backend: cpu_reference integrates in MuJoCo C, on the host")
+
+
+#: How each backend steps: the env's only dispatch on it.
+_STEPPERS = {"mjx_warp": _DeviceStepper, "cpu_reference": _HostStepper}
+
+
 def _missing(**given: Any) -> list[str]:
     return [name for name, value in given.items() if value is None]
 
@@ -99,7 +184,8 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
                 f"track_pool belongs to level {track_pool.level_id}, not to level {level.level_id}"
             )
         num_envs = int(num_envs)
-        _check_footprint(num_envs, config, backend)
+        stepper_type = _STEPPERS[backend]
+        _check_footprint(num_envs, config, stepper_type.device_bytes_per_world(config))
         tracks = jax.jit(track_arrays)(
             track_pool.centerline,
             track_pool.left_boundary,
@@ -123,29 +209,10 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         self._world = jnp.arange(num_envs, dtype=jnp.uint32)
         self._no_invalid = jnp.zeros(num_envs, bool)
         self._state: EnvState | None = None
-        if backend == "mjx_warp":
-            self._physics = MjxWarpPhysics(config, num_envs)
-            self._data = self._physics.initial()
-            # Explicit output shardings make JAX alias each donated input to
-            # the output of the same place in the tree (left to XLA, buffers
-            # of one shape swap places from call to call): the state and
-            # data are updated in place, step after step.
-            sharding = self._data.qpos.sharding
-            self._reset_fn = jax.jit(core.reset, static_argnums=(1,), donate_argnums=(2,), out_shardings=sharding,
-                                     keep_unused=True)
-            self._step_fn = jax.jit(core.step, static_argnums=(1,), donate_argnums=(2, 3), out_shardings=sharding,
-                                    keep_unused=True)
-            _LIVE_MJX_WARP.add(self)
-        else:
-            self._physics = CpuReferencePhysics(config, num_envs)
-            self._data = None
-            self._initial_fn = jax.jit(core.initial)
-            self._begin_fn = jax.jit(core.begin)
-            self._finish_fn = jax.jit(core.finish)
+        self._stepper = stepper_type(config, num_envs)
         # The env's tracks live where its state does, wherever the pool lives
         # (a pool built on the CPU drives GPU worlds).
-        home = self._data.qpos.sharding if backend == "mjx_warp" else jax.devices()[0]
-        self._params = core.EnvParams(config=config, level=level, tracks=jax.device_put(tracks, home))
+        self._params = core.EnvParams(config=config, level=level, tracks=jax.device_put(tracks, self._stepper.home))
 
     # -- the public API --------------------------------------------------------
 
@@ -180,12 +247,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             jnp.asarray(rows, jnp.int32),
             jnp.asarray(explicit),
         )
-        if self.backend == "mjx_warp":
-            state, self._data, obs, info = self._reset_fn(self._params, self._physics, self._data, *args)
-        else:
-            state, obs, info, qpos = self._initial_fn(self._params, *args)
-            self._physics.reset(np.ones(1, bool), np.asarray(qpos, np.float64))
-        self._state = state
+        self._state, obs, info = self._stepper.reset(self._params, *args)
         return obs, self._public_info(info)
 
     def step(self, actions):
@@ -203,21 +265,8 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         if self._state is None:
             raise RuntimeError("call reset() before step()")
         action, invalid = self._convert(actions)
-        if self.backend == "mjx_warp":
-            self._state, self._data, obs, reward, terminated, truncated, info = self._step_fn(
-                self._params, self._physics, self._state, self._data, action, invalid
-            )
-        else:
-            _, qvel = self._physics.kinematics()
-            ctrl, bad, state = self._begin_fn(self._params, self._state, jnp.asarray(qvel, jnp.float32), action,
-                                              invalid)
-            self._physics.step(np.asarray(ctrl, np.float64))
-            qpos, qvel = self._physics.kinematics()
-            state, obs, reward, terminated, truncated, info, reset, start = self._finish_fn(
-                self._params, state, jnp.asarray(qpos, jnp.float32), jnp.asarray(qvel, jnp.float32), bad
-            )
-            self._physics.reset(np.asarray(reset), np.asarray(start, np.float64))
-            self._state = state
+        self._state, obs, reward, terminated, truncated, info = self._stepper.step(
+            self._params, self._state, action, invalid)
         return obs, reward, terminated, truncated, self._public_info(info)
 
     def snapshot(self) -> dict[str, np.ndarray]:
@@ -238,11 +287,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         state's leaves in tree order, then the physics state."""
         leaves = jax.tree_util.tree_flatten_with_path(self._state)[0]
         out = {f"state{jax.tree_util.keystr(path)}": leaf for path, leaf in leaves}
-        if self.backend == "mjx_warp":
-            out.update({f"physics.{k}": v for k, v in self._data._asdict().items()})
-        else:
-            out["physics.mujoco_state"] = self._physics.integration_state()
-        return out
+        return {**out, **{f"physics.{k}": v for k, v in self._stepper.fields().items()}}
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Continue from a `snapshot` of an env of the same backend, worlds,
@@ -276,12 +321,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         state_keys = [key for key in mine if key.startswith("state")]  # in tree order
         self._state = jax.tree_util.tree_unflatten(
             treedef, [jax.device_put(np.asarray(snapshot[k]), sharding) for k in state_keys])
-        if self.backend == "mjx_warp":
-            fields = {k: jax.device_put(np.asarray(snapshot[f"physics.{k}"]), self._data.qpos.sharding)
-                      for k in self._data._fields}
-            self._data = type(self._data)(**fields)
-        else:
-            self._physics.set_integration_state(snapshot["physics.mujoco_state"])
+        self._stepper.restore({k[len("physics."):]: v for k, v in snapshot.items() if k.startswith("physics.")})
         self._np_random_seed = int(snapshot["state.root_seed"])
 
     @property
@@ -292,7 +332,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
     @property
     def physics(self) -> MjxWarpPhysics | CpuReferencePhysics:
         """The physics backend (``mjx_warp``: the one `racing_env.core` steps)."""
-        return self._physics
+        return self._stepper.physics
 
     def core_state(self) -> tuple[EnvState, PhysicsState]:
         """(the Challenge state, the physics state) that the next `step`
@@ -308,11 +348,10 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             ValueError: a ``cpu_reference`` env (its physics state is MuJoCo
                 C's, on the host).
         """
-        if self.backend != "mjx_warp":
-            raise ValueError("core_state needs the mjx_warp backend: cpu_reference integrates in MuJoCo C, on the host")
+        data = self._stepper.core_data()
         if self._state is None:
             raise RuntimeError("call reset() before core_state()")
-        return self._state, self._data
+        return self._state, data
 
     @property
     def clipped_action_count(self) -> jax.Array:
@@ -376,12 +415,13 @@ def _check_geometry(tracks: TrackArrays, config: ProjectConfig) -> None:
         )
 
 
-def _check_footprint(num_envs: int, config: ProjectConfig, backend: str) -> None:
+def _check_footprint(num_envs: int, config: ProjectConfig, device_bytes_per_world: int | None) -> None:
     """Refuse, before anything is allocated, a batch whose per-world buffers
     cannot fit: the batched observation space's bounds (two observations a
     world) in host memory, and one observation plus the physics data a
-    world on the device. A necessary condition, not a promise that a batch
-    which passes it fits beside everything else."""
+    world on the device (``device_bytes_per_world``: the physics data's;
+    None: the physics is on the host). A necessary condition, not a promise
+    that a batch which passes it fits beside everything else."""
     import os
 
     import warp as wp
@@ -390,9 +430,9 @@ def _check_footprint(num_envs: int, config: ProjectConfig, backend: str) -> None
               for space in observation_space().spaces.values())
     host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     need = {"host memory": (2 * obs * num_envs, host)}
-    if backend == "mjx_warp":
+    if device_bytes_per_world is not None:
         device = wp.get_device("cuda:0").total_memory if jax.default_backend() == "gpu" else host
-        need["device memory"] = ((obs + MjxWarpPhysics.bytes_per_world(config)) * num_envs, device)
+        need["device memory"] = ((obs + device_bytes_per_world) * num_envs, device)
     for where, (needed, available) in need.items():
         if needed > available:
             raise ValueError(f"num_envs={num_envs} needs at least {needed / 2**30:.1f} GiB of {where} "
@@ -470,17 +510,17 @@ def _host_actions(actions: object, num_envs: int) -> tuple[np.ndarray, np.ndarra
     return out, invalid
 
 
-#: The live mjx_warp envs. With several host devices JAX runs a CPU call on
-#: a worker thread, and the Warp physics inside a step is a Python callback:
-#: a step still running when the interpreter finalizes waits for it forever.
-#: So at exit every env first waits for its last call.
-_LIVE_MJX_WARP: weakref.WeakSet[VecCarRacingEnv] = weakref.WeakSet()
+#: The live mjx_warp steppers. With several host devices JAX runs a CPU call
+#: on a worker thread, and the Warp physics inside a step is a Python
+#: callback: a step still running when the interpreter finalizes waits for
+#: it forever. So at exit every env first waits for its last call.
+_LIVE_DEVICE_STEPPERS: weakref.WeakSet[_DeviceStepper] = weakref.WeakSet()
 
 
 @atexit.register
 def _finish_last_calls() -> None:
-    for env in list(_LIVE_MJX_WARP):
+    for stepper in list(_LIVE_DEVICE_STEPPERS):
         try:
-            jax.block_until_ready(env._data)
+            jax.block_until_ready(stepper.data)
         except Exception:  # a failed call's donated or failed buffers: nothing left to wait for
             pass
