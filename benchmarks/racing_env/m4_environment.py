@@ -83,7 +83,7 @@ from protocol import (  # noqa: E402
     vram_summary,
 )
 
-from racing_env import LEVEL_0, Level, ProjectConfig, TrackPool, VecCarRacingEnv, car  # noqa: E402
+from racing_env import LEVEL_0, Level, ProjectConfig, VecCarRacingEnv, car  # noqa: E402
 from racing_env.physics import MjxWarpPhysics  # noqa: E402
 from racing_stack.bridge import pool_from_course  # noqa: E402
 from track_gen.course import Course  # noqa: E402
@@ -109,13 +109,7 @@ def make_pool(num_tracks: int, device: str):
     valid = len(pool)
     if valid < num_tracks:
         raise RuntimeError(f"only {valid} valid courses of {generated}; need {num_tracks}")
-    rows = jnp.arange(num_tracks)
-    pool = TrackPool.from_arrays(
-        pool.centerline[rows], pool.left_boundary[rows], pool.right_boundary[rows], pool.track_mask[rows],
-        pool.track_length[rows], pool.track_id[rows], level_id=pool.level_id, split=pool.split,
-        benchmark_version=pool.benchmark_version, check_values=False,
-    )
-    return pool, {"generated": generated, "valid": valid, "admitted": num_tracks,
+    return pool.take(range(num_tracks)), {"generated": generated, "valid": valid, "admitted": num_tracks,
                   "track_gen_seeds": f"{TRACK_SEED} + env index", "seconds": time.perf_counter() - t0}
 
 

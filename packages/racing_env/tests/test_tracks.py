@@ -564,6 +564,62 @@ def test_pool_track_index(pool):
             pool.track(index)
 
 
+@pytest.mark.parametrize("rows", [[2, 0], np.array([1], np.int64), jnp.asarray([0, 2, 1]), (2,)])
+def test_take_keeps_those_rows_in_that_order(pool, three_tracks, rows):
+    picked = [int(r) for r in np.asarray(rows)]
+    taken = pool.take(rows)
+    assert len(taken) == len(picked)
+    assert (taken.level_id, taken.split, taken.benchmark_version) == (pool.level_id, pool.split,
+                                                                      pool.benchmark_version)
+    for k, row in enumerate(picked):  # against the Tracks the pool was built from
+        for name, want in track_arrays(three_tracks[row]).items():
+            np.testing.assert_array_equal(np.asarray(getattr(taken, name)[k]), want, err_msg=f"{name}, row {k}")
+    assert taken.geometry_hashes == tuple(pool.geometry_hashes[r] for r in picked)
+
+
+@pytest.mark.parametrize("rows, error, match", [
+    ([], ValueError, "rows must hold at least one row"),
+    ([3], ValueError, r"rows\[0\] must be in \[0, 3\), got 3"),
+    ([0, -1], ValueError, r"rows\[1\] must be in \[0, 3\), got -1"),
+    ([1, 2, 1], ValueError, r"rows\[2\] repeats row 1 \(rows\[0\]\)"),
+    ([0.0], TypeError, r"rows\[0\] must be an int"),
+    ([True], TypeError, r"rows\[0\] must be an int"),
+    (np.zeros((1, 1), np.int32), TypeError, "rows must be a 1-D array of integers"),
+    (np.array([0.5]), TypeError, "rows must be a 1-D array of integers"),
+    ("01", TypeError, "rows must be a sequence of integers"),
+    (5, TypeError, "rows must be a sequence of integers"),
+])
+def test_take_refuses_bad_rows_by_name(pool, rows, error, match):
+    with pytest.raises(error, match=match):
+        pool.take(rows)
+
+
+def test_concatenate_joins_pools_in_order(pool, three_tracks):
+    other = TrackPool.from_tracks([make_track(44, n=300), make_track(55, n=120, phase=1.0)], level_id=1,
+                                  split="train")
+    joined = TrackPool.concatenate([pool.take([2]), other, pool.take([0, 1])])
+    assert np.asarray(joined.track_id).tolist() == [33, 44, 55, 11, 22]
+    assert joined.geometry_hashes == (pool.geometry_hashes[2], *other.geometry_hashes, *pool.geometry_hashes[:2])
+    assert TrackPool.concatenate([pool]).geometry_hashes == pool.geometry_hashes
+
+
+def test_concatenate_refuses_by_name(pool):
+    with pytest.raises(ValueError, match="track_id 11 is in pools\\[0\\] and pools\\[1\\]"):
+        TrackPool.concatenate([pool, pool.take([0])])
+    test = TrackPool.from_tracks([make_track(44)], level_id=1, split="test")
+    with pytest.raises(ValueError, match="pools\\[1\\].split is 'test', pools\\[0\\]'s 'train'"):
+        TrackPool.concatenate([pool, test])
+    other_level = TrackPool.from_tracks([make_track(44)], level_id=2, split="train")
+    with pytest.raises(ValueError, match="pools\\[1\\].level_id is 2"):
+        TrackPool.concatenate([pool, other_level])
+    with pytest.raises(ValueError, match="at least one TrackPool"):
+        TrackPool.concatenate([])
+    with pytest.raises(TypeError, match="pools\\[1\\] must be a TrackPool"):
+        TrackPool.concatenate([pool, "pool"])
+    with pytest.raises(TypeError, match="pools must be a sequence of TrackPool"):
+        TrackPool.concatenate(pool)
+
+
 def test_pool_is_immutable(pool):
     before = pool.geometry_hashes
     for name in ("centerline", "track_id", "level_id", "split", "benchmark_version", "geometry_hashes"):

@@ -55,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
+from racing_env._checks import integer_in
 from racing_env.types import BENCHMARK_VERSION, LEVEL0_TRACK_ID, MIN_TRACK_POINTS, TRACK_CAPACITY
 
 __all__ = [
@@ -748,6 +749,77 @@ class TrackPool:
             raise ValueError(f"index must be in [0, {len(self)}), got {i}")
         row = {name: np.asarray(getattr(self, name)[i]) for name in _ARRAY_FIELDS}
         return Track(**row)
+
+    def take(self, rows: Sequence[int] | np.ndarray | jax.Array) -> TrackPool:
+        """A pool of these rows, in this order, with this pool's level,
+        split and version; gathered on the pool's device (no values read
+        back; the rows are checked on the host).
+
+        Args:
+            rows: row indices in ``[0, P)``, at least one, none repeated
+                (a pool's track ids are unique).
+
+        Raises:
+            TypeError: ``rows`` is not a sequence or 1-D array of integers.
+            ValueError: no rows, a row out of range or repeated, naming it.
+        """
+        if isinstance(rows, jax.Array):
+            rows = np.asarray(rows)
+        if isinstance(rows, np.ndarray):
+            if rows.ndim != 1 or not (np.issubdtype(rows.dtype, np.integer) or rows.size == 0):
+                raise TypeError(f"rows must be a 1-D array of integers, got {rows.dtype}{list(rows.shape)}")
+            rows = rows.tolist()
+        if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
+            raise TypeError(f"rows must be a sequence of integers, got {type(rows).__name__}")
+        if len(rows) == 0:
+            raise ValueError("rows must hold at least one row")
+        picked = [integer_in(row, f"rows[{k}]", 0, len(self)) for k, row in enumerate(rows)]
+        seen: dict[int, int] = {}
+        for k, row in enumerate(picked):
+            if row in seen:
+                raise ValueError(f"rows[{k}] repeats row {row} (rows[{seen[row]}]): a pool's track ids are unique")
+            seen[row] = k
+        index = jnp.asarray(picked, jnp.int32)
+        return TrackPool(**{name: jnp.take(getattr(self, name), index, axis=0) for name in _ARRAY_FIELDS},
+                         level_id=self.level_id, split=self.split, benchmark_version=self.benchmark_version)
+
+    @classmethod
+    def concatenate(cls, pools: Sequence[TrackPool]) -> TrackPool:
+        """One pool of every row of ``pools``, in order, on their device.
+        They must share the level, split and version, and no track id may
+        appear twice (the ids are read back to check).
+
+        Raises:
+            TypeError: ``pools`` is not a sequence of TrackPool.
+            ValueError: no pools, differing metadata or devices, or a repeated
+                track id, naming the pools.
+        """
+        if isinstance(pools, (str, bytes)) or not isinstance(pools, Sequence):
+            raise TypeError(f"pools must be a sequence of TrackPool, got {type(pools).__name__}")
+        for k, pool in enumerate(pools):
+            if not isinstance(pool, TrackPool):
+                raise TypeError(f"pools[{k}] must be a TrackPool, got {type(pool).__name__}")
+        if len(pools) == 0:
+            raise ValueError("pools must hold at least one TrackPool")
+        first = pools[0]
+        for k, pool in enumerate(pools[1:], start=1):
+            for name in ("level_id", "split", "benchmark_version"):
+                if getattr(pool, name) != getattr(first, name):
+                    raise ValueError(f"pools[{k}].{name} is {getattr(pool, name)!r}, pools[0]'s "
+                                     f"{getattr(first, name)!r}: a pool has one")
+        devices = [sorted(map(str, pool.track_id.devices())) for pool in pools]
+        for k, where in enumerate(devices):
+            if where != devices[0]:
+                raise ValueError(f"pools[{k}] lives on {where}, pools[0] on {devices[0]}: move one first")
+        owner: dict[int, int] = {}
+        for k, pool in enumerate(pools):
+            for track_id in np.asarray(pool.track_id).tolist():
+                if track_id in owner:
+                    raise ValueError(f"track_id {track_id} is in pools[{owner[track_id]}] and pools[{k}]: "
+                                     "a pool's track ids are unique")
+                owner[track_id] = k
+        return cls(**{name: jnp.concatenate([getattr(p, name) for p in pools]) for name in _ARRAY_FIELDS},
+                   level_id=first.level_id, split=first.split, benchmark_version=first.benchmark_version)
 
     @functools.cached_property
     def geometry_hashes(self) -> tuple[str, ...]:
