@@ -181,6 +181,17 @@ def _check_name(name: str, value: Any) -> str:
     return value
 
 
+def _check_items(name: str, items: Any, kind: type) -> None:
+    """Refuse anything but a non-empty sequence of ``kind``, naming the item."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise TypeError(f"{name} must be a sequence of {kind.__name__}, got {type(items).__name__}")
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise TypeError(f"{name}[{i}] must be a {kind.__name__}, got {type(item).__name__}")
+    if len(items) == 0:
+        raise ValueError(f"{name} must hold at least one {kind.__name__}")
+
+
 def _check_level_id(value: Any) -> int:
     level_id = _scalar_int("level_id", value)
     if level_id < 0:
@@ -624,13 +635,7 @@ class TrackPool:
             TypeError: ``tracks`` is not a sequence of Track, or bad metadata types.
             ValueError: no tracks, a repeated ``track_id``, or bad metadata values.
         """
-        if isinstance(tracks, (str, bytes)) or not isinstance(tracks, Sequence):
-            raise TypeError(f"tracks must be a sequence of Track, got {type(tracks).__name__}")
-        for i, track in enumerate(tracks):
-            if not isinstance(track, Track):
-                raise TypeError(f"tracks[{i}] must be a Track, got {type(track).__name__}")
-        if len(tracks) == 0:
-            raise ValueError("tracks must hold at least one Track")
+        _check_items("tracks", tracks, Track)
         stacked = {name: np.stack([np.asarray(getattr(t, name)) for t in tracks]) for name in _ARRAY_FIELDS}
         return cls.from_arrays(**stacked, level_id=level_id, split=split, benchmark_version=benchmark_version)
 
@@ -794,13 +799,7 @@ class TrackPool:
             ValueError: no pools, differing metadata or devices, or a repeated
                 track id, naming the pools.
         """
-        if isinstance(pools, (str, bytes)) or not isinstance(pools, Sequence):
-            raise TypeError(f"pools must be a sequence of TrackPool, got {type(pools).__name__}")
-        for k, pool in enumerate(pools):
-            if not isinstance(pool, TrackPool):
-                raise TypeError(f"pools[{k}] must be a TrackPool, got {type(pool).__name__}")
-        if len(pools) == 0:
-            raise ValueError("pools must hold at least one TrackPool")
+        _check_items("pools", pools, TrackPool)
         first = pools[0]
         for k, pool in enumerate(pools[1:], start=1):
             for name in ("level_id", "split", "benchmark_version"):
