@@ -24,7 +24,8 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
    (the confirmation).
 3. Phases: one more update timed phase by phase with the device
    synchronised between them, and an env-only run of the same worlds.
-4. Unless ``--dev``: export the plugin, and the Runner drives it and pure
+4. Export the plugin (a ``--dev`` run's too, so its Validation failures
+   can be replayed), and unless ``--dev`` the Runner drives it and pure
    pursuit once on each of the first ``--eval-tracks`` Test tracks
    (``mjx_warp``, one world a track; Torch on one CPU thread). Test is
    looked at only here.
@@ -244,11 +245,12 @@ def main() -> None:
     report["env_only_transitions_per_s"] = env_tps
     report["phases"] = phases(trainer, env_tps)
     write()
+    plugin = export_plugin(chosen, config, run_dir / "plugin")  # a dev run's too: its failures can be replayed
+    report["plugin"] = str(plugin)
+    log("exported the last policy (no validation)" if best is None else
+        f"exported update {best['update']}'s policy (validation success {best['validation_success_rate']:.3f})")
+    write()
     if not args.dev:
-        plugin = export_plugin(chosen, config, run_dir / "plugin")
-        report["plugin"] = str(plugin)
-        log("exported the last policy (no validation)" if best is None else
-            f"exported update {best['update']}'s policy (validation success {best['validation_success_rate']:.3f})")
         report["evaluation"] = {}
         torch.set_num_threads(1)
         for name, directory in (("learned", plugin), ("pursuit", PURSUIT)):
