@@ -70,3 +70,32 @@ def test_the_core_state_needs_the_mjx_backend_and_a_reset(config, cpu_env):
     fresh = VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="mjx_warp", track=level0_track())
     with pytest.raises(RuntimeError, match="call reset\\(\\) before core_state\\(\\)"):
         fresh.core_state()
+
+
+def test_an_env_of_a_range_of_worlds_is_that_share_of_one_env_of_all(config, short_pool, mjx_pool_env):
+    """``first_world``: two processes that each drive a share of one batch
+    get, bitwise, the worlds of one env of all of them (seeds, TrackPool
+    choices and autoresets included)."""
+    whole = mjx_pool_env
+    share = VecCarRacingEnv(2, config=config, level=SHORT_LEVEL, backend="mjx_warp", track_pool=short_pool,
+                            first_world=1)
+    assert share.first_world == 1 and whole.first_world == 0
+    rng = np.random.default_rng(8)
+    actions = rng.uniform([-0.5, -4.0], [0.5, 4.0], (10, 3, 2)).astype(np.float32)
+    got, want = [share.reset(seed=ROOT)], [whole.reset(seed=ROOT)]
+    for t in range(10):  # 4-step episodes: every world resets twice, on new seeds and rows
+        got.append(share.step(actions[t, 1:]))
+        want.append(whole.step(actions[t]))
+    for t, (a, b) in enumerate(zip(got, want)):
+        b = jax.tree.map(lambda x: x[1:] if getattr(x, "ndim", 0) else x, b)
+        for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b)):
+            equal(x, y, f"call {t}, {jax.tree_util.keystr(path)}")
+    assert len(set(np.asarray(got[-1][-1]["episode_seed"]).tolist())) == 2
+
+
+@pytest.mark.parametrize(("first_world", "error"), [(-1, ValueError), (2**32 - 1, ValueError), (True, TypeError),
+                                                    (1.0, TypeError)])
+def test_first_world_is_checked_by_name(config, short_pool, first_world, error):
+    with pytest.raises(error, match="first_world"):
+        VecCarRacingEnv(2, config=config, level=SHORT_LEVEL, backend="mjx_warp", track_pool=short_pool,
+                        first_world=first_world)

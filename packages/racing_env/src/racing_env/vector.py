@@ -137,6 +137,11 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         track_pool: a TrackPool of this Level (exactly one of the two).
         render_mode: None only (``gymnasium.make_vec(..., render_mode=)``):
             the env renders nothing itself; any other value is a ValueError.
+        first_world: the world index of world 0 in the seed words: the
+            worlds are ``first_world .. first_world + num_envs - 1``
+            (default 0). Processes that each drive a share of one batch
+            take consecutive ranges, so that together they drive exactly
+            the worlds of one env of all of them.
 
     `reset` and `step` return JAX arrays (observation fields with a leading
     ``num_envs`` axis; reward float32 [E]; terminated, truncated bool [E])
@@ -155,6 +160,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         track: Track | None = None,
         track_pool: TrackPool | None = None,
         render_mode: str | None = None,
+        first_world: int = 0,
     ) -> None:
         no_render_mode(render_mode, "VecCarRacingEnv")
         self.render_mode = None
@@ -184,6 +190,8 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
                 f"track_pool belongs to level {track_pool.level_id}, not to level {level.level_id}"
             )
         num_envs = int(num_envs)
+        first_world = integer_in(first_world, "first_world", 0, _UINT32_END - num_envs + 1,
+                                 f"2**32 - num_envs + 1 = {_UINT32_END - num_envs + 1}")
         stepper_type = _STEPPERS[backend]
         _check_footprint(num_envs, config, stepper_type.device_bytes_per_world(config))
         tracks = jax.jit(track_arrays)(
@@ -206,7 +214,8 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         self.single_observation_space = observation_space()
         self.observation_space = batch_space(self.single_observation_space, num_envs)
 
-        self._world = jnp.arange(num_envs, dtype=jnp.uint32)
+        self.first_world = first_world
+        self._world = jnp.arange(num_envs, dtype=jnp.uint32) + jnp.uint32(first_world)
         self._no_invalid = jnp.zeros(num_envs, bool)
         self._state: EnvState | None = None
         self._stepper = stepper_type(config, num_envs)
