@@ -79,3 +79,42 @@ def test_the_ppo_benchmark_gates_read_the_report():
     release = bench.gates(report, config, False)
     assert len(release) == 7 and all(g["passed"] for g in release)
     assert bench.gates(report, types.SimpleNamespace(worlds=2048), False)[1]["passed"] is False  # < 4,096 worlds
+
+
+def test_the_ppo_scaling_smoke_runs_one_and_two_processes(tmp_path):
+    """The scaling benchmark's CPU smoke: the same trainer under torchrun
+    in 1 and 2 gloo processes, each row measured; no gate on a CPU."""
+    out = tmp_path / "scaling.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_scaling.py"), "--out", str(out)],
+                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["passed"] is False and report["gates"] == [] and report["gpus_on_host"] == 0
+    assert [(r["gpus"], r["worlds_per_gpu"], r["updates"]) for r in report["runs"]] == [(1, 2, 3), (2, 2, 3)]
+    assert all(r["transitions_per_s"] > 0 and len(r["mean_reward"]) == 3 for r in report["runs"])
+    assert report["runs"][1]["allreduce_s"] > 0 and report["runs"][0]["allreduce_share_estimated"] == 0.0
+
+
+def test_the_ppo_scaling_gates_read_the_report():
+    """Efficiency against the one-GPU row of the same worlds per GPU (a row
+    without one, or failed, is not gated); the curve against the seeds'
+    spread, once its three runs exist."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ppo_scaling", ROOT / "benchmarks/racing_stack/ppo_scaling.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    runs = [{"gpus": 1, "worlds_per_gpu": 8192, "transitions_per_s": 1.0e6},
+            {"gpus": 2, "worlds_per_gpu": 8192, "transitions_per_s": 1.9e6},
+            {"gpus": 4, "worlds_per_gpu": 8192, "transitions_per_s": 3.5e6},
+            {"gpus": 8, "worlds_per_gpu": 8192, "error": "a traceback"},
+            {"gpus": 2, "worlds_per_gpu": 65536, "transitions_per_s": 6.0e6}]
+    got = {g["name"]: (round(g["value"], 4), g["passed"]) for g in bench.gates({"runs": runs, "curve": {}})}
+    assert got == {"efficiency_2_gpus_8192_worlds": (0.95, True), "efficiency_4_gpus_8192_worlds": (0.875, False)}
+    flat = [1.0] * 20
+    curve = {"one_gpu_seed0": {"mean_reward": flat}, "one_gpu_seed1": {"mean_reward": [1.2] * 20},
+             "two_gpus": {"mean_reward": [1.25] * 20}}
+    (g,) = bench.gates({"runs": [], "curve": curve})
+    assert g["name"] == "curve_gap_2_gpus_over_seed_spread" and g["passed"] and g["value"] == pytest.approx(1.25)
+    curve["two_gpus"] = {"mean_reward": [1.4] * 20}
+    assert not bench.gates({"runs": [], "curve": curve})[0]["passed"]

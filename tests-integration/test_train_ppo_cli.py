@@ -40,12 +40,12 @@ def envs(built, monkeypatch):
     calls = []
     real = ppo.make_env
 
-    def make_env(config):
+    def make_env(config, group=None):
         calls.append(config)
         if config.worlds == CONFIG.worlds and config.tracks == CONFIG.tracks and \
                 config.max_episode_steps == CONFIG.max_episode_steps:
             return built
-        return real(config)
+        return real(config, group)
 
     monkeypatch.setattr(cli, "make_env", make_env)
     return calls

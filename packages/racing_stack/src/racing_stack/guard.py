@@ -55,13 +55,15 @@ def violations(fields: list[Violation]) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def check(fields: list[Violation], read: list[list[float]], update: int, last_good: str) -> None:
+def check(fields: list[Violation], read: list[list[float]], update: int, last_good: str, processes: int = 1) -> None:
     """Raise for the first field of ``read`` (`violations`'s rows, read on
     the host) with values outside its bounds.
 
     Args:
         update: the update that produced them (1-based).
         last_good: what the caller can resume from, for the message.
+        processes: how many processes' fields ``read`` counts (each
+            holding as many values as ``fields``).
 
     Raises:
         GuardError: naming the update, the field, the count, the bounds
@@ -71,5 +73,5 @@ def check(fields: list[Violation], read: list[list[float]], update: int, last_go
         if count:
             bounds = "finite" if math.isinf(field.low) and math.isinf(field.high) else \
                 f"in [{field.low:.6g}, {field.high:.6g}]"
-            raise GuardError(f"update {update}: {int(count)} of {field.values.numel()} {field.name} values are not "
-                             f"{bounds}; the worst is {worst!r}. The run stopped; {last_good}.")
+            raise GuardError(f"update {update}: {int(count)} of {field.values.numel() * processes} {field.name} "
+                             f"values are not {bounds}; the worst is {worst!r}. The run stopped; {last_good}.")

@@ -1,4 +1,4 @@
-"""PPO on the vector env, on one device, in the shape of Brax's
+"""PPO on the vector env, on one device or one process per GPU, in the shape of Brax's
 ``agents/ppo``:
 
 - `racing_stack.ppo.config`: `PPOConfig` and the presets;
@@ -10,6 +10,7 @@
 - `racing_stack.ppo.train`: the train loop, checkpoints and what a run leaves at its end;
 - `racing_stack.ppo.export`: a policy as a controller plugin (imports the networks alone);
 - `racing_stack.ppo.logs`: the log, TensorBoard and the learning curve;
+- `racing_stack.ppo.distributed`: the processes training one policy together (``torchrun``);
 - `racing_stack.ppo.cli`: ``train-ppo``.
 
 Importing this package imports none of them: each name below is loaded
@@ -28,7 +29,8 @@ _HOMES = {
     "ActorCritic": "networks",
     "LOG_FIELDS": "logs", "draw_curve": "logs",
     "RUN_FILES": "train", "GuardError": "train", "RunExists": "train", "Trainer": "train", "finish": "train",
-    "make_env": "train", "make_validation_env": "train", "resume_problem": "train",
+    "make_env": "train", "make_validation_env": "train", "resume_problem": "train", "whole_config": "train",
+    "Group": "distributed",
     "export_plugin": "export",
     "main": "cli",
 }

@@ -1,6 +1,7 @@
 """``train-ppo``: PPO on Level 1's Train pool, exported as a plugin.
 
     python -m racing_stack.ppo [--preset cpu|gpu] [--out DIR] [--updates N] [--resume]
+    torchrun --nproc-per-node N -m racing_stack.ppo ...   # one process per GPU, --worlds each
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from pathlib import Path
 
 from racing_stack import checkpoints
 from racing_stack._cli import add_verbose_argument, quiet_warp
-from racing_stack.ppo import train
+from racing_stack.ppo import distributed, train
 from racing_stack.ppo.config import PRESETS, PPOConfig
 from racing_stack.ppo.train import RUN_FILES, GuardError, Trainer, finish, make_env, make_validation_env, \
-    resume_problem
+    resume_problem, whole_config
 
 __all__ = ["main"]
 
@@ -32,18 +33,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a preset's setting, e.g. --set learning_rate=1e-4 "
                              "--set reward.off_track_penalty=4.0 (repeatable)")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                        help="under torchrun: how long a process waits for the others in one exchange before "
+                             "it stops with an error (default 600 s)")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
     config = _config(parser, args)
-    _check_out(parser, args, config)
+    if not args.timeout > 0:
+        parser.error(f"--timeout must be > 0 seconds, got {args.timeout}")
+    group = distributed.start(args.timeout)  # before JAX picks its GPU
+    try:
+        return _train(parser, args, config, group)
+    finally:
+        distributed.stop()
+
+
+def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PPOConfig,
+           group: distributed.Group) -> int:
+    """The run of `main`, in this process of ``group``; its exit status."""
+    _check_out(parser, args, whole_config(config, group))
     quiet_warp(args.verbose)
-    print(f"train-ppo: building the envs ({config.worlds} worlds on Level 1's Train pool)", file=sys.stderr,
-          flush=True)
+    say = (lambda text: print(f"train-ppo: {text}", file=sys.stderr, flush=True)) if group.lead else \
+        (lambda text: None)
+    say(f"building the envs ({config.worlds} worlds on Level 1's Train pool"
+        + (f", in each of {group.size} processes)" if group.size > 1 else ")"))
     trainer = None
     try:
         try:
-            validation = make_validation_env(config) if config.validate_every else None
-            trainer = Trainer(config, make_env(config), args.out, validation=validation)
+            validation = make_validation_env(config) if config.validate_every and group.lead else None
+            trainer = Trainer(config, make_env(config, group), args.out, validation=validation, group=group)
         except ValueError as error:  # a Train or Validation size beyond its split
             parser.error(f"--set tracks or validation_tracks: {error}")
         try:
@@ -53,16 +71,24 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             parser.error(f"--resume: {error}")  # the checkpoint's fields, checked against the env
         except GuardError as error:
-            print(f"train-ppo: {error}", file=sys.stderr)
+            say(str(error))
             return 1
         except OSError as error:
-            print(f"train-ppo: {error}; {trainer.last_checkpoint()}", file=sys.stderr)
+            say(f"{error}; {trainer.last_checkpoint()}")
             return 1
-        if trainer.best is not None:
-            print(f"train-ppo: exporting update {trainer.best['update']}'s policy (validation success "
-                  f"{trainer.best['validation_success_rate']:.2f})", file=sys.stderr)
-        for name, path in finish(trainer).items():
-            print(f"train-ppo: {name} {path}", file=sys.stderr)
+        except RuntimeError as error:  # another process stopped: the collective failed or timed out
+            if group.size == 1:
+                raise
+            print(f"train-ppo: process {group.rank} of {group.size} stopped at update {trainer.update}: the "
+                  f"other processes stopped answering ({type(error).__name__}: {str(error)[:200]}); "
+                  f"{trainer.last_checkpoint()}", file=sys.stderr)
+            return 1
+        if group.lead:
+            if trainer.best is not None:
+                say(f"exporting update {trainer.best['update']}'s policy (validation success "
+                    f"{trainer.best['validation_success_rate']:.2f})")
+            for name, path in finish(trainer).items():
+                say(f"{name} {path}")
     except KeyboardInterrupt:
         where = "before training" if trainer is None else f"at update {trainer.update}"
         print(f"train-ppo: interrupted {where}; --resume continues from the last checkpoint "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from racing_stack.ppo.config import PPOConfig
+from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.networks import ActorCritic
 
 __all__ = ["LOSS_FIELDS", "adapted_learning_rate", "normalised_advantages", "ppo_losses"]
@@ -13,19 +14,23 @@ __all__ = ["LOSS_FIELDS", "adapted_learning_rate", "normalised_advantages", "ppo
 LOSS_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
 
 
-def normalised_advantages(advantage: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def normalised_advantages(advantage: torch.Tensor, mask: torch.Tensor, group: Group = Group()) -> torch.Tensor:
     """``advantage`` [N] less its mean, over its standard deviation, both
-    over the rows where ``mask`` [N] is 1."""
-    count = mask.sum().clamp(min=1.0)
-    mean = (advantage * mask).sum() / count
-    std = (((advantage - mean) ** 2 * mask).sum() / count).sqrt()
+    over the rows where ``mask`` [N] is 1 in every process of ``group``."""
+    count, total = group.sum(torch.stack([mask.sum(), (advantage * mask).sum()]))
+    count = count.clamp(min=1.0)
+    mean = total / count
+    std = (group.sum(((advantage - mean) ** 2 * mask).sum()) / count).sqrt()
     return (advantage - mean) / (std + 1e-8)
 
 
 def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch.Tensor, old_logp: torch.Tensor,
-               advantage: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+               advantage: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+               count: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The clipped PPO loss of one minibatch, every term a mean over the
-    rows where ``mask`` is 1.
+    rows where ``mask`` is 1 (``count``: their number in the whole
+    minibatch, when this is one process's part of it; the parts' losses
+    and gradients then sum to the whole's).
 
     Args:
         x: features [B, D]. u: the normalised actions taken [B, 2].
@@ -37,7 +42,7 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
         the clipped surrogate, the value loss, the entropy, the approximate
         KL from the rollout's policy and the fraction of clipped ratios).
     """
-    w = mask.sum().clamp(min=1.0)
+    w = (mask.sum() if count is None else count).clamp(min=1.0)
     dist = policy.distribution(x)
     logp = dist.log_prob(u).sum(-1)
     log_ratio = logp - old_logp

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from racing_stack import checkpoints
+from racing_stack.ppo.distributed import Group
 
 __all__ = ["ActorCritic", "Normalizer"]
 
@@ -38,15 +39,17 @@ class Normalizer(nn.Module):
         return ((x - self.mean.float()) * scale).clamp(-10.0, 10.0)
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor, weight: torch.Tensor) -> None:
+    def update(self, x: torch.Tensor, weight: torch.Tensor, group: Group = Group()) -> None:
         """Fold in the rows of ``x`` [N, size] whose ``weight`` [N] is 1 (0:
-        left out), on the device (Chan's parallel combination of moments)."""
+        left out) in every process of ``group``, on the device (Chan's
+        parallel combination of moments)."""
         keep = weight[:, None] > 0
         w = keep.double()
         x = torch.where(keep, x.double(), 0.0)  # a left-out row holds anything, NaN too: it must not reach a sum
-        n = w.sum()
-        mean = (x * w).sum(0) / n.clamp(min=1.0)
-        var = (((x - mean) ** 2) * w).sum(0) / n.clamp(min=1.0)
+        sums = group.sum(torch.cat([w.sum()[None], (x * w).sum(0)]))
+        n = sums[0]
+        mean = sums[1:] / n.clamp(min=1.0)
+        var = group.sum((((x - mean) ** 2) * w).sum(0)) / n.clamp(min=1.0)
         total = self.count + n
         delta = mean - self.mean
         share = n / total.clamp(min=1.0)

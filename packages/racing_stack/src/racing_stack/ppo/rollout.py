@@ -28,6 +28,7 @@ import torch
 from racing_env import TerminationReason
 from racing_stack.interop import Handover
 from racing_stack.ppo.config import PPOConfig
+from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.networks import ActorCritic
 from racing_stack.wrappers import MARGIN, STALL, Endings, LocalTrack, ShapedReward
 
@@ -44,11 +45,13 @@ class Rollout:
         device: Torch's device (JAX's too).
         crossing: every JAX-Torch crossing goes through it.
         generator: draws the start-up holds.
+        group: the processes training together (`Group`; this one drives
+            its share of every draw made for the whole batch).
     """
 
     def __init__(self, config: PPOConfig, env, device: torch.device, crossing: Handover,
-                 generator: torch.Generator) -> None:
-        self.config, self.env, self.device, self.crossing = config, env, device, crossing
+                 generator: torch.Generator, group: Group = Group()) -> None:
+        self.config, self.env, self.device, self.crossing, self.group = config, env, device, crossing, group
         t, e, d = config.steps, config.worlds, config.features.size
         z = dict(device=device)
         # The step's outputs arrive packed (`_after_step`): each pack is one
@@ -67,7 +70,8 @@ class Rollout:
         self.obs = obs
         self.last_value = torch.zeros(e, **z)
         self.pending = torch.zeros(e, dtype=torch.bool, **z)  # the next call only resets
-        self.hold = torch.randint(0, config.stagger_steps + 1, (e,), generator=generator, dtype=torch.int32, **z)
+        self.hold = group.share(torch.randint(0, config.stagger_steps + 1, (e * group.size,), generator=generator,
+                                              dtype=torch.int32, **z))
         self.endings = config.reward.start(e)
         self.previous_action = jnp.zeros((e, 2), jnp.float32)
         space = env.single_action_space
@@ -86,7 +90,8 @@ class Rollout:
         with torch.no_grad():
             for t in range(cfg.steps):
                 x = cross.to_torch(features)
-                noise = torch.randn((cfg.worlds, 2), generator=generator, device=self.device)
+                noise = self.group.share(torch.randn((cfg.worlds * self.group.size, 2), generator=generator,
+                                                     device=self.device))
                 u, buf["logp"][t], buf["value"][t] = policy.act(x, noise)
                 held = self.hold > 0
                 buf["x"][t] = x
@@ -125,15 +130,22 @@ class Rollout:
         return (buf["truncated"] | (buf["terminated"] & lap)) & ~self.returns_cut()
 
     def episodes(self) -> dict[str, float]:
-        """The rollout's ended episodes and training endings (read once, after the rollout)."""
+        """The rollout's ended episodes and training endings, in every
+        process's worlds (read once, after the rollout)."""
         buf = self.buf
         valid = buf["valid"] > 0
         ended = (buf["terminated"] | buf["truncated"]) & valid
-        reason = buf["reason"][ended].cpu().numpy()
-        progress = buf["progress"][ended].cpu().numpy()
-        laps = buf["lap_time"][ended & (buf["reason"] == TerminationReason.SUCCESS)].cpu().numpy()
+        sums = torch.stack([((buf["ending"] == MARGIN) & valid).sum(), ((buf["ending"] == STALL) & valid).sum(),
+                            valid.sum()]).double()
+        sums = torch.cat([sums, torch.stack([(buf["speed"] * buf["valid"]).sum(),
+                                             (buf["reward"] * buf["valid"]).sum()]).double()])
+        mine = (buf["reason"][ended].cpu().numpy(), buf["progress"][ended].cpu().numpy(),
+                buf["lap_time"][ended & (buf["reason"] == TerminationReason.SUCCESS)].cpu().numpy(),
+                sums.cpu().numpy())
+        reason, progress, laps, sums = (np.concatenate(part) if i < 3 else np.sum(part, axis=0)
+                                        for i, part in enumerate(zip(*self.group.objects(mine))))
         n = int(reason.size)
-        count = valid.sum().clamp(min=1)
+        count = max(sums[2], 1.0)
 
         def rate(code: int) -> float:
             return float(np.mean(reason == code)) if n else float("nan")
@@ -145,10 +157,10 @@ class Rollout:
             "timeout_rate": rate(TerminationReason.TIMEOUT),
             "mean_progress": float(progress.mean()) if n else float("nan"),
             "median_lap_time_s": float(np.median(laps)) if laps.size else float("nan"),
-            "margin_endings": int(((buf["ending"] == MARGIN) & valid).sum()),
-            "stall_endings": int(((buf["ending"] == STALL) & valid).sum()),
-            "mean_speed_mps": float((buf["speed"] * buf["valid"]).sum() / count),
-            "mean_reward": float((buf["reward"] * buf["valid"]).sum() / count),
+            "margin_endings": int(sums[0]),
+            "stall_endings": int(sums[1]),
+            "mean_speed_mps": float(sums[3] / count),
+            "mean_reward": float(sums[4] / count),
         }
 
     def state(self) -> dict[str, torch.Tensor]:

@@ -28,6 +28,7 @@ the GPU (`racing_stack.interop.share_gpu`), so that Torch has room.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import math
@@ -49,6 +50,7 @@ from racing_stack import checkpoints
 from racing_stack.guard import GuardError, Violation, check, violations
 from racing_stack.interop import Handover, share_gpu
 from racing_stack.ppo.config import PPOConfig
+from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.logs import LOG_FIELDS, NOT_VALIDATED, add_events, draw_curve, log_rows, tensorboard, write_log
 from racing_stack.ppo.losses import LOSS_FIELDS, adapted_learning_rate, normalised_advantages, ppo_losses
 from racing_stack.ppo.networks import ActorCritic
@@ -59,7 +61,7 @@ from racing_stack.ppo.validation import VALIDATION_FIELDS, result_row, validate
 share_gpu()
 
 __all__ = ["RUN_FILES", "GuardError", "RunExists", "Trainer", "finish", "make_env", "make_validation_env",
-           "resume_problem"]
+           "resume_problem", "whole_config"]
 
 #: What a run writes into its folder; a folder holding any of them holds a run.
 RUN_FILES = ("checkpoint.pt", "log.csv", "tensorboard", "plugin", "learning_curve.png", "policy.gif")
@@ -93,13 +95,30 @@ class Trainer:
         validation: the validation env (`make_validation_env`:
             ``config.validation_tracks`` worlds on the Validation split's
             first 2 x ``config.validation_tracks`` rows); None: no
-            validation, whatever ``config.validate_every`` says.
+            validation, whatever ``config.validate_every`` says. The lead
+            process's only.
+        group: the processes training this policy together, one per GPU
+            (`racing_stack.ppo.distributed.Group`; default: the current
+            `torch.distributed` group, or this process alone). Each drives
+            its share of the batch (``env``: `make_env(config, group)`),
+            their sums are all-reduced so that an update is the update of
+            one process over all their worlds, and the lead process (rank 0)
+            alone validates, logs and writes checkpoints, which hold every
+            process's worlds.
     """
 
     def __init__(self, config: PPOConfig, env, out: Path, progress: Callable[[dict], None] | None = None,
-                 validation=None) -> None:
+                 validation=None, group: Group | None = None) -> None:
+        group = Group.current() if group is None else group
         if env.num_envs != config.worlds:
             raise ValueError(f"env has {env.num_envs} worlds, config.worlds is {config.worlds}")
+        if env.first_world != group.first_world(config.worlds):
+            raise ValueError(f"env's first_world is {env.first_world}; process {group.rank} of {group.size} drives "
+                             f"the worlds from {group.first_world(config.worlds)} (make_env(config, group))")
+        if validation is not None and not group.lead:
+            raise ValueError(f"validation: only the lead process validates; process {group.rank} was given an env")
+        #: The processes training this policy together (`racing_stack.ppo.distributed.Group`).
+        self.group = group
         if validation is not None and validation.num_envs != config.validation_tracks:
             raise ValueError(f"validation env has {validation.num_envs} worlds, config.validation_tracks is "
                              f"{config.validation_tracks}")
@@ -123,7 +142,7 @@ class Trainer:
         #: The update of the checkpoint last written or loaded (None: none yet).
         self.saved_update: int | None = None
         self.reward_bounds = config.reward.bounds(float(np.max(np.asarray(env.track_pool.track_length))))
-        self.rollout = Rollout(config, env, self.device, Handover(self.device), self.generator)
+        self.rollout = Rollout(config, env, self.device, Handover(self.device), self.generator, group)
         self.buf = self.rollout.buf
         #: Wall time (s) this Trainer spent validating and checkpointing, and how often.
         self.overhead = {"validation_s": 0.0, "validations": 0, "checkpoint_s": 0.0, "checkpoints": 0}
@@ -178,36 +197,66 @@ class Trainer:
         the mean `LOSS_FIELDS`, the explained variance of the values, the
         policy's standard deviations and the mean gradient norms (before
         clipping)."""
-        cfg, buf, policy = self.config, self.buf, self.policy
+        cfg, buf, policy, group = self.config, self.buf, self.policy, self.group
         n = cfg.steps * cfg.worlds
         flat = {k: buf[k].reshape(n, *buf[k].shape[2:]) for k in ("x", "u", "logp", "value", "valid")}
         mask = flat["valid"]
-        adv, ret = normalised_advantages(advantage.reshape(n), mask), returns.reshape(n)
+        adv, ret = normalised_advantages(advantage.reshape(n), mask, group), returns.reshape(n)
         stats = torch.zeros(len(LOSS_FIELDS) + 2, device=self.device)
-        size = n // cfg.minibatches
         actor, critic = policy.actor_parameters(), list(policy.critic.parameters())
         for _ in range(cfg.epochs):
-            order = torch.randperm(n, generator=self.generator, device=self.device)
-            for k in range(cfg.minibatches):
-                i = order[k * size:(k + 1) * size]
+            parts = self._minibatches()
+            counts = group.sum(torch.stack([mask[i].sum() for i in parts]))  # valid slots of each whole minibatch
+            for i, count in zip(parts, counts):
                 loss, losses = ppo_losses(policy, cfg, flat["x"][i], flat["u"][i], flat["logp"][i], adv[i],
-                                          ret[i], mask[i])
+                                          ret[i], mask[i], count)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                self._sum_gradients()
                 norms = torch.stack([nn.utils.clip_grad_norm_(actor, cfg.max_grad_norm),
                                      nn.utils.clip_grad_norm_(critic, cfg.max_grad_norm)])
                 self.optimizer.step()
                 stats += torch.cat([losses, norms.detach()])
         stats /= cfg.epochs * cfg.minibatches
-        count = mask.sum().clamp(min=1.0)
+        group.sum(stats[:len(LOSS_FIELDS)])  # each process's part of the minibatches' means
+        count, total, wrong = group.sum(torch.stack([mask.sum(), (ret * mask).sum(),
+                                                     ((ret - flat["value"]) * mask).sum()]))
+        count = count.clamp(min=1.0)
         error = ((ret - flat["value"]) * mask)
-        spread = (((ret - (ret * mask).sum() / count) * mask) ** 2).sum() / count
-        explained = 1.0 - ((error - error.sum() / count) ** 2 * mask).sum() / count / spread.clamp(min=1e-12)
-        policy.normalizer.update(flat["x"], mask)
+        spread, unexplained = group.sum(torch.stack([(((ret - total / count) * mask) ** 2).sum(),
+                                                     ((error - wrong / count) ** 2 * mask).sum()])) / count
+        explained = 1.0 - unexplained / spread.clamp(min=1e-12)
+        policy.normalizer.update(flat["x"], mask, group)
         read = torch.cat([stats, explained[None], policy.log_std.detach().exp()]).tolist()
         names = (*LOSS_FIELDS, "actor_grad_norm", "critic_grad_norm", "explained_variance", "std_steering",
                  "std_acceleration")
         return dict(zip(names, read))
+
+    def _minibatches(self) -> list[torch.Tensor]:
+        """This process's slots (flat indices into its [T x E] rollout) of
+        each of an epoch's ``minibatches``: one random permutation of the
+        whole batch's slots (as one process of all the worlds would draw
+        it) cut into equal parts, each process keeping its own slots."""
+        cfg, group = self.config, self.group
+        whole = cfg.steps * cfg.worlds * group.size
+        order = torch.randperm(whole, generator=self.generator, device=self.device)
+        size = whole // cfg.minibatches
+        if group.size > 1:
+            t, world = order // (cfg.worlds * group.size), order % (cfg.worlds * group.size)
+            mine = world // cfg.worlds == group.rank
+            order = t * cfg.worlds + world % cfg.worlds
+        cut = [order[k * size:(k + 1) * size] for k in range(cfg.minibatches)]
+        return cut if group.size == 1 else [part[mine[k * size:(k + 1) * size]] for k, part in enumerate(cut)]
+
+    def _sum_gradients(self) -> None:
+        """Sum the gradients over the processes (each process's loss is its
+        part of the whole minibatch's mean), in one all-reduce."""
+        if self.group.size == 1:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.policy.parameters()]
+        flat = self.group.sum(torch.cat([g.reshape(-1) for g in grads]))
+        for p, part in zip(self.policy.parameters(), flat.split([g.numel() for g in grads])):
+            p.grad = part.view_as(p)
 
     def guard(self, advantage: torch.Tensor, returns: torch.Tensor, losses: dict[str, float],
               acted: torch.Tensor | None = None) -> None:
@@ -234,10 +283,10 @@ class Trainer:
         read = violations([*fields, updated])
         if acted is not None:
             fields, read = [self._parameters("acting parameter"), *fields], torch.cat([acted, read])
-        rows = read.tolist()  # the one host read
+        rows = _first_worst(self.group.gather(read)).tolist()  # the one host read
         rows[-1:-1] = [[0.0 if math.isfinite(v) else 1.0, v] for v in losses.values()]
         fields += [Violation(name, torch.zeros(1)) for name in losses] + [updated]
-        check(fields, rows, self.update + 1, self.last_checkpoint())
+        check(fields, rows, self.update + 1, self.last_checkpoint(), self.group.size)
 
     def acting_parameters(self) -> torch.Tensor:
         """`racing_stack.guard.violations` of the parameters now (on the device, no wait)."""
@@ -348,37 +397,43 @@ class Trainer:
             GuardError: an update's data failed the guard (nothing of it saved).
             OSError: a checkpoint or log write failed (the last checkpoint stays whole).
         """
-        log_path = self.out / "log.csv"
+        log_path, lead = self.out / "log.csv", self.group.lead
         if resume:
             self.load(self.out / "checkpoint.pt")
-        else:
+        elif lead:
             self._claim(overwrite)
-        for name in ("checkpoint.pt", "log.csv"):
-            checkpoints.remove_stale(self.out, name)
-        kept = log_rows(log_path, self.update) if resume else []
-        write_log(log_path, kept)
-        writer = tensorboard(self.out / "tensorboard", kept)
+        writer = None
+        if lead:  # the lead process alone writes the run's files
+            for name in ("checkpoint.pt", "log.csv"):
+                checkpoints.remove_stale(self.out, name)
+            kept = log_rows(log_path, self.update) if resume else []
+            write_log(log_path, kept)
+            writer = tensorboard(self.out / "tensorboard", kept)
         began = time.perf_counter()
         rows = []
         try:
-            with open(log_path, "a", newline="") as f:
-                log = csv.DictWriter(f, LOG_FIELDS)
+            with open(log_path, "a", newline="") if lead else contextlib.nullcontext() as f:
+                log = csv.DictWriter(f, LOG_FIELDS) if lead else None
                 while self.update < self.config.updates:
                     row = self._one_update()
-                    out_of_time = seconds is not None and time.perf_counter() - began >= seconds
-                    log.writerow(row)
-                    f.flush()
-                    add_events(writer, row)
+                    # Every process stops after the same update.
+                    out_of_time = seconds is not None and self.group.any(time.perf_counter() - began >= seconds)
+                    if lead:
+                        log.writerow(row)
+                        f.flush()
+                        add_events(writer, row)
+                        self.progress(row)
                     rows.append(row)
-                    self.progress(row)
                     last = self.update == self.config.updates
                     if self.update % self.config.checkpoint_every == 0 or last or out_of_time:
-                        os.fsync(f.fileno())  # the log holds every row up to the checkpoint, power loss or not
+                        if lead:
+                            os.fsync(f.fileno())  # the log holds every row up to the checkpoint, power loss or not
                         self.save(self.out / "checkpoint.pt")
                     if out_of_time:
                         break
         finally:
-            writer.close()
+            if writer is not None:
+                writer.close()
         return rows
 
     def _one_update(self) -> dict[str, Any]:
@@ -401,7 +456,7 @@ class Trainer:
         if self.validation is not None and every and (self.update % every == 0
                                                       or self.update == self.config.updates):
             validated = self.validate_and_keep()
-        n = self.config.steps * self.config.worlds
+        n = self.config.steps * self.config.worlds * self.group.size
         return {"update": self.update, "transitions": self.update * n, "seconds": took,
                 "transitions_per_s": n / took, **stats, **losses, "learning_rate": rate, **validated}
 
@@ -420,12 +475,18 @@ class Trainer:
         data): config, update, policy, optimizer, step size, generator, the
         rollout's state, the env's snapshot and observation, the best
         validated policy."""
+        worlds = {"rollout": self.rollout.state(),
+                  "env": {k: torch.from_numpy(v) for k, v in self.env.snapshot().items()},
+                  "obs": {k: torch.from_numpy(np.array(v)) for k, v in self.rollout.obs.items()}}
+        if self.group.size > 1:  # exchanged as NumPy arrays (pickled tensors do not cross every backend)
+            parts = self.group.objects({kind: {k: v.numpy() for k, v in fields.items()}
+                                        for kind, fields in worlds.items()})
+            worlds = _union([{kind: {k: torch.from_numpy(v) for k, v in fields.items()}
+                              for kind, fields in part.items()} for part in parts])
         return {
-            "config": self.config.to_json(), "update": self.update, "policy": self.policy.state_dict(),
-            "best": self.best, "optimizer": self.optimizer.state_dict(), "learning_rate": self.rate,
-            "generator": self.generator.get_state(), "rollout": self.rollout.state(),
-            "env": {k: torch.from_numpy(v) for k, v in self.env.snapshot().items()},
-            "obs": {k: torch.from_numpy(np.array(v)) for k, v in self.rollout.obs.items()},
+            "config": whole_config(self.config, self.group).to_json(), "update": self.update,
+            "policy": self.policy.state_dict(), "best": self.best, "optimizer": self.optimizer.state_dict(),
+            "learning_rate": self.rate, "generator": self.generator.get_state(), **worlds,
         }
 
     def save(self, path: Path) -> None:
@@ -437,7 +498,14 @@ class Trainer:
             OSError: the write failed; the previous checkpoint is unchanged.
         """
         start = time.perf_counter()
-        checkpoints.save(path, "checkpoint", self.state_dict())
+        state, failed = self.state_dict(), None  # every process's worlds, gathered
+        if self.group.lead:
+            try:
+                checkpoints.save(path, "checkpoint", state)
+            except OSError as error:
+                failed = error
+        if self.group.any(failed is not None):  # every process stops on a failed write
+            raise failed or OSError(f"the lead process could not write {path}")
         self.saved_update = self.update
         self.overhead["checkpoint_s"] += time.perf_counter() - start
         self.overhead["checkpoints"] += 1
@@ -460,7 +528,9 @@ class Trainer:
         state = checkpoints.load(path, "checkpoint", map_location="cpu")
         if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
             raise checkpoints.CorruptFile(f"{path} holds no run configuration")
-        resume_problem(self.config, state["config"], path)
+        resume_problem(whole_config(self.config, self.group), state["config"], path)
+        if self.group.size > 1:
+            state = {**state, **{k: _share(state[k], self.group) for k in ("rollout", "env", "obs")}}
         policy, optimizer, generator, best, obs, env = self._checked_state(state, path)
         try:
             self.env.restore(env)  # checks every field; changes nothing on error
@@ -559,6 +629,47 @@ def _numpy_fields(tree: Any) -> dict[str, np.ndarray] | None:
         return None
 
 
+def whole_config(config: PPOConfig, group: Group) -> PPOConfig:
+    """The run as one process of all the worlds would see it (a
+    checkpoint's settings): ``worlds`` is every process's together."""
+    return dataclasses.replace(config, worlds=config.worlds * group.size)
+
+
+def _union(parts: list[dict[str, dict[str, torch.Tensor]]]) -> dict[str, dict[str, torch.Tensor]]:
+    """The processes' world states (rank order) as one process's of all
+    their worlds: every field with an axis has a world axis first and is
+    joined along it; a scalar (the env's root seed) is one value for all."""
+    out: dict[str, dict[str, torch.Tensor]] = {}
+    for kind, fields in parts[0].items():
+        out[kind] = {}
+        for name, value in fields.items():
+            values = [part[kind][name] for part in parts]
+            if value.dim():
+                out[kind][name] = torch.cat(values)
+            elif all(torch.equal(v, value) for v in values):
+                out[kind][name] = value
+            else:
+                raise ValueError(f"the processes' {kind} field {name!r} differs: {[v.item() for v in values]}")
+    return out
+
+
+def _share(fields: Any, group: Group) -> Any:
+    """This process's worlds of a checkpoint's world-state fields (as one
+    process of all the worlds saved them); what is not a dict of
+    tensors is left for the checks to refuse."""
+    if not isinstance(fields, dict) or not all(isinstance(v, torch.Tensor) for v in fields.values()):
+        return fields
+    return {k: group.share(v) if v.dim() else v for k, v in fields.items()}
+
+
+def _first_worst(reads: torch.Tensor) -> torch.Tensor:
+    """The guard's `violations` rows [F, 2] of all processes ([P, F, 2]):
+    the counts summed, the worst value of the first process with one."""
+    counts = reads[..., 0]
+    first = (counts > 0).int().argmax(0)
+    return torch.stack([counts.sum(0), reads[first, torch.arange(reads.shape[1], device=reads.device), 1]], 1)
+
+
 def resume_problem(config: PPOConfig, theirs: dict[str, Any], path: Path) -> None:
     """Refuse to continue the run of checkpoint ``path`` (its config as
     JSON) with ``config``: only ``updates`` may differ, and only grow.
@@ -583,11 +694,14 @@ def resume_problem(config: PPOConfig, theirs: dict[str, Any], path: Path) -> Non
                          "a resumed run's updates may only grow")
 
 
-def make_env(config: PPOConfig):
+def make_env(config: PPOConfig, group: Group | None = None):
     """The training env: ``config.worlds`` ``mjx_warp`` worlds on Level 1's
     Train pool (its first ``config.tracks`` rows, verified against the
-    committed manifest), with ``config.max_episode_steps`` episodes."""
-    return _level_env(config, "train", config.tracks, config.worlds)
+    committed manifest), with ``config.max_episode_steps`` episodes; in a
+    `Group` (default: the current one), this process's share of all the
+    processes' worlds."""
+    group = Group.current() if group is None else group
+    return _level_env(config, "train", config.tracks, config.worlds, group.first_world(config.worlds))
 
 
 def make_validation_env(config: PPOConfig, worlds: int | None = None):
@@ -607,14 +721,15 @@ def make_validation_env(config: PPOConfig, worlds: int | None = None):
     return VecCarRacingEnv(worlds, config=ProjectConfig(), level=LEVEL_1, backend="mjx_warp", track_pool=pool)
 
 
-def _level_env(config: PPOConfig, split: str, tracks: int | None, worlds: int):
+def _level_env(config: PPOConfig, split: str, tracks: int | None, worlds: int, first_world: int):
     from racing_env import LEVEL_1, Level, ProjectConfig, VecCarRacingEnv
 
     from racing_stack.pools import materialize_prefix
 
     level = Level(level_id=LEVEL_1.level_id, name=f"ppo-{split}", max_episode_steps=config.max_episode_steps)
     pool = materialize_prefix(split, tracks)
-    return VecCarRacingEnv(worlds, config=ProjectConfig(), level=level, backend="mjx_warp", track_pool=pool)
+    return VecCarRacingEnv(worlds, config=ProjectConfig(), level=level, backend="mjx_warp", track_pool=pool,
+                           first_world=first_world)
 
 
 def finish(trainer: Trainer, video_steps: int = 1500) -> dict[str, Path]:
