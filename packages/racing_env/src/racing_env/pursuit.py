@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from racing_env.config import ProjectConfig
+
 __all__ = ["pursuit"]
+
+#: The car it steers (its wheelbase and steering range).
+_CAR = ProjectConfig()
 
 
 def pursuit(
-    obs, speed_mps: float = 11.0, lookahead_m: float = 12.0, max_accel: float = 2.0, wheelbase_m: float = 2.6
+    obs, speed_mps: float = 11.0, lookahead_m: float = 12.0, max_accel: float = 2.0,
+    wheelbase_m: float = _CAR.wheelbase_m
 ) -> np.ndarray:
     """Actions for a vector observation.
 
@@ -24,10 +30,10 @@ def pursuit(
         speed_mps: target speed, m/s.
         lookahead_m: arc length ahead of the nearest centerline point, m.
         max_accel: bound on the longitudinal command, m/s^2.
-        wheelbase_m: the car's wheelbase, m.
+        wheelbase_m: the car's wheelbase, m (`ProjectConfig`'s).
 
     Returns:
-        float32 [E, 2]: steering (rad, within +-0.6), acceleration (m/s^2).
+        float32 [E, 2]: steering (rad, within `ProjectConfig.max_steering_rad`), acceleration (m/s^2).
     """
     position = np.asarray(obs["position"], np.float64)
     yaw = np.asarray(obs["yaw"], np.float64)
@@ -47,6 +53,6 @@ def pursuit(
         c, s = np.cos(yaw[e]), np.sin(yaw[e])
         lx, ly = c * dx + s * dy, -s * dx + c * dy
         curvature = 2.0 * ly / (lx * lx + ly * ly)
-        out[e, 0] = np.clip(np.arctan(wheelbase_m * curvature), -0.6, 0.6)
+        out[e, 0] = np.clip(np.arctan(wheelbase_m * curvature), -_CAR.max_steering_rad, _CAR.max_steering_rad)
         out[e, 1] = np.clip(speed_mps - speed[e], -max_accel, max_accel)
     return out

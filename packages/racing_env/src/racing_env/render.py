@@ -25,6 +25,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from racing_env.config import ProjectConfig
+
 __all__ = ["COLORS", "MAX_FRAME_POINTS", "RECORD_SUFFIXES", "DrawCommand", "DrawList", "EpisodeView", "FramePainter"]
 
 #: The most points (over all commands) one frame's commands may hold.
@@ -35,6 +37,8 @@ MAX_TEXT = 200
 RECORD_SUFFIXES = (".gif", ".mp4")
 #: SDL's video drivers that show nothing (its fallbacks where it finds no display).
 HEADLESS_VIDEO_DRIVERS = ("offscreen", "dummy")
+#: The car drawn by default (its wheelbase and body).
+_VEHICLE = ProjectConfig()
 
 _GRASS = (46, 102, 54)
 _ASPHALT = (72, 72, 78)
@@ -166,8 +170,8 @@ class FramePainter:
         body_m: the car's (length, width) (m).
     """
 
-    def __init__(self, size: tuple[int, int] = (800, 600), wheelbase_m: float = 2.6,
-                 body_m: tuple[float, float] = (4.2, 1.75)) -> None:
+    def __init__(self, size: tuple[int, int] = (800, 600), wheelbase_m: float = _VEHICLE.wheelbase_m,
+                 body_m: tuple[float, float] = _VEHICLE.chassis_size_m[:2]) -> None:
         if (not isinstance(size, (tuple, list)) or len(size) != 2
                 or not all(isinstance(v, int) and not isinstance(v, bool) and 64 <= v <= 4096 for v in size)):
             raise ValueError(f"size must be (width, height), ints in [64, 4096], got {size!r}")
@@ -352,7 +356,8 @@ class EpisodeView:
 
     def __init__(self, control_dt_s: float, *, window: bool = False, record: str | Path | None = None,
                  record_fps: float = 10.0, size: tuple[int, int] = (800, 600), realtime: bool = True,
-                 wheelbase_m: float = 2.6, body_m: tuple[float, float] = (4.2, 1.75)) -> None:
+                 wheelbase_m: float = _VEHICLE.wheelbase_m,
+                 body_m: tuple[float, float] = _VEHICLE.chassis_size_m[:2]) -> None:
         if isinstance(control_dt_s, bool) or not isinstance(control_dt_s, (int, float)) or not control_dt_s > 0:
             raise ValueError(f"control_dt_s must be a positive number of seconds, got {control_dt_s!r}")
         if isinstance(record_fps, bool) or not isinstance(record_fps, (int, float)) or not 0 < record_fps <= 60:

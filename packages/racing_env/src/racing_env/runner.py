@@ -39,10 +39,10 @@ import jax
 import numpy as np
 
 from racing_env.controller import Controller, checked_action
+from racing_env.episodes import REASONS, EpisodeResult, summarize
 from racing_env.isolation import ChildControllers, ControllerFailed, Isolation
 from racing_env.plugins import Plugin, challenge_values
 from racing_env.render import DrawList, EpisodeView
-from racing_env.types import TerminationReason
 from racing_env.vector import VecCarRacingEnv
 
 __all__ = ["REASONS", "EpisodeResult", "RunInterrupted", "RunResult", "run", "summarize"]
@@ -53,54 +53,6 @@ __all__ = ["REASONS", "EpisodeResult", "RunInterrupted", "RunResult", "run", "su
 _CONTROLLER_ERRORS = (Exception, SystemExit)
 #: Builds an episode's controller: ``make(world, obs, info)`` (one world's values).
 _Make = Callable[[int, Mapping[str, Any], Mapping[str, Any]], Controller]
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodeResult:
-    """One ended episode.
-
-    Attributes:
-        world: the env world that ran it.
-        episode_seed, controller_seed: the episode's SeedSequence words (domains 0 and 1).
-        track_id: the track it drove on.
-        termination_reason: ``"success"``, ``"off_track"``, ``"invalid_action"`` or ``"timeout"``.
-        lap_completed: a full lap of legal progress.
-        lap_time_s: the lap time (s), 0 unless the lap was completed.
-        progress: ``track_progress`` of the final observation (fraction of a lap).
-        steps: control steps taken.
-        error: the controller's traceback when it raised, else None.
-    """
-
-    world: int
-    episode_seed: int
-    controller_seed: int
-    track_id: int
-    termination_reason: str
-    lap_completed: bool
-    lap_time_s: float
-    progress: float
-    steps: int
-    error: str | None
-
-    @classmethod
-    def ended(cls, world: int, info: Mapping[str, Any], progress: float, steps: int,
-              error: str | None = None) -> EpisodeResult:
-        """The episode that ended in ``world``, from the info of the step that
-        ended it (host arrays with a leading world axis): the one place the
-        Runner and on-device evaluations (``racing_stack.ppo``) turn an ending
-        into a result."""
-        return cls(
-            world=world,
-            episode_seed=int(info["episode_seed"][world]),
-            controller_seed=int(info["controller_seed"][world]),
-            track_id=int(info["track_id"][world]),
-            termination_reason=REASONS[int(info["termination_reason"][world])],
-            lap_completed=bool(info["lap_completed"][world]),
-            lap_time_s=float(info["lap_time_s"][world]),
-            progress=float(progress),
-            steps=int(steps),
-            error=error,
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,35 +84,6 @@ class RunResult:
             "interrupted": self.interrupted,
             "episodes": [dataclasses.asdict(e) for e in self.episodes],
         }
-
-
-def summarize(episodes: list[EpisodeResult]) -> dict[str, Any]:
-    """Success, off-track, timeout and invalid-action rates; lap-time median,
-    quartiles and range over the completed laps (None without any: the
-    summary stays valid JSON); controller errors."""
-    n = len(episodes)
-    laps = np.array([e.lap_time_s for e in episodes if e.lap_completed], np.float64)
-
-    def rate(reason: str) -> float:
-        return sum(e.termination_reason == reason for e in episodes) / n if n else None
-
-    lap: dict[str, float | None] = {"median": None, "p25": None, "p75": None, "min": None, "max": None}
-    if laps.size:
-        lap = {"median": float(np.median(laps)), "p25": float(np.percentile(laps, 25)),
-               "p75": float(np.percentile(laps, 75)), "min": float(laps.min()), "max": float(laps.max())}
-    return {
-        "episodes": n,
-        "success_rate": rate("success"),
-        "off_track_rate": rate("off_track"),
-        "timeout_rate": rate("timeout"),
-        "invalid_action_rate": rate("invalid_action"),
-        "lap_time_s": lap,
-        "controller_errors": sum(e.error is not None for e in episodes),
-    }
-
-
-#: The name of each `TerminationReason` code, as results write it.
-REASONS = {int(reason): reason.name.lower() for reason in TerminationReason}
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -1,7 +1,9 @@
 """On-device validation: the policy's mean action drives each of a set of
 Validation tracks once, all at the same time, and the episodes are
 accounted for exactly as the Runner accounts for them
-(`racing_env.runner.EpisodeResult.ended`, `racing_env.runner.summarize`).
+(`racing_env.episodes`: each world's first ending recorded on the device
+by `FirstEndings`, turned into results by `EpisodeResult.ended` and
+summarised by `summarize`).
 
 Two modes. *Full* drives every episode to its end under the Level's own
 timeout: the same episodes the Runner drives with the exported plugin.
@@ -15,15 +17,14 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
 
-from racing_env import TerminationReason
-from racing_env.runner import EpisodeResult, summarize
+from racing_env.episodes import EpisodeResult, FirstEndings, summarize
 from racing_stack.interop import Handover
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.networks import ActorCritic
@@ -51,16 +52,14 @@ def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, ro
             calls or `STALL_S` without progress (a ``"timeout"``).
 
     Returns:
-        One `racing_env.runner.EpisodeResult` per world, in world order.
+        One `racing_env.episodes.EpisodeResult` per world, in world order.
     """
     n = env.num_envs
     if len(rows) != n:
         raise ValueError(f"rows has {len(rows)} entries, the validation env {n} worlds")
     obs, info = env.reset(seed=config.seed, options={"track_indices": list(rows)})
-    ids = {k: np.asarray(info[k]) for k in ("episode_seed", "controller_seed", "track_id")}
-    tally = _Tally(ended=jnp.zeros(n, bool), reason=jnp.full(n, TerminationReason.TIMEOUT, jnp.int32),
-                   lap=jnp.zeros(n, jnp.float32), progress=jnp.zeros(n, jnp.float32),
-                   steps=jnp.zeros(n, jnp.int32), still=jnp.zeros(n, jnp.int32))
+    ids = {k: np.asarray(info[k]) for k in ("episode_seed", "controller_seed", "track_id")}  # before a step donates
+    endings, still = FirstEndings.start(n), jnp.zeros(n, jnp.int32)
     stall = round(STALL_S / env.config.control_dt_s) if early_exit else None
     limit = min(config.validation_steps, env.level.max_episode_steps) if early_exit else env.level.max_episode_steps
     features = config.features(obs, jnp.zeros((n, 2), jnp.float32))
@@ -70,48 +69,29 @@ def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, ro
             crossing.fence()  # Torch has read the last step's outputs, which came after JAX read its action
             action = crossing.to_jax(mean)
             obs, _, terminated, truncated, info = env.step(action)
-            tally, features = _after_validation_step(config.features, stall, tally, obs, terminated, truncated,
-                                                     info["termination_reason"], info["lap_time_s"], action)
-            if step % 32 == 31 and bool(tally.ended.all()):
+            endings, still, features = _after_validation_step(
+                config.features, stall, endings, still, obs, terminated, truncated, info["termination_reason"],
+                info["lap_time_s"], action)
+            if step % 32 == 31 and bool(endings.ended.all()):
                 break
         crossing.to_torch(features)  # read after the last step's action: its crossing can be released
         crossing.fence()
-    reason, lap, progress, steps = (np.asarray(v) for v in (tally.reason, tally.lap, tally.progress, tally.steps))
-    host = {**ids, "termination_reason": reason, "lap_completed": reason == TerminationReason.SUCCESS,
-            "lap_time_s": np.where(reason == TerminationReason.SUCCESS, lap, 0.0)}
-    return [EpisodeResult.ended(w, host, progress[w], steps[w]) for w in range(n)]
-
-
-class _Tally(NamedTuple):
-    """A validation's per-world record, on the device (each [n])."""
-
-    ended: jax.Array  # bool: the episode ended, or was given up
-    reason: jax.Array  # int32: its TerminationReason (TIMEOUT until it ends)
-    lap: jax.Array  # float32: its lap time (s), where it lapped
-    progress: jax.Array  # float32: its lap fraction when it ended
-    steps: jax.Array  # int32: calls driven
-    still: jax.Array  # int32: calls since its progress last grew
+    return endings.results(ids)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _after_validation_step(features: LocalTrack, stall: int | None, tally: _Tally, obs, terminated, truncated,
-                           reason, lap_time, action) -> tuple[_Tally, jax.Array]:
+def _after_validation_step(features: LocalTrack, stall: int | None, endings: FirstEndings, still: jax.Array, obs,
+                           terminated, truncated, reason, lap_time,
+                           action) -> tuple[FirstEndings, jax.Array, jax.Array]:
     """One step's record, in one dispatch: a world's outcome is the first
     one its episode reached; with ``stall`` (early exit) a world whose
-    progress has not grown for ``stall`` calls is given up (a timeout).
-    Returns the record and the next call's features (``action`` is the
-    previous action they carry)."""
-    now = (terminated | truncated) & ~tally.ended
+    progress has not grown for ``stall`` calls (``still`` counts them) is
+    given up (a timeout). Returns the record, the count and the next
+    call's features (``action`` is the previous action they carry)."""
     reached = obs["track_progress"]
-    still = jnp.where(reached > tally.progress, 0, tally.still + 1)
-    ended = tally.ended | now
-    if stall is not None:
-        ended |= still >= stall
-    record = _Tally(ended=ended, reason=jnp.where(now, reason, tally.reason).astype(jnp.int32),
-                    lap=jnp.where(now, lap_time, tally.lap).astype(jnp.float32),
-                    progress=jnp.where(tally.ended, tally.progress, reached).astype(jnp.float32),
-                    steps=tally.steps + (~tally.ended).astype(jnp.int32), still=still.astype(jnp.int32))
-    return record, features(obs, action)
+    still = jnp.where(reached > endings.progress, 0, still + 1).astype(jnp.int32)
+    give_up = None if stall is None else still >= stall
+    return endings.record(reached, terminated, truncated, reason, lap_time, give_up), still, features(obs, action)
 
 
 def result_row(episodes: list[EpisodeResult]) -> dict[str, Any]:
