@@ -23,7 +23,8 @@ class PPOConfig:
     """Everything a training run depends on.
 
     Attributes:
-        worlds: env worlds, each one rollout row.
+        worlds: env worlds of this process (its GPU), each one rollout row;
+            under ``torchrun`` every process drives this many.
         steps: calls per world per rollout.
         updates: rollouts (and optimisation phases) in the run.
         epochs: passes over a rollout per update.
@@ -218,6 +219,6 @@ PRESETS = {
     "cpu": PPOConfig(worlds=16, steps=32, updates=30, epochs=4, minibatches=2, hidden=(64, 64),
                      max_episode_steps=200, stagger_steps=50, tracks=16, checkpoint_every=10, learning_rate=1e-3,
                      validate_every=10, validation_tracks=4, validation_steps=200),
-    "gpu": PPOConfig(updates=2000, crash_warmup_updates=300, validate_every=250,
+    "gpu": PPOConfig(updates=2000, crash_warmup_updates=300, validate_every=300,
                      reward=ShapedReward(crash_energy_cost=0.3)),
 }
