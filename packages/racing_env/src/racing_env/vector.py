@@ -36,6 +36,12 @@ __all__ = ["VecCarRacingEnv"]
 _UINT32_END = 2**32
 
 
+def _reset_physics_first(params: core.EnvParams, physics, data, *args):
+    """`core.reset`, its physics state returned first: (data, state, obs, info)."""
+    state, data, obs, info = core.reset(params, physics, data, *args)
+    return data, state, obs, info
+
+
 class _DeviceStepper:
     """``mjx_warp``: a whole step is `core.step`, one jitted call with the
     Challenge and physics states donated; the physics state stays here."""
@@ -46,10 +52,13 @@ class _DeviceStepper:
         # Explicit output shardings make JAX alias each donated input to
         # the output of the same place in the tree (left to XLA, buffers
         # of one shape swap places from call to call): the state and
-        # data are updated in place, step after step.
+        # data are updated in place, step after step. JAX gives each
+        # output, in order, the first donated input of its shape and type:
+        # the reset returns the physics state first, so that no Challenge
+        # output of a physics field's shape takes that field's buffer.
         self.home = self.data.qpos.sharding
-        self._reset = jax.jit(core.reset, static_argnums=(1,), donate_argnums=(2,), out_shardings=self.home,
-                              keep_unused=True)
+        self._reset = jax.jit(_reset_physics_first, static_argnums=(1,), donate_argnums=(2,),
+                              out_shardings=self.home, keep_unused=True)
         self._step = jax.jit(core.step, static_argnums=(1,), donate_argnums=(2, 3), out_shardings=self.home,
                              keep_unused=True)
         _LIVE_DEVICE_STEPPERS.add(self)
@@ -59,7 +68,7 @@ class _DeviceStepper:
         return MjxWarpPhysics.bytes_per_world(config)
 
     def reset(self, params: core.EnvParams, *args):
-        state, self.data, obs, info = self._reset(params, self.physics, self.data, *args)
+        self.data, state, obs, info = self._reset(params, self.physics, self.data, *args)
         return state, obs, info
 
     def step(self, params: core.EnvParams, state: EnvState, action: jax.Array, invalid: jax.Array):
@@ -190,10 +199,10 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
                 f"track_pool belongs to level {track_pool.level_id}, not to level {level.level_id}"
             )
         num_envs = int(num_envs)
-        first_world = integer_in(first_world, "first_world", 0, _UINT32_END - num_envs + 1,
-                                 f"2**32 - num_envs + 1 = {_UINT32_END - num_envs + 1}")
         stepper_type = _STEPPERS[backend]
         _check_footprint(num_envs, config, stepper_type.device_bytes_per_world(config))
+        first_world = integer_in(first_world, "first_world", 0, _UINT32_END - num_envs + 1,
+                                 f"2**32 - num_envs + 1 = {_UINT32_END - num_envs + 1}")
         tracks = jax.jit(track_arrays)(
             track_pool.centerline,
             track_pool.left_boundary,
