@@ -222,3 +222,28 @@ def test_ctrl_c_stops_the_run_with_the_episodes_ended_so_far(tmp_path, env):
     assert result.episodes[0].termination_reason == "timeout"
     assert result.to_json()["interrupted"] is True
     assert run(load_plugin(TEMPLATE), env, episodes=1).to_json()["interrupted"] is False
+
+
+def test_ctrl_c_inside_a_c_callback_of_the_env_still_stops_the_run(env, monkeypatch):
+    """A Ctrl-C that lands in a C callback during the env's step surfaces as
+    a SystemError caused by the KeyboardInterrupt (CPython's "returned a
+    result with an exception set"): the run stops as for any Ctrl-C; any
+    other SystemError is not swallowed."""
+    from racing_env.runner import RunInterrupted
+
+    real, calls = env.step, []
+
+    def step(actions, cause):
+        calls.append(1)
+        if len(calls) == 3:
+            raise SystemError("<function __numpy_dtype__> returned a result with an exception set") from cause
+        return real(actions)
+
+    monkeypatch.setattr(env, "step", lambda actions: step(actions, KeyboardInterrupt()))
+    with pytest.raises(RunInterrupted) as stop:
+        run(load_plugin(TEMPLATE), env, episodes=2, seed=0)
+    assert stop.value.result.interrupted and isinstance(stop.value.__cause__, KeyboardInterrupt)
+    calls.clear()
+    monkeypatch.setattr(env, "step", lambda actions: step(actions, ValueError("not a Ctrl-C")))
+    with pytest.raises(SystemError):
+        run(load_plugin(TEMPLATE), env, episodes=2, seed=0)

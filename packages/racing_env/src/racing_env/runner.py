@@ -191,6 +191,12 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
                     _drive(make, env, obs, info, len(wave), ended, end, frames)
     except KeyboardInterrupt as stop:
         raise RunInterrupted(result(True)) from stop
+    except SystemError as error:
+        # A Ctrl-C that lands in a C callback (NumPy's dtype lookup, say)
+        # surfaces as a SystemError caused by the KeyboardInterrupt.
+        if not isinstance(error.__cause__, KeyboardInterrupt):
+            raise
+        raise RunInterrupted(result(True)) from error.__cause__
     return result(False)
 
 
