@@ -88,6 +88,24 @@ def test_the_checkpoint_holds_all_worlds_and_resumes_in_one_process(runs):
         assert float(a["mean_reward"]) == pytest.approx(float(b["mean_reward"]), rel=1e-3, abs=1e-5)
 
 
+def test_a_one_process_checkpoint_resumes_in_two_processes(runs, tmp_path):
+    """Each of two processes takes its worlds of a one-process checkpoint
+    and they continue as one process does."""
+    import shutil
+
+    two, now = tmp_path / "two", len(rows(runs / "one"))
+    shutil.copytree(runs / "one", two)
+    train(two, 2, now + 2, 2, "--resume")
+    train(runs / "one", 4, now + 2, 1, "--resume")
+    mine, theirs = rows(two), rows(runs / "one")
+    assert [r["update"] for r in mine] == [str(u) for u in range(1, now + 3)]
+    for a, b in zip(theirs[now:], mine[now:]):
+        assert a["episodes"] == b["episodes"]
+        assert float(a["mean_reward"]) == pytest.approx(float(b["mean_reward"]), rel=1e-3, abs=1e-5)
+    for key, value in weights(runs / "one").items():
+        torch.testing.assert_close(weights(two)[key], value, rtol=1e-4, atol=1e-5, msg=key)
+
+
 def test_a_resume_with_other_worlds_in_all_is_refused_by_name(runs, tmp_path):
     done = subprocess.run([sys.executable, "-m", "racing_stack.ppo", "--out", str(runs / "two"), "--resume",
                            "--updates", "8", *[a for s in [*SETTINGS, "worlds=2"] for a in ("--set", s)]],
