@@ -33,6 +33,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from racing_env import geometry
 from racing_env.config import ProjectConfig
 from racing_env.types import RaceState, TrackArrays
 
@@ -66,11 +67,7 @@ def track_arrays(centerline, left_boundary, right_boundary, track_mask, track_le
         track_id: uint32 [P].
     """
     num_points = jnp.sum(track_mask.astype(jnp.int32), axis=1)
-    nxt = jnp.roll(centerline, -1, axis=1)
-    # The closing segment joins the last valid point to point 0.
-    last = jnp.arange(centerline.shape[1])[None, :] == (num_points - 1)[:, None]
-    nxt = jnp.where(last[..., None], centerline[:, :1, :], nxt)
-    seg = jnp.linalg.norm(nxt - centerline, axis=-1) * track_mask.astype(jnp.float32)
+    _, seg = geometry.loop_segments(jnp, centerline, num_points)  # the closing segment joins the last point to 0
     arc = jnp.concatenate([jnp.zeros_like(seg[:, :1]), jnp.cumsum(seg, axis=1)[:, :-1]], axis=1)
     d = centerline[:, 1] - centerline[:, 0]
     k = jnp.arange(centerline.shape[1] + _SPAN - 1)

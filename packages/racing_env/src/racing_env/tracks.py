@@ -55,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
+from racing_env import geometry
 from racing_env._checks import integer_in
 from racing_env.types import BENCHMARK_VERSION, LEVEL0_TRACK_ID, MIN_TRACK_POINTS, TRACK_CAPACITY
 
@@ -466,22 +467,19 @@ class Track:
         if not np.all(np.isfinite(width) & (width > 0)):
             raise ValueError("half_width must be finite and > 0 (m)")
 
-        segment = np.roll(p, -1, axis=0) - p
-        segment_length = np.hypot(segment[:, 0], segment[:, 1])
+        _, segment_length = geometry.loop_segments(np, p, np.asarray(n))
         bad = np.flatnonzero(segment_length == 0)
         if bad.size:
             i = int(bad[0])
             raise ValueError(f"centerline points {i} and {(i + 1) % n} coincide (as float32); "
                              "do not repeat the first point at the end")
-        tangent = np.roll(p, -1, axis=0) - np.roll(p, 1, axis=0)
-        tangent_length = np.hypot(tangent[:, 0], tangent[:, 1])
-        bad = np.flatnonzero(tangent_length == 0)
+        tangent = geometry.loop_tangents(np, p)
+        bad = np.flatnonzero(np.linalg.norm(tangent, axis=-1) == 0)
         if bad.size:
             i = int(bad[0])
             raise ValueError(f"centerline doubles back at point {i}: points {(i - 1) % n} and "
                              f"{(i + 1) % n} coincide, so the tangent is undefined")
-        normal = np.stack([-tangent[:, 1], tangent[:, 0]], axis=1) / tangent_length[:, None]
-        offset = width[:, None] * normal
+        offset = width[:, None] * geometry.left_normals(np, tangent)
 
         def padded(values: np.ndarray) -> np.ndarray:
             out = np.zeros((TRACK_CAPACITY, 2), np.float32)

@@ -98,6 +98,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import warp as wp
+from racing_env import geometry
 from racing_env.tracks import Track, TrackPool
 from racing_env.types import BENCHMARK_VERSION, TRACK_CAPACITY
 from track_gen.course import Course
@@ -371,15 +372,11 @@ def _rows_geometry(center: jax.Array, count: jax.Array, width: jax.Array, seed: 
     to ``TRACK_CAPACITY`` points by arc length, boundaries, mask, length, id)."""
     capacity = TRACK_CAPACITY
     n = count[rows]  # [P]
-    num = center.shape[1]
-    index = jnp.arange(num)
-    used = index[None, :] < n[:, None]  # [P, N]
+    used = jnp.arange(center.shape[1])[None, :] < n[:, None]  # [P, N]
     # Past ``count`` the course line is NaN: zeros there keep NaN out of every sum.
     points = jnp.where(used[..., None], center[rows, :, :2] * np.float32(scale), 0.0)  # [P, N, 2], m
     # Segment i joins point i to point (i + 1) mod n: the last used point closes the loop.
-    closing = index[None, :] == (n - 1)[:, None]
-    after = jnp.where(closing[..., None], points[:, :1], jnp.roll(points, -1, axis=1))
-    seg = jnp.where(used, jnp.linalg.norm(after - points, axis=-1), 0.0)  # [P, N], m
+    after, seg = geometry.loop_segments(jnp, points, n)  # [P, N, 2] and [P, N], m
     seg_end = jnp.cumsum(seg, axis=1)  # arc at the end of segment i
     lap = seg_end[:, -1]  # [P], m
     target = lap[:, None] * (jnp.arange(capacity, dtype=jnp.float32) / capacity)[None, :]  # [P, C], in [0, L)
@@ -394,9 +391,7 @@ def _rows_geometry(center: jax.Array, count: jax.Array, width: jax.Array, seed: 
     centerline = a + frac[..., None] * (b - a)  # [P, C, 2], m
 
     ahead = jnp.roll(centerline, -1, axis=1)
-    tangent = ahead - jnp.roll(centerline, 1, axis=1)  # central difference around the loop
-    left_normal = jnp.stack([-tangent[..., 1], tangent[..., 0]], axis=-1)
-    left_normal = left_normal / jnp.linalg.norm(left_normal, axis=-1, keepdims=True)
+    left_normal = geometry.left_normals(jnp, geometry.loop_tangents(jnp, centerline))
     offset = (np.float32(0.5 * scale) * width[rows])[:, None, None] * left_normal
     return PoolArrays(
         centerline=centerline,
