@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from worlds import SHORT_LEVEL
+from worlds import SHORT_LEVEL, check_donated_buffers_keep_their_addresses
 
 from racing_env import LEVEL_0, TerminationReason, VecCarRacingEnv, core, level0_track
 from racing_env.types import INFO_FIELDS
@@ -102,24 +102,5 @@ def test_first_world_is_checked_by_name(config, short_pool, first_world, error):
 
 
 def test_donated_buffers_keep_their_addresses(mjx_pool_env):
-    """Donation updates the state in place on the CPU as on a GPU: every
-    physics buffer stays where it is across steps and resets (a reset must
-    not hand a physics field's buffer to a Challenge output of its shape),
-    every Challenge-state buffer across steps."""
-    env = mjx_pool_env
-
-    def addresses(tree):
-        jax.block_until_ready(tree)
-        return [leaf.unsafe_buffer_pointer() for leaf in jax.tree.leaves(tree) if leaf.size]
-
-    env.reset(seed=2)
-    action = jnp.zeros((env.num_envs, 2), jnp.float32)
-    env.step(action)
-    state, data = (addresses(part) for part in env.core_state())
-    for _ in range(5):
-        env.step(action)
-    assert addresses(env.core_state()[0]) == state
-    env.reset(seed=3)
-    env.step(action.at[0].set(jnp.nan))
-    env.step(action)
-    assert addresses(env.core_state()[1]) == data
+    """On the CPU as on a GPU (test_gpu.py runs the same check there)."""
+    check_donated_buffers_keep_their_addresses(mjx_pool_env)

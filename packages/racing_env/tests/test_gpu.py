@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from racing_env.pursuit import pursuit
+from worlds import check_donated_buffers_keep_their_addresses
 from racing_env import LEVEL_0, TerminationReason, VecCarRacingEnv, level0_track
 
 pytestmark = [
@@ -52,25 +53,7 @@ def test_no_transfers_either_way_in_active_and_mixed_reset_steps(gpu_env):
 
 
 def test_donated_buffers_keep_their_addresses(gpu_env):
-    """Donation updates the state in place: every physics buffer stays where
-    it is across steps and resets, every env-state buffer across steps."""
-    env = gpu_env
-
-    def addresses(tree):
-        jax.block_until_ready(tree)
-        return [leaf.unsafe_buffer_pointer() for leaf in jax.tree.leaves(tree) if leaf.size]
-
-    env.reset(seed=2)
-    action = jnp.zeros((env.num_envs, 2), jnp.float32)
-    env.step(action)
-    state, data = (addresses(part) for part in env.core_state())
-    for _ in range(5):
-        env.step(action)
-    assert addresses(env.core_state()[0]) == state
-    env.reset(seed=3)
-    env.step(action.at[0].set(jnp.nan))
-    env.step(action)
-    assert addresses(env.core_state()[1]) == data
+    check_donated_buffers_keep_their_addresses(gpu_env)
 
 
 def test_jax_work_between_steps_captures_no_new_graph(gpu_env, monkeypatch):
