@@ -135,15 +135,15 @@ class Rollout:
         buf = self.buf
         valid = buf["valid"] > 0
         ended = (buf["terminated"] | buf["truncated"]) & valid
-        sums = torch.stack([((buf["ending"] == MARGIN) & valid).sum(), ((buf["ending"] == STALL) & valid).sum(),
-                            valid.sum()]).double()
-        sums = torch.cat([sums, torch.stack([(buf["speed"] * buf["valid"]).sum(),
-                                             (buf["reward"] * buf["valid"]).sum()]).double()])
+        sums = torch.stack([part.sum().double() for part in (
+            (buf["ending"] == MARGIN) & valid, (buf["ending"] == STALL) & valid, valid,
+            buf["speed"] * buf["valid"], buf["reward"] * buf["valid"])])
         mine = (buf["reason"][ended].cpu().numpy(), buf["progress"][ended].cpu().numpy(),
                 buf["lap_time"][ended & (buf["reason"] == TerminationReason.SUCCESS)].cpu().numpy(),
                 sums.cpu().numpy())
-        reason, progress, laps, sums = (np.concatenate(part) if i < 3 else np.sum(part, axis=0)
-                                        for i, part in enumerate(zip(*self.group.objects(mine))))
+        parts = self.group.objects(mine)  # every process's, in rank order
+        reason, progress, laps = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        sums = np.sum([p[3] for p in parts], axis=0)
         n = int(reason.size)
         count = max(sums[2], 1.0)
 

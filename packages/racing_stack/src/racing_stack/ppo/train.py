@@ -219,10 +219,9 @@ class Trainer:
                 stats += torch.cat([losses, norms.detach()])
         stats /= cfg.epochs * cfg.minibatches
         group.sum(stats[:len(LOSS_FIELDS)])  # each process's part of the minibatches' means
-        count, total, wrong = group.sum(torch.stack([mask.sum(), (ret * mask).sum(),
-                                                     ((ret - flat["value"]) * mask).sum()]))
+        error = (ret - flat["value"]) * mask
+        count, total, wrong = group.sum(torch.stack([mask.sum(), (ret * mask).sum(), error.sum()]))
         count = count.clamp(min=1.0)
-        error = ((ret - flat["value"]) * mask)
         spread, unexplained = group.sum(torch.stack([(((ret - total / count) * mask) ** 2).sum(),
                                                      ((error - wrong / count) ** 2 * mask).sum()])) / count
         explained = 1.0 - unexplained / spread.clamp(min=1e-12)
