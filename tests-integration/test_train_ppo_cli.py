@@ -94,6 +94,10 @@ def run(run_folder, tmp_path):
     (["--set", "hidden=3"], "--set", "hidden"),
     (["--set", "seed=-1"], "--set", "seed"),
     (["--set", "learning_rate=1" + "0" * 400], "--set", "learning_rate"),
+    (["--timeout", "nan"], "--timeout", "got nan"),
+    (["--timeout", "inf"], "--timeout", "got inf"),
+    (["--timeout", "0"], "--timeout", "in (0, 86400] seconds"),
+    (["--timeout", "soon"], "--timeout", "invalid float value: 'soon'"),
 ], ids=lambda v: " ".join(v)[:40] if isinstance(v, list) else None)
 def test_a_bad_flag_is_a_usage_error_naming_it(capsys, envs, tmp_path, extra, flag, said):
     message = usage_error(capsys, FLAGS + ["--out", str(tmp_path / "out")] + extra)

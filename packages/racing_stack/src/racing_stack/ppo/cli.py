@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
     config = _config(parser, args)
-    if not args.timeout > 0:
-        parser.error(f"--timeout must be > 0 seconds, got {args.timeout}")
+    if not 0 < args.timeout <= 86400:  # NaN and inf too
+        parser.error(f"--timeout must be in (0, 86400] seconds, got {args.timeout}")
     group = distributed.start(args.timeout)  # before JAX picks its GPU
     try:
         return _train(parser, args, config, group)
