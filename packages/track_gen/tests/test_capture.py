@@ -18,6 +18,7 @@ from track_gen.course import Course
 from track_gen.errors import CaptureError
 from track_gen.interop.torch import registered, retain
 from track_gen.pipeline import presets
+from track_gen.seeds import effective_seed
 
 E = 8
 
@@ -39,7 +40,8 @@ def launches(graph) -> int:
 
 def snapshot(course):
     r = course.result
-    return [a.numpy().copy() for a in (r.center, r.sdf, r.height, r.checkpoints, r.valid, r.generation)]
+    return [a.numpy().copy() for a in (r.center, r.sdf, r.height, r.checkpoints, r.valid, r.track_id,
+                                          r.generation)]
 
 
 @pytest.mark.parametrize("mode", [track_exec.unconditional, track_exec.conditional, None])
@@ -142,6 +144,9 @@ def test_a_recorded_masked_regeneration_follows_the_mask_written_before_each_rep
     generation = course.result.generation.numpy()
     assert generation[2] == before[-1][2] + 1
     assert np.array_equal(np.delete(generation, 2), np.delete(before[-1], 2))
+    track_id = course.result.track_id.numpy()
+    assert track_id[2] == effective_seed(int(course.rng.seeds_warp.numpy()[2]), int(generation[2])) != before[-2][2]
+    assert np.array_equal(np.delete(track_id, 2), np.delete(before[-2], 2))
 
 
 def test_bind_inside_a_capture_records_nothing_and_a_step_keeps_the_buffers_it_was_recorded_with():

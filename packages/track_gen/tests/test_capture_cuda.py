@@ -17,6 +17,7 @@ from track_gen import exec as track_exec
 from track_gen.course import Course
 from track_gen.errors import CaptureError
 from track_gen.pipeline import presets
+from track_gen.seeds import effective_seed
 
 pytestmark = pytest.mark.gpu
 
@@ -38,7 +39,7 @@ def recorded(fn, device):
 
 def snapshot(course):
     r = course.result
-    return [a.numpy().copy() for a in (r.center, r.sdf, r.checkpoints, r.valid, r.generation)]
+    return [a.numpy().copy() for a in (r.center, r.sdf, r.checkpoints, r.valid, r.generation, r.track_id)]
 
 
 def top_level(fn, device):
@@ -79,6 +80,9 @@ def test_scoped_capture_skips_an_all_zero_mask_on_device_and_runs_a_set_one(cour
     generation = course.result.generation.numpy()
     assert generation[7] == before[4][7] + 1
     assert np.array_equal(np.delete(generation, 7), np.delete(before[4], 7))
+    track_id = course.result.track_id.numpy()
+    assert track_id[7] == effective_seed(int(course.rng.seeds_warp.numpy()[7]), int(generation[7])) != before[5][7]
+    assert np.array_equal(np.delete(track_id, 7), np.delete(before[5], 7))
     keep = np.arange(E) != 7
     assert course.result.center.numpy()[keep].tobytes() == before[0][keep].tobytes()
 

@@ -12,9 +12,10 @@ A track_gen track course (``Course.track``) becomes a racing_env
 
 What happens, in order:
 
-1. ``course_arrays(course)`` imports the course line and its metadata from
-   Warp to JAX over DLPack (``jax.dlpack.from_dlpack(..., copy=False)``):
-   the JAX arrays are the Warp buffers, on the same device, zero-copy.
+1. ``course_arrays(course)`` (``track_gen.interop.jax``, re-exported here)
+   imports the course line and its metadata, track ids included, from Warp
+   to JAX over DLPack (``jax.dlpack.from_dlpack(..., copy=False)``): the JAX
+   arrays are the Warp buffers, on the same device, zero-copy.
 2. ``admitted_envs(arrays)`` reads which envs are admitted: one
    device-to-host read of ``E`` int8 values (an explicit ``jax.device_get``),
    the only one. Its count sizes the pool (JAX shapes are static).
@@ -28,14 +29,13 @@ Admission. Only valid envs (``result.valid[e] == 1``: every track_gen check
 passed) become rows, in env order. ``ValueError`` if none is valid, or if two
 valid envs share a ``track_id`` (a pool's ids must be unique).
 
-Identity. A row's ``track_id`` is its env's effective uint32 seed,
-``track_gen.seeds.effective_seed(seed_e, generation_e)``: the seed the env
-was built with at epoch 0, else the hash of (seed, epoch) that rebuilds the
-course as env 0 of a fresh ``Course.track(spec, seeds=track_id)``. The epoch
-is ``result.generation`` (the epoch the current course was built with); the
-seed is ``course.rng.seeds_warp``, so build the pool before writing new seeds
-there (a written seed is not yet the course's until a regeneration selects
-the env).
+Identity. A row's ``track_id`` is its env's ``result.track_id``, which
+track_gen writes with each regeneration: the effective uint32 seed the
+course was built with, ``track_gen.seeds.effective_seed(seed_e, epoch_e)``
+(the seed itself at epoch 0, else the hash of (seed, epoch) that rebuilds
+the course as env 0 of a fresh ``Course.track(spec, seeds=track_id)``). A
+seed written into ``course.rng.seeds_warp`` changes no id until a
+regeneration selects the env.
 
 Scale. track_gen works at small-robot scale; racing_env drives a full-size
 car. One factor, ``scale`` (default ``COURSE_SCALE`` = 40), multiplies every
@@ -70,39 +70,35 @@ across a bend of the course line is up to ~2% shorter), so a lap of at least
 A smaller preset or scale can fall below it; the env then raises at
 construction.
 
-Reproducibility. A row is a function of its env's course line, width, seed
-and epoch, and of ``scale``, up to float32 rounding: XLA may round the last
+Reproducibility. A row is a function of its env's course line, width and
+track id, and of ``scale``, up to float32 rounding: XLA may round the last
 bit differently for another number of rows or another device (~1e-5 m at car
 scale), so the same ``track_id`` can hash differently in two pools. A saved
 pool file, whose manifest binds ids to hashes, is the identity to rely on.
 
-Lifetime. ``CourseArrays`` are views of the course's live Warp buffers: a
-regeneration rewrites them in place, under JAX's feet. Take them right before
-use (the DLPack handshake orders JAX after the Warp work enqueued before the
-call, on the course's stream) and do not keep them across a regeneration.
-A ``TrackPool`` shares no memory with the course, and ``pool_from_course``
+Lifetime. ``CourseArrays`` are views of the course's live Warp buffers (see
+``track_gen.interop.jax``): do not keep them across a regeneration. A
+``TrackPool`` shares no memory with the course, and ``pool_from_course``
 returns only once the device has finished reading the course, so the course
 may be regenerated at once.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import functools
 import math
 import operator
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import warp as wp
 from racing_env import geometry
 from racing_env.tracks import Track, TrackPool
-from racing_env.types import BENCHMARK_VERSION, TRACK_CAPACITY
+from racing_env.types import BENCHMARK_VERSION, TRACK_CAPACITY, PoolArrays
 from track_gen.course import Course
 from track_gen.generator import TrackGenerator
+from track_gen.interop.jax import CourseArrays, course_arrays
 
 __all__ = [
     "COURSE_SCALE",
@@ -110,7 +106,6 @@ __all__ = [
     "PoolArrays",
     "admitted_envs",
     "course_arrays",
-    "effective_seeds",
     "pool_arrays",
     "pool_from_course",
     "track_from_course",
@@ -119,12 +114,6 @@ __all__ = [
 COURSE_SCALE: float = 40.0
 """track_gen metres -> car metres: a default course's lap of ~10 m becomes ~390 m, its 0.3 m width 12 m."""
 
-# track_gen.seeds' hash constants (MurmurHash3's finaliser), as uint32 so that
-# no Python int >= 2**31 enters a jitted expression.
-_M1 = np.uint32(0x85EBCA6B)
-_M2 = np.uint32(0xC2B2AE35)
-_GOLDEN = np.uint32(0x9E3779B9)
-
 # Admission codes of ``_admission``.
 _INVALID, _ADMITTED, _REPEATED_ID = 0, 1, 2
 
@@ -132,131 +121,13 @@ _INVALID, _ADMITTED, _REPEATED_ID = 0, 1, 2
 # --------------------------------------------------------------------------- the course, in JAX
 
 
-@dataclasses.dataclass(frozen=True)
-class CourseArrays:
-    """A track course's arrays as JAX arrays: zero-copy DLPack views of the
-    course's Warp buffers, on the course's device (``E`` envs, ``N`` =
-    ``N_max`` course-line points; lengths in track_gen metres, unscaled).
-
-    Views of live buffers: a regeneration rewrites them (see the module's
-    "Lifetime").
-
-    Attributes:
-        center: ``[E, N, 3]`` float32 (m), ``result.center``: the closed
-            course line (point ``count - 1`` joins point 0), z the height
-            profile, NaN past ``count``.
-        count: ``[E]`` int32, ``result.count``: course-line points used.
-        valid: ``[E]`` int32, ``result.valid``: 1 when every check passed.
-        width: ``[E]`` float32 (m), ``result.width``: the track width.
-        seed: ``[E]`` uint32, ``course.rng.seeds_warp``: the envs' seeds.
-        generation: ``[E]`` int32, ``result.generation``: the epoch each
-            env's current course was built with.
-    """
-
-    center: jax.Array  # [E, N, 3] float32, m
-    count: jax.Array  # [E] int32
-    valid: jax.Array  # [E] int32
-    width: jax.Array  # [E] float32, m
-    seed: jax.Array  # [E] uint32
-    generation: jax.Array  # [E] int32
-
-    @property
-    def num_envs(self) -> int:
-        """``E``."""
-        return int(self.count.shape[0])
-
-    @property
-    def points(self) -> jax.Array:
-        """``[E, N, 2]`` float32 (m): the course line's xy (a new array on the device)."""
-        return self.center[..., :2]
-
-    @property
-    def half_width(self) -> jax.Array:
-        """``[E]`` float32 (m): half the track width (a new array on the device)."""
-        return 0.5 * self.width
-
-    @property
-    def track_ids(self) -> jax.Array:
-        """``[E]`` uint32: each env's effective seed, its ``track_id`` (on the device)."""
-        return effective_seeds(self.seed, self.generation)
-
-
-def course_arrays(course: Course | TrackGenerator) -> CourseArrays:
-    """The course line, counts, validity, widths, seeds and epochs of a track
-    course, imported from Warp to JAX over DLPack without a copy.
-
-    Args:
-        course: a ``Course.track(...)`` (or its ``TrackGenerator``), on
-            ``"cpu"`` or ``"cuda:N"``.
-
-    Returns:
-        The ``CourseArrays``: JAX arrays that share the Warp buffers
-        (``x.unsafe_buffer_pointer() == warp_array.ptr``), on the course's device.
-
-    Raises:
-        TypeError: ``course`` is not a track course (a gates course has no
-            track width), or a buffer cannot be shared without a copy.
-    """
-    generator = _track_generator(course)
-    stream = course.stream if isinstance(course, Course) else None
-    result = generator.result
-    buffers = dict(center=result.center, count=result.count, valid=result.valid, width=result.width,
-                   seed=generator.rng.seeds_warp, generation=result.generation)
-    # Warp's side of the DLPack handshake makes JAX's stream wait for Warp's
-    # current one: make that the stream the course runs on.
-    scoped = (wp.ScopedStream(stream, sync_enter=False) if stream is not None
-              else contextlib.nullcontext())
-    with scoped:
-        return CourseArrays(**{name: jax.dlpack.from_dlpack(array, copy=False)
-                               for name, array in buffers.items()})
-
-
-def _track_generator(course: Any) -> TrackGenerator:
-    if isinstance(course, Course):
-        generator = course.generator
-    elif isinstance(course, TrackGenerator):
-        generator = course
-    else:
-        raise TypeError(f"course must be a track_gen Course (Course.track) or a TrackGenerator, "
-                        f"got {type(course).__name__}")
-    if not isinstance(generator, TrackGenerator):
-        raise TypeError(f"course must be a track course (Course.track): a {type(generator).__name__}'s "
-                        "course line has no track width")
-    return generator
-
-
-@jax.jit
-def effective_seeds(seed: jax.Array, epoch: jax.Array) -> jax.Array:
-    """``track_gen.seeds.effective_seed`` in JAX, elementwise, bit for bit.
-
-    Args:
-        seed: uint32, any shape.
-        epoch: int32 (``>= 0``), the same shape.
-
-    Returns:
-        uint32: ``seed`` where ``epoch == 0``, else the 32-bit hash of (seed, epoch).
-    """
-    mixed = epoch.astype(jnp.uint32) * _M1 + _GOLDEN
-    return jnp.where(epoch == 0, seed, _fmix32(seed ^ _fmix32(mixed)))
-
-
-def _fmix32(h: jax.Array) -> jax.Array:
-    """MurmurHash3's 32-bit finaliser on uint32 (wrapping arithmetic)."""
-    h = h ^ (h >> 16)
-    h = h * _M1
-    h = h ^ (h >> 13)
-    h = h * _M2
-    return h ^ (h >> 16)
-
-
 # --------------------------------------------------------------------------- admission: the one read
 
 
 @jax.jit
-def _admission(valid: jax.Array, seed: jax.Array, generation: jax.Array) -> jax.Array:
+def _admission(valid: jax.Array, ids: jax.Array) -> jax.Array:
     """``[E]`` int8 per env: 0 invalid, 1 admitted, 2 valid but with the
     ``track_id`` of an earlier valid env."""
-    ids = effective_seeds(seed, generation)
     ok = valid != 0
     env = jnp.arange(valid.shape[0])
     # Valid envs first, by id, then by env: a repeat follows its first occurrence.
@@ -286,10 +157,10 @@ def admitted_envs(arrays: CourseArrays) -> np.ndarray:
         ValueError: no env is valid, or two valid envs share a ``track_id``.
     """
     _check_arrays(arrays)
-    codes = np.asarray(jax.device_get(_admission(arrays.valid, arrays.seed, arrays.generation)))
+    codes = np.asarray(jax.device_get(_admission(arrays.valid, arrays.track_id)))
     repeated = np.flatnonzero(codes == _REPEATED_ID)
     if repeated.size:
-        ids = np.asarray(jax.device_get(arrays.track_ids))  # the error path only
+        ids = np.asarray(jax.device_get(arrays.track_id))  # the error path only
         first = int(repeated[0])
         twins = np.flatnonzero((ids == ids[first]) & (codes != _INVALID)).tolist()
         raise ValueError(f"valid envs {twins} share track_id {int(ids[first])} (their effective seed); "
@@ -302,27 +173,6 @@ def admitted_envs(arrays: CourseArrays) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- geometry, on device
-
-
-class PoolArrays(NamedTuple):
-    """A pool's six arrays on the course's device, named as
-    ``TrackPool.from_arrays`` takes them (``P`` rows, car metres).
-
-    Attributes:
-        centerline: ``[P, 640, 2]`` float32 (m).
-        left_boundary: ``[P, 640, 2]`` float32 (m).
-        right_boundary: ``[P, 640, 2]`` float32 (m).
-        track_mask: ``[P, 640]`` int8, all ones.
-        track_length: ``[P]`` float32 (m), the closed perimeter of the centerline.
-        track_id: ``[P]`` uint32, the envs' effective seeds.
-    """
-
-    centerline: jax.Array
-    left_boundary: jax.Array
-    right_boundary: jax.Array
-    track_mask: jax.Array
-    track_length: jax.Array
-    track_id: jax.Array
 
 
 def pool_arrays(arrays: CourseArrays, num_rows: int, *, scale: float = COURSE_SCALE) -> PoolArrays:
@@ -350,24 +200,24 @@ def pool_arrays(arrays: CourseArrays, num_rows: int, *, scale: float = COURSE_SC
     _check_arrays(arrays)
     num_rows = _check_count("num_rows", num_rows, 1, arrays.num_envs)
     scale = _check_scale(scale)
-    return _pool_geometry(arrays.center, arrays.count, arrays.width, arrays.seed, arrays.generation,
+    return _pool_geometry(arrays.center, arrays.count, arrays.width, arrays.track_id,
                           arrays.valid, num_rows=num_rows, scale=scale)
 
 
 @functools.partial(jax.jit, static_argnames=("num_rows", "scale"))
-def _pool_geometry(center, count, width, seed, generation, valid, *, num_rows: int, scale: float) -> PoolArrays:
+def _pool_geometry(center, count, width, track_id, valid, *, num_rows: int, scale: float) -> PoolArrays:
     rows = jnp.nonzero(valid != 0, size=num_rows)[0]
-    return _rows_geometry(center, count, width, seed, generation, rows, scale)
+    return _rows_geometry(center, count, width, track_id, rows, scale)
 
 
 @functools.partial(jax.jit, static_argnames=("env", "scale"))
-def _env_geometry(center, count, width, seed, generation, *, env: int, scale: float) -> PoolArrays:
+def _env_geometry(center, count, width, track_id, *, env: int, scale: float) -> PoolArrays:
     rows = jnp.full((1,), env, jnp.int32)
-    return _rows_geometry(center, count, width, seed, generation, rows, scale)
+    return _rows_geometry(center, count, width, track_id, rows, scale)
 
 
-def _rows_geometry(center: jax.Array, count: jax.Array, width: jax.Array, seed: jax.Array,
-                   generation: jax.Array, rows: jax.Array, scale: float) -> PoolArrays:
+def _rows_geometry(center: jax.Array, count: jax.Array, width: jax.Array, track_id: jax.Array,
+                   rows: jax.Array, scale: float) -> PoolArrays:
     """The rows ``rows`` ``[P]`` of a pool (the envs' course lines resampled
     to ``TRACK_CAPACITY`` points by arc length, boundaries, mask, length, id)."""
     capacity = TRACK_CAPACITY
@@ -399,7 +249,7 @@ def _rows_geometry(center: jax.Array, count: jax.Array, width: jax.Array, seed: 
         right_boundary=centerline - offset,
         track_mask=jnp.ones((rows.shape[0], capacity), jnp.int8),
         track_length=jnp.sum(jnp.linalg.norm(ahead - centerline, axis=-1), axis=1),
-        track_id=effective_seeds(seed[rows], generation[rows]),
+        track_id=track_id[rows],
     )
 
 
@@ -467,7 +317,7 @@ def track_from_course(course: Course | TrackGenerator, env: int, *, scale: float
     env = _check_count("env", env, 0, arrays.num_envs - 1)
     if int(jax.device_get(arrays.valid)[env]) == 0:
         raise ValueError(f"env {env} has no valid course (valid == 0): only valid courses become Tracks")
-    row = _env_geometry(arrays.center, arrays.count, arrays.width, arrays.seed, arrays.generation,
+    row = _env_geometry(arrays.center, arrays.count, arrays.width, arrays.track_id,
                         env=env, scale=scale)
     return Track(**{name: np.asarray(value[0]) for name, value in jax.device_get(row)._asdict().items()})
 

@@ -224,7 +224,7 @@ class TrackGenerator(_LoopGenerator):
             checkpoints=z((e, capacity), wp.int32), num_checkpoints=z(e, wp.int32),
             sdf=z((e, r, r), wp.float32), sdf_origin=z(e, wp.vec2), sdf_cell=z(e, wp.float32),
             height=z((e, r, r), wp.float32), valid=z(e, wp.int32), fail_mask=z(e, wp.int32),
-            generation=z(e, wp.int32),
+            generation=z(e, wp.int32), track_id=z(e, wp.uint32),
         )
         # The splat's fixed-point distances live in the SDF's own memory.
         self._sdf_steps = wp.array(ptr=self.result.sdf.ptr, shape=(e, r, r), dtype=wp.int32, device=self.device)
@@ -238,7 +238,7 @@ class TrackGenerator(_LoopGenerator):
         capacity = self._checkpoint_capacity()
         # Course line, frames and boundaries; checkpoints; SDF and height;
         # chunk boxes; per-env scalars.
-        return 64 * n + 4 * capacity + 8 * r * r + 16 * chunks + 80, max(n, capacity, r * r)
+        return 64 * n + 4 * capacity + 8 * r * r + 16 * chunks + 84, max(n, capacity, r * r)
 
     @property
     def progress_marks(self) -> wp.array:
@@ -273,8 +273,8 @@ class TrackGenerator(_LoopGenerator):
                                                    self._too_close])
         launch(tracks.loop_checks, e, inputs=[active, res.center, res.count, self._truncated, self._crossings,
                                               self._too_close, self._tight, self._bad_params, res.length,
-                                              self.rng.epochs],
-               outputs=[res.fail_mask, res.valid, res.generation])
+                                              self.rng.seeds_warp, self.rng.epochs],
+               outputs=[res.fail_mask, res.valid, res.generation, res.track_id])
         launch(bakes.checkpoint_indices, (e, res.checkpoints.shape[1]),
                inputs=[active, res.length, res.count, self.checkpoint_spacing, self._spacing],
                outputs=[res.checkpoints, res.num_checkpoints])
@@ -306,13 +306,14 @@ class GateGenerator(_LoopGenerator):
             center=z((e, n), wp.vec3),
             count=z(e, wp.int32), arc=z((e, n), wp.float32), length=z(e, wp.float32),
             valid=z(e, wp.int32), fail_mask=z(e, wp.int32), generation=z(e, wp.int32),
+            track_id=z(e, wp.uint32),
         )
 
     def _footprint(self) -> tuple[int, int]:
         g, n = self.spec.max_gates, self.spec.n_max
         # Gates (centres, normals, posts, arcs, polyline, arc table); the
         # course line; per-env scalars.
-        return 64 * g + 16 * n + 40, max(2 * g, n)
+        return 64 * g + 16 * n + 44, max(2 * g, n)
 
     @property
     def progress_marks(self) -> wp.array:
@@ -341,5 +342,6 @@ class GateGenerator(_LoopGenerator):
         launch(gates.gate_arcs, (e, s.max_gates), inputs=[active, self._gate_cum, res.num_gates],
                outputs=[res.gate_arc])
         launch(gates.bar_checks, e, inputs=[active, res.posts, res.num_gates, self._line_truncated,
-                                            self._bad_params, res.count, res.length, self.rng.epochs],
-               outputs=[res.fail_mask, res.valid, res.generation])
+                                            self._bad_params, res.count, res.length,
+                                            self.rng.seeds_warp, self.rng.epochs],
+               outputs=[res.fail_mask, res.valid, res.generation, res.track_id])

@@ -37,6 +37,11 @@ class TrackResult:
         valid: ``[E]`` int32, 1 when ``fail_mask`` is 0.
         fail_mask: ``[E]`` int32, the bits of ``track_gen.checks``.
         generation: ``[E]`` int32, the epoch the env's course was built with.
+        track_id: ``[E]`` uint32, the course's id: the effective seed it was
+            built with, ``effective_seed(seed_e, generation_e)`` (the seed
+            itself at epoch 0), so ``Course.track(spec, seeds=track_id)``
+            builds it again as env 0 at epoch 0. Written with ``generation``:
+            a new seed counts from the next regeneration.
     """
 
     center: wp.array2d(dtype=wp.vec3)
@@ -57,6 +62,7 @@ class TrackResult:
     valid: wp.array(dtype=wp.int32)
     fail_mask: wp.array(dtype=wp.int32)
     generation: wp.array(dtype=wp.int32)
+    track_id: wp.array(dtype=wp.uint32)
 
 
 @dataclasses.dataclass
@@ -72,7 +78,7 @@ class GateResult:
         gate_arc: ``[E, G]`` float32, arc length of each gate centre along the course line.
         center, count, arc: the course line through the gate centres (as for tracks).
         length: ``[E]`` float32, the course line's lap length.
-        valid, fail_mask, generation: as for tracks (fail bit: crossing bars).
+        valid, fail_mask, generation, track_id: as for tracks (fail bit: crossing bars).
     """
 
     num_gates: wp.array(dtype=wp.int32)
@@ -88,3 +94,4 @@ class GateResult:
     valid: wp.array(dtype=wp.int32)
     fail_mask: wp.array(dtype=wp.int32)
     generation: wp.array(dtype=wp.int32)
+    track_id: wp.array(dtype=wp.uint32)

@@ -79,15 +79,17 @@ def bar_checks(
     bad_params: wp.array(dtype=wp.int32),
     count: wp.array(dtype=wp.int32),
     length: wp.array(dtype=wp.float32),
+    seeds: wp.array(dtype=wp.uint32),
     epochs: wp.array(dtype=wp.int32),
     fail_mask: wp.array(dtype=wp.int32),
     valid: wp.array(dtype=wp.int32),
     generation: wp.array(dtype=wp.int32),
+    track_id: wp.array(dtype=wp.uint32),
 ):
     """Crossing bars: two gates' bars intersect; truncation: the course line
     through the gate centres needs more than ``N_max`` points; params: a
     param out of range, or a course line of fewer than 3 points or no
-    length. Records the epoch the course was built with."""
+    length. Records the epoch the course was built with and its track id."""
     e = wp.tid()
     if active[e] == 0:
         return
@@ -108,6 +110,7 @@ def bar_checks(
     fail_mask[e] = bits
     valid[e] = wp.where(bits == 0, 1, 0)
     generation[e] = epochs[e]
+    track_id[e] = effective_seed_wp(seeds[e], epochs[e])
 
 
 @wp.kernel

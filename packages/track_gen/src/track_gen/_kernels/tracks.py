@@ -7,6 +7,7 @@ import warp as wp
 
 from track_gen._kernels.geometry import NAN, TWO_PI, box_gap, cross2, segments_cross, xy
 from track_gen.checks import FAIL_PARAMS, FAIL_THICKNESS, FAIL_TRUNCATION, FAIL_TURNING
+from track_gen.seeds import effective_seed_wp
 
 
 @wp.kernel
@@ -197,17 +198,19 @@ def loop_checks(
     tight: wp.array(dtype=wp.int32),
     bad_params: wp.array(dtype=wp.int32),
     length: wp.array(dtype=wp.float32),
+    seeds: wp.array(dtype=wp.uint32),
     epochs: wp.array(dtype=wp.int32),
     fail_mask: wp.array(dtype=wp.int32),
     valid: wp.array(dtype=wp.int32),
     generation: wp.array(dtype=wp.int32),
+    track_id: wp.array(dtype=wp.uint32),
 ):
     """Fail bits per env: turning (the course line's total turning is not
     ±2π, or two non-adjacent segments cross), thickness (a radius of
     curvature below the half-width, a boundary segment running backwards, or
     non-neighbouring points closer than the width), truncation, params (a param out of range, or a course line
     of fewer than 3 points or no length). Records the epoch the course was
-    built with."""
+    built with and its track id."""
     e = wp.tid()
     if active[e] == 0:
         return
@@ -229,3 +232,4 @@ def loop_checks(
     fail_mask[e] = bits
     valid[e] = wp.where(bits == 0, 1, 0)
     generation[e] = epochs[e]
+    track_id[e] = effective_seed_wp(seeds[e], epochs[e])
