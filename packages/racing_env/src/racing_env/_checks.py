@@ -1,8 +1,23 @@
-"""Argument checks shared by the public functions (errors name the argument)."""
+"""Argument checks shared by the public functions (errors name the argument):
+scalars, names and sequences, and the shapes, kinds and values of tracks and
+pools."""
 
 from __future__ import annotations
 
+import operator
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
 import numpy as np
+
+from racing_env.types import MIN_TRACK_POINTS, TRACK_CAPACITY
+
+UINT32_LIMIT = 2**32
+NAME_PATTERN = re.compile(r"[0-9A-Za-z._-]{1,32}")
+#: The pool fields that hold points (float32, m).
+FLOAT_FIELDS = ("centerline", "left_boundary", "right_boundary")
 
 
 def integer_in(value: object, name: str, low: int, end: int, end_text: str | None = None) -> int:
@@ -36,3 +51,188 @@ def no_render_mode(render_mode: object, env: str) -> None:
             "racing_env.render.EpisodeView to racing_env.runner.run(..., view=...), or run "
             "sim/evaluate with --render or --record FILE"
         )
+
+
+def is_floating(dtype: Any) -> bool:
+    # jnp.issubdtype knows the ml_dtypes floats (bfloat16, ...), np.issubdtype does not.
+    return bool(jnp.issubdtype(dtype, jnp.floating))
+
+
+def is_integer_or_bool(dtype: Any) -> bool:
+    return bool(jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.bool_))
+
+
+def host_array(name: str, value: Any) -> np.ndarray:
+    """``np.asarray(value)``, with errors that name the argument."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{name} must be a rectangular numeric array: {err}") from None
+
+
+def to_float32(arr: np.ndarray) -> np.ndarray:
+    """A fresh float32 copy; values beyond float32's range become inf (callers check finiteness)."""
+    with np.errstate(over="ignore"):
+        return arr.astype(np.float32, copy=True)
+
+
+def check_shape(name: str, shape: tuple[int, ...], expected: tuple[int, ...], how: str) -> None:
+    if tuple(shape) != expected:
+        raise ValueError(f"{name} must have shape {how} = {expected}, got {tuple(shape)}")
+
+
+def check_float_kind(name: str, dtype: Any) -> None:
+    if not is_floating(dtype):
+        raise TypeError(f"{name} must have a real floating dtype (converted to float32), "
+                        f"got {str(dtype)}")
+
+
+def check_int_kind(name: str, dtype: Any) -> None:
+    if not is_integer_or_bool(dtype):
+        raise TypeError(f"{name} must have an integer dtype, got {str(dtype)}")
+
+
+def check_id_kind(name: str, dtype: Any) -> None:
+    if jnp.issubdtype(dtype, jnp.bool_) or not jnp.issubdtype(dtype, jnp.integer):
+        raise TypeError(f"{name} must have an integer dtype (converted to uint32), got {str(dtype)}")
+
+
+def scalar_int(name: str, value: Any) -> int:
+    """A Python int from an int, NumPy integer or 0-d integer array; bools are refused."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer, got a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
+
+
+def check_track_id(name: str, value: Any) -> np.uint32:
+    index = scalar_int(name, value)
+    if not 0 <= index < UINT32_LIMIT:
+        raise ValueError(f"{name} must be in [0, 2**32), got {index}")
+    return np.uint32(index)
+
+
+def positive_length(name: str, value: Any) -> np.float32:
+    """A float32 scalar, finite and > 0, from a real number (bools refused)."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a real number, got a bool")
+    arr = host_array(name, value)
+    if arr.shape != ():
+        raise ValueError(f"{name} must be a scalar, got shape {arr.shape}")
+    if not (is_floating(arr.dtype) or jnp.issubdtype(arr.dtype, jnp.integer)):
+        raise TypeError(f"{name} must be a real number, got {str(arr.dtype)}")
+    length = np.float32(to_float32(arr))
+    if not (np.isfinite(length) and length > 0):
+        raise ValueError(f"{name} must be finite and > 0 (m, as float32), got {arr.item()!r}")
+    return length
+
+
+def check_name(name: str, value: Any) -> str:
+    """A short identifier: a str of 1-32 characters from ``[0-9A-Za-z._-]``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if not NAME_PATTERN.fullmatch(value):
+        raise ValueError(f"{name} must be 1-32 characters from [0-9A-Za-z._-], got {value!r}")
+    return value
+
+
+def check_items(name: str, items: Any, kind: type) -> None:
+    """Refuse anything but a non-empty sequence of ``kind``, naming the item."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
+        raise TypeError(f"{name} must be a sequence of {kind.__name__}, got {type(items).__name__}")
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise TypeError(f"{name}[{i}] must be a {kind.__name__}, got {type(item).__name__}")
+    if len(items) == 0:
+        raise ValueError(f"{name} must hold at least one {kind.__name__}")
+
+
+def check_level_id(value: Any) -> int:
+    level_id = scalar_int("level_id", value)
+    if level_id < 0:
+        raise ValueError(f"level_id must be >= 0, got {level_id}")
+    return level_id
+
+
+def check_values(arrays: dict[str, np.ndarray], rows: bool = True) -> None:
+    """Value checks on host arrays of a pool (leading ``[P]``), already in their final dtypes.
+
+    Mask values other than 0/1 are refused before the int8 cast by the caller (a cast could
+    hide them). ``rows=False`` drops the row from messages (a single Track).
+    """
+    ids = arrays["track_id"]
+
+    def _row(index: int, ids: np.ndarray) -> str:
+        return f"row {index} (track_id {int(ids[index])})" if rows else "(a Track)"
+
+    mask = arrays["track_mask"]
+    counts = mask.sum(axis=1, dtype=np.int64)
+    prefix = np.arange(TRACK_CAPACITY)[None, :] < counts[:, None]
+    bad = np.flatnonzero(~np.all(mask == prefix, axis=1))
+    if bad.size:
+        raise ValueError(f"track_mask {_row(int(bad[0]), ids)} must be a prefix of ones followed by zeros")
+    bad = np.flatnonzero(counts < MIN_TRACK_POINTS)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"track_mask {_row(i, ids)} has {int(counts[i])} valid points, "
+                         f"needs at least MIN_TRACK_POINTS = {MIN_TRACK_POINTS}")
+    for name in FLOAT_FIELDS:
+        values = arrays[name]
+        bad = np.flatnonzero(~np.all(np.isfinite(values), axis=(1, 2)))
+        if bad.size:
+            raise ValueError(f"{name} {_row(int(bad[0]), ids)} is not finite")
+        bad = np.flatnonzero(np.any((values != 0) & ~prefix[:, :, None], axis=(1, 2)))
+        if bad.size:
+            raise ValueError(f"{name} {_row(int(bad[0]), ids)} must be zero beyond the valid prefix")
+    lengths = arrays["track_length"]
+    bad = np.flatnonzero(~(np.isfinite(lengths) & (lengths > 0)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"track_length {_row(i, ids)} must be finite and > 0, got {float(lengths[i])!r}")
+    unique, counts_id = np.unique(ids, return_counts=True)
+    if np.any(counts_id > 1):
+        dup = int(unique[np.argmax(counts_id > 1)])
+        where = np.flatnonzero(ids == dup).tolist()
+        raise ValueError(f"track_id {dup} appears in rows {where}; ids must be unique within a pool")
+
+
+def check_host_mask_values(name: str, mask: np.ndarray) -> None:
+    """Refuse mask values other than 0 and 1 before any cast to int8."""
+    bad = ~((mask == 0) | (mask == 1))
+    if np.any(bad):
+        where = np.argwhere(bad)[0]
+        raise ValueError(f"{name} must hold only 0 and 1, got {mask[tuple(where)]!r} at index {tuple(where.tolist())}")
+
+
+def check_host_id_values(name: str, ids: np.ndarray) -> None:
+    """Refuse ids outside [0, 2**32) before any cast to uint32."""
+    if ids.dtype == np.uint32 or ids.size == 0:
+        return
+    lo, hi = int(ids.min()), int(ids.max())
+    if lo < 0 or hi >= UINT32_LIMIT:
+        bad = lo if lo < 0 else hi
+        row = int(np.flatnonzero(ids == bad)[0])
+        raise ValueError(f"{name} must be in [0, 2**32), got {bad} at row {row}")
+
+
+
+def check_pool_shapes(shapes: dict[str, tuple[int, ...]]) -> int:
+    """Check the six shapes agree on one ``P >= 1``; returns ``P``."""
+    first = tuple(shapes["centerline"])
+    if len(first) != 3 or first[1:] != (TRACK_CAPACITY, 2):
+        raise ValueError(f"centerline must have shape [P, TRACK_CAPACITY, 2] = [P, {TRACK_CAPACITY}, 2], got {first}")
+    pool_size = first[0]
+    if pool_size < 1:
+        raise ValueError("a TrackPool must hold at least one track (P >= 1), got P = 0")
+    expected = {
+        "left_boundary": ((pool_size, TRACK_CAPACITY, 2), "[P, TRACK_CAPACITY, 2]"),
+        "right_boundary": ((pool_size, TRACK_CAPACITY, 2), "[P, TRACK_CAPACITY, 2]"),
+        "track_mask": ((pool_size, TRACK_CAPACITY), "[P, TRACK_CAPACITY]"),
+        "track_length": ((pool_size,), "[P]"),
+        "track_id": ((pool_size,), "[P]"),
+    }
+    for name, (shape, how) in expected.items():
+        check_shape(name, shapes[name], shape, f"{how} with P = {pool_size} from centerline")
+    return pool_size

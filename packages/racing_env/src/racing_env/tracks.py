@@ -9,45 +9,19 @@ the first point is not repeated. "Left" is left of the driving direction
 
 Identity. ``track_id`` is the uint32 seed of the course that produced the
 Track (``LEVEL0_TRACK_ID`` = ``2**32 - 1`` for Level 0's built-in track); the
-stable identity is ``(benchmark_version, level_id, track_id)``. The geometry
-hash binds an id to exact bytes: sha256, hex digest, over
-
-1. ``centerline``     float32 ``[640, 2]``, C order, little-endian (5,120 bytes)
-2. ``left_boundary``  the same
-3. ``right_boundary`` the same
-4. ``track_mask``     int8 ``[640]`` (640 bytes)
-5. ``track_length``   float32 scalar, little-endian (4 bytes)
-
-concatenated in that order, padding included (16,004 bytes in all).
-
-A TrackPool file is two files side by side: ``<name>.npz`` holds the six
-arrays (keys ``centerline``, ``left_boundary``, ``right_boundary``,
-``track_mask``, ``track_length``, ``track_id``, leading dimension ``P``) and
-``<name>.json`` is the manifest:
-
-```text
-{"format": 1, "benchmark_version": "0.1", "level_id": 1, "split": "train",
- "capacity": 640, "tracks": [{"track_id": 7, "geometry_hash": "ab12..."}, ...]}
-```
-
-with one ``tracks`` entry per row, in row order. Loading recomputes every
-row's hash from the loaded bytes and rejects the pool on any mismatch.
+stable identity is ``(benchmark_version, level_id, track_id)``, and the
+geometry hash (``racing_env.track_files``) binds an id to exact bytes.
+``TrackPool.save`` and ``TrackPool.load`` write and read pool files (an
+``.npz`` and its ``.json`` manifest, ``racing_env.track_files``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hashlib
-import json
 import math
-import operator
 import os
-import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -55,9 +29,16 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
-from racing_env import geometry
-from racing_env._checks import integer_in
-from racing_env.types import BENCHMARK_VERSION, LEVEL0_TRACK_ID, MIN_TRACK_POINTS, TRACK_CAPACITY
+from racing_env import _checks, geometry, track_files
+from racing_env.track_files import geometry_hash
+from racing_env.types import (
+    BENCHMARK_VERSION,
+    LEVEL0_TRACK_ID,
+    MIN_TRACK_POINTS,
+    POOL_DTYPES,
+    TRACK_CAPACITY,
+    PoolArrays,
+)
 
 __all__ = [
     "Track",
@@ -65,22 +46,6 @@ __all__ = [
     "geometry_hash",
     "level0_track",
 ]
-
-_UINT32_LIMIT = 2**32
-_NAME_PATTERN = re.compile(r"[0-9A-Za-z._-]{1,32}")
-_HASH_PATTERN = re.compile(r"[0-9a-f]{64}")
-_MANIFEST_FORMAT = 1
-_MANIFEST_KEYS = ("format", "benchmark_version", "level_id", "split", "capacity", "tracks")
-_FLOAT_FIELDS = ("centerline", "left_boundary", "right_boundary")
-_ARRAY_FIELDS = (*_FLOAT_FIELDS, "track_mask", "track_length", "track_id")
-_FIELD_DTYPES = {
-    "centerline": np.dtype(np.float32),
-    "left_boundary": np.dtype(np.float32),
-    "right_boundary": np.dtype(np.float32),
-    "track_mask": np.dtype(np.int8),
-    "track_length": np.dtype(np.float32),
-    "track_id": np.dtype(np.uint32),
-}
 
 # Level 0's closed-form track (float64): the polar curve
 # r(theta) = R0 + A sin(2 theta) + B cos(3 theta), m. Lap ~742 m, minimum
@@ -92,235 +57,6 @@ _LEVEL0_HALF_WIDTH = 6.0
 _LEVEL0_DENSE_SAMPLES = 1 << 16
 # The start is the first point of the straightest stretch of this length (m).
 _LEVEL0_STRAIGHT_WINDOW_M = 60.0
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def _is_floating(dtype: Any) -> bool:
-    # jnp.issubdtype knows the ml_dtypes floats (bfloat16, ...), np.issubdtype does not.
-    return bool(jnp.issubdtype(dtype, jnp.floating))
-
-
-def _is_integer_or_bool(dtype: Any) -> bool:
-    return bool(jnp.issubdtype(dtype, jnp.integer) or jnp.issubdtype(dtype, jnp.bool_))
-
-
-def _host_array(name: str, value: Any) -> np.ndarray:
-    """``np.asarray(value)``, with errors that name the argument."""
-    try:
-        return np.asarray(value)
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"{name} must be a rectangular numeric array: {err}") from None
-
-
-def _to_float32(arr: np.ndarray) -> np.ndarray:
-    """A fresh float32 copy; values beyond float32's range become inf (callers check finiteness)."""
-    with np.errstate(over="ignore"):
-        return arr.astype(np.float32, copy=True)
-
-
-def _check_shape(name: str, shape: tuple[int, ...], expected: tuple[int, ...], how: str) -> None:
-    if tuple(shape) != expected:
-        raise ValueError(f"{name} must have shape {how} = {expected}, got {tuple(shape)}")
-
-
-def _check_float_kind(name: str, dtype: Any) -> None:
-    if not _is_floating(dtype):
-        raise TypeError(f"{name} must have a real floating dtype (converted to float32), "
-                        f"got {str(dtype)}")
-
-
-def _check_int_kind(name: str, dtype: Any) -> None:
-    if not _is_integer_or_bool(dtype):
-        raise TypeError(f"{name} must have an integer dtype, got {str(dtype)}")
-
-
-def _check_id_kind(name: str, dtype: Any) -> None:
-    if jnp.issubdtype(dtype, jnp.bool_) or not jnp.issubdtype(dtype, jnp.integer):
-        raise TypeError(f"{name} must have an integer dtype (converted to uint32), got {str(dtype)}")
-
-
-def _scalar_int(name: str, value: Any) -> int:
-    """A Python int from an int, NumPy integer or 0-d integer array; bools are refused."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer, got a bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
-
-
-def _track_id(name: str, value: Any) -> np.uint32:
-    index = _scalar_int(name, value)
-    if not 0 <= index < _UINT32_LIMIT:
-        raise ValueError(f"{name} must be in [0, 2**32), got {index}")
-    return np.uint32(index)
-
-
-def _positive_length(name: str, value: Any) -> np.float32:
-    """A float32 scalar, finite and > 0, from a real number (bools refused)."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a real number, got a bool")
-    arr = _host_array(name, value)
-    if arr.shape != ():
-        raise ValueError(f"{name} must be a scalar, got shape {arr.shape}")
-    if not (_is_floating(arr.dtype) or jnp.issubdtype(arr.dtype, jnp.integer)):
-        raise TypeError(f"{name} must be a real number, got {str(arr.dtype)}")
-    length = np.float32(_to_float32(arr))
-    if not (np.isfinite(length) and length > 0):
-        raise ValueError(f"{name} must be finite and > 0 (m, as float32), got {arr.item()!r}")
-    return length
-
-
-def _check_name(name: str, value: Any) -> str:
-    """A short identifier: a str of 1-32 characters from ``[0-9A-Za-z._-]``."""
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    if not _NAME_PATTERN.fullmatch(value):
-        raise ValueError(f"{name} must be 1-32 characters from [0-9A-Za-z._-], got {value!r}")
-    return value
-
-
-def _check_items(name: str, items: Any, kind: type) -> None:
-    """Refuse anything but a non-empty sequence of ``kind``, naming the item."""
-    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
-        raise TypeError(f"{name} must be a sequence of {kind.__name__}, got {type(items).__name__}")
-    for i, item in enumerate(items):
-        if not isinstance(item, kind):
-            raise TypeError(f"{name}[{i}] must be a {kind.__name__}, got {type(item).__name__}")
-    if len(items) == 0:
-        raise ValueError(f"{name} must hold at least one {kind.__name__}")
-
-
-def _check_level_id(value: Any) -> int:
-    level_id = _scalar_int("level_id", value)
-    if level_id < 0:
-        raise ValueError(f"level_id must be >= 0, got {level_id}")
-    return level_id
-
-
-def _check_values(arrays: dict[str, np.ndarray], rows: bool = True) -> None:
-    """Value checks on host arrays of a pool (leading ``[P]``), already in their final dtypes.
-
-    Mask values other than 0/1 are refused before the int8 cast by the caller (a cast could
-    hide them). ``rows=False`` drops the row from messages (a single Track).
-    """
-    ids = arrays["track_id"]
-
-    def _row(index: int, ids: np.ndarray) -> str:
-        return f"row {index} (track_id {int(ids[index])})" if rows else "(a Track)"
-
-    mask = arrays["track_mask"]
-    counts = mask.sum(axis=1, dtype=np.int64)
-    prefix = np.arange(TRACK_CAPACITY)[None, :] < counts[:, None]
-    bad = np.flatnonzero(~np.all(mask == prefix, axis=1))
-    if bad.size:
-        raise ValueError(f"track_mask {_row(int(bad[0]), ids)} must be a prefix of ones followed by zeros")
-    bad = np.flatnonzero(counts < MIN_TRACK_POINTS)
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(f"track_mask {_row(i, ids)} has {int(counts[i])} valid points, "
-                         f"needs at least MIN_TRACK_POINTS = {MIN_TRACK_POINTS}")
-    for name in _FLOAT_FIELDS:
-        values = arrays[name]
-        bad = np.flatnonzero(~np.all(np.isfinite(values), axis=(1, 2)))
-        if bad.size:
-            raise ValueError(f"{name} {_row(int(bad[0]), ids)} is not finite")
-        bad = np.flatnonzero(np.any((values != 0) & ~prefix[:, :, None], axis=(1, 2)))
-        if bad.size:
-            raise ValueError(f"{name} {_row(int(bad[0]), ids)} must be zero beyond the valid prefix")
-    lengths = arrays["track_length"]
-    bad = np.flatnonzero(~(np.isfinite(lengths) & (lengths > 0)))
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(f"track_length {_row(i, ids)} must be finite and > 0, got {float(lengths[i])!r}")
-    unique, counts_id = np.unique(ids, return_counts=True)
-    if np.any(counts_id > 1):
-        dup = int(unique[np.argmax(counts_id > 1)])
-        where = np.flatnonzero(ids == dup).tolist()
-        raise ValueError(f"track_id {dup} appears in rows {where}; ids must be unique within a pool")
-
-
-def _check_host_mask_values(name: str, mask: np.ndarray) -> None:
-    """Refuse mask values other than 0 and 1 before any cast to int8."""
-    bad = ~((mask == 0) | (mask == 1))
-    if np.any(bad):
-        where = np.argwhere(bad)[0]
-        raise ValueError(f"{name} must hold only 0 and 1, got {mask[tuple(where)]!r} at index {tuple(where.tolist())}")
-
-
-def _check_host_id_values(name: str, ids: np.ndarray) -> None:
-    """Refuse ids outside [0, 2**32) before any cast to uint32."""
-    if ids.dtype == np.uint32 or ids.size == 0:
-        return
-    lo, hi = int(ids.min()), int(ids.max())
-    if lo < 0 or hi >= _UINT32_LIMIT:
-        bad = lo if lo < 0 else hi
-        row = int(np.flatnonzero(ids == bad)[0])
-        raise ValueError(f"{name} must be in [0, 2**32), got {bad} at row {row}")
-
-
-# --------------------------------------------------------------------------- hashing
-
-
-def _hash_row(centerline: np.ndarray, left: np.ndarray, right: np.ndarray,
-              mask: np.ndarray, length: Any) -> str:
-    digest = hashlib.sha256()
-    for values in (centerline, left, right):
-        digest.update(np.ascontiguousarray(values, dtype="<f4").tobytes(order="C"))
-    digest.update(np.ascontiguousarray(mask, dtype=np.int8).tobytes(order="C"))
-    digest.update(np.asarray(length, dtype="<f4").tobytes())
-    return digest.hexdigest()
-
-
-def _hash_rows(arrays: dict[str, np.ndarray]) -> tuple[str, ...]:
-    return tuple(
-        _hash_row(arrays["centerline"][i], arrays["left_boundary"][i], arrays["right_boundary"][i],
-                  arrays["track_mask"][i], arrays["track_length"][i])
-        for i in range(arrays["centerline"].shape[0]))
-
-
-def geometry_hash(centerline: ArrayLike, left_boundary: ArrayLike, right_boundary: ArrayLike,
-                  track_mask: ArrayLike, track_length: Any) -> str:
-    """The sha256 hex digest that binds a track id to exact geometry bytes.
-
-    Hashes, in this order: ``centerline``, ``left_boundary``, ``right_boundary``
-    (each float32 ``[640, 2]``, C order, little-endian), ``track_mask`` (int8
-    ``[640]``) and ``track_length`` (float32, 4 bytes, little-endian).
-
-    Args:
-        centerline: ``[640, 2]`` any real floating dtype (m), converted to float32.
-        left_boundary: ``[640, 2]`` as ``centerline``.
-        right_boundary: ``[640, 2]`` as ``centerline``.
-        track_mask: ``[640]`` integer or bool, values 0 or 1, converted to int8.
-        track_length: a real scalar (m), converted to float32.
-
-    The hash is over bytes only: it does not check that the arrays form a
-    valid Track (``Track`` does).
-
-    Raises:
-        TypeError: a wrong dtype.
-        ValueError: a wrong shape or a mask value other than 0 and 1.
-    """
-    floats = []
-    for name, value in zip(_FLOAT_FIELDS, (centerline, left_boundary, right_boundary)):
-        arr = _host_array(name, value)
-        _check_float_kind(name, arr.dtype)
-        _check_shape(name, arr.shape, (TRACK_CAPACITY, 2), "[TRACK_CAPACITY, 2]")
-        floats.append(_to_float32(arr))
-    mask = _host_array("track_mask", track_mask)
-    _check_int_kind("track_mask", mask.dtype)
-    _check_shape("track_mask", mask.shape, (TRACK_CAPACITY,), "[TRACK_CAPACITY]")
-    _check_host_mask_values("track_mask", mask)
-    if isinstance(track_length, (bool, np.bool_)):
-        raise TypeError("track_length must be a real number, got a bool")
-    length = _host_array("track_length", track_length)
-    if length.shape != ():
-        raise ValueError(f"track_length must be a scalar, got shape {length.shape}")
-    if not (_is_floating(length.dtype) or jnp.issubdtype(length.dtype, jnp.integer)):
-        raise TypeError(f"track_length must be a real number, got {str(length.dtype)}")
-    return _hash_row(*floats, mask.astype(np.int8), _to_float32(length))
 
 
 # --------------------------------------------------------------------------- Track
@@ -375,20 +111,20 @@ class Track:
 
     def __post_init__(self) -> None:
         arrays: dict[str, np.ndarray] = {}
-        for name in _FLOAT_FIELDS:
-            arr = _host_array(name, getattr(self, name))
-            _check_float_kind(name, arr.dtype)
-            _check_shape(name, arr.shape, (TRACK_CAPACITY, 2), "[TRACK_CAPACITY, 2]")
-            arrays[name] = _to_float32(arr)
-        mask = _host_array("track_mask", self.track_mask)
-        _check_int_kind("track_mask", mask.dtype)
-        _check_shape("track_mask", mask.shape, (TRACK_CAPACITY,), "[TRACK_CAPACITY]")
-        _check_host_mask_values("track_mask", mask)
+        for name in _checks.FLOAT_FIELDS:
+            arr = _checks.host_array(name, getattr(self, name))
+            _checks.check_float_kind(name, arr.dtype)
+            _checks.check_shape(name, arr.shape, (TRACK_CAPACITY, 2), "[TRACK_CAPACITY, 2]")
+            arrays[name] = _checks.to_float32(arr)
+        mask = _checks.host_array("track_mask", self.track_mask)
+        _checks.check_int_kind("track_mask", mask.dtype)
+        _checks.check_shape("track_mask", mask.shape, (TRACK_CAPACITY,), "[TRACK_CAPACITY]")
+        _checks.check_host_mask_values("track_mask", mask)
         arrays["track_mask"] = mask.astype(np.int8, copy=True)
-        length = _positive_length("track_length", self.track_length)
-        track_id = _track_id("track_id", self.track_id)
+        length = _checks.positive_length("track_length", self.track_length)
+        track_id = _checks.check_track_id("track_id", self.track_id)
         # The pool's row checks with P = 1 (the length was checked above).
-        _check_values({name: arr[None] for name, arr in arrays.items()}
+        _checks.check_values({name: arr[None] for name, arr in arrays.items()}
                       | {"track_length": np.array([length]), "track_id": np.array([track_id])}, rows=False)
         # Everything is valid: only now replace the fields.
         for name, arr in arrays.items():
@@ -408,7 +144,7 @@ class Track:
     @functools.cached_property
     def geometry_hash(self) -> str:
         """sha256 hex digest of the geometry bytes (see ``geometry_hash()``), cached."""
-        return _hash_row(self.centerline, self.left_boundary, self.right_boundary,
+        return track_files.hash_row(self.centerline, self.left_boundary, self.right_boundary,
                          self.track_mask, self.track_length)
 
     @classmethod
@@ -443,23 +179,23 @@ class Track:
                 consecutive points (or ``p_{i-1} == p_{i+1}``), a half-width
                 that is not > 0, or an id out of range.
         """
-        points = _host_array("centerline", centerline)
-        _check_float_kind("centerline", points.dtype)
+        points = _checks.host_array("centerline", centerline)
+        _checks.check_float_kind("centerline", points.dtype)
         if points.ndim != 2 or points.shape[1] != 2:
             raise ValueError(f"centerline must have shape [N, 2], got {points.shape}")
         n = points.shape[0]
         if not MIN_TRACK_POINTS <= n <= TRACK_CAPACITY:
             raise ValueError(f"centerline must have N in [MIN_TRACK_POINTS, TRACK_CAPACITY] = "
                              f"[{MIN_TRACK_POINTS}, {TRACK_CAPACITY}] points, got {n}")
-        stored = _to_float32(points)
+        stored = _checks.to_float32(points)
         if not np.all(np.isfinite(stored)):
             raise ValueError("centerline must be finite (after conversion to float32)")
         p = stored.astype(np.float64)
 
         if isinstance(half_width, (bool, np.bool_)):
             raise TypeError("half_width must be a real number or array, got a bool")
-        width = _host_array("half_width", half_width)
-        if not (_is_floating(width.dtype) or jnp.issubdtype(width.dtype, jnp.integer)):
+        width = _checks.host_array("half_width", half_width)
+        if not (_checks.is_floating(width.dtype) or jnp.issubdtype(width.dtype, jnp.integer)):
             raise TypeError(f"half_width must be real, got {str(width.dtype)}")
         if width.shape not in ((), (n,)):
             raise ValueError(f"half_width must be a scalar or have shape [N] = ({n},), got {width.shape}")
@@ -553,16 +289,6 @@ def _single_device(values: list[jax.Array]) -> Any:
     return next(iter(devices)) if len(devices) == 1 else None
 
 
-def _check_path(path: Any) -> tuple[Path, Path]:
-    try:
-        npz = Path(os.fspath(path))
-    except TypeError:
-        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
-    if npz.suffix != ".npz":
-        raise ValueError(f"path must name the .npz file (the manifest is the same name with .json), got {str(npz)!r}")
-    return npz, npz.with_suffix(".json")
-
-
 @dataclass(frozen=True, eq=False, repr=False)
 class TrackPool:
     """An immutable pool of ``P >= 1`` tracks held as JAX arrays.
@@ -597,21 +323,22 @@ class TrackPool:
     benchmark_version: str
 
     def __post_init__(self) -> None:
-        level_id = _check_level_id(self.level_id)
-        _check_name("split", self.split)
-        _check_name("benchmark_version", self.benchmark_version)
-        values = [getattr(self, name) for name in _ARRAY_FIELDS]
-        for name, value in zip(_ARRAY_FIELDS, values):
+        level_id = _checks.check_level_id(self.level_id)
+        _checks.check_name("split", self.split)
+        _checks.check_name("benchmark_version", self.benchmark_version)
+        values = [getattr(self, name) for name in PoolArrays._fields]
+        for name, value in zip(PoolArrays._fields, values):
             if not isinstance(value, jax.Array):
                 raise TypeError(f"{name} must be a jax.Array (TrackPool.from_arrays takes NumPy), "
                                 f"got {type(value).__name__}")
-            if value.dtype != _FIELD_DTYPES[name]:
-                raise TypeError(f"{name} must have dtype {_FIELD_DTYPES[name]}, got {value.dtype}")
-        _check_pool_shapes({name: value.shape for name, value in zip(_ARRAY_FIELDS, values)})
+            if value.dtype != POOL_DTYPES[name]:
+                raise TypeError(f"{name} must have dtype {POOL_DTYPES[name]}, got {value.dtype}")
+        _checks.check_pool_shapes({name: value.shape for name, value in zip(PoolArrays._fields, values)})
         devices = [frozenset(value.devices()) for value in values]
         if len(set(devices)) != 1:
+            found = zip(PoolArrays._fields, devices)
             raise ValueError("every TrackPool array must live on the same device(s), got "
-                             + ", ".join(f"{name}: {sorted(map(str, d))}" for name, d in zip(_ARRAY_FIELDS, devices)))
+                             + ", ".join(f"{name}: {sorted(map(str, d))}" for name, d in found))
         object.__setattr__(self, "level_id", level_id)
 
     def __repr__(self) -> str:
@@ -633,8 +360,8 @@ class TrackPool:
             TypeError: ``tracks`` is not a sequence of Track, or bad metadata types.
             ValueError: no tracks, a repeated ``track_id``, or bad metadata values.
         """
-        _check_items("tracks", tracks, Track)
-        stacked = {name: np.stack([np.asarray(getattr(t, name)) for t in tracks]) for name in _ARRAY_FIELDS}
+        _checks.check_items("tracks", tracks, Track)
+        stacked = {name: np.stack([np.asarray(getattr(t, name)) for t in tracks]) for name in PoolArrays._fields}
         return cls.from_arrays(**stacked, level_id=level_id, split=split, benchmark_version=benchmark_version)
 
     @classmethod
@@ -670,30 +397,30 @@ class TrackPool:
                 value (with ``check_values``; naming the argument, row and id),
                 or bad metadata.
         """
-        level_id = _check_level_id(level_id)
-        _check_name("split", split)
-        _check_name("benchmark_version", benchmark_version)
+        level_id = _checks.check_level_id(level_id)
+        _checks.check_name("split", split)
+        _checks.check_name("benchmark_version", benchmark_version)
         if not isinstance(check_values, bool):
             raise TypeError(f"check_values must be a bool, got {type(check_values).__name__}")
 
-        given = dict(zip(_ARRAY_FIELDS, (centerline, left_boundary, right_boundary,
+        given = dict(zip(PoolArrays._fields, (centerline, left_boundary, right_boundary,
                                           track_mask, track_length, track_id)))
         inputs: dict[str, np.ndarray | jax.Array] = {}
         for name, value in given.items():
-            inputs[name] = value if isinstance(value, jax.Array) else _host_array(name, value)
+            inputs[name] = value if isinstance(value, jax.Array) else _checks.host_array(name, value)
             dtype = inputs[name].dtype
             if name == "track_id":
-                _check_id_kind(name, dtype)
+                _checks.check_id_kind(name, dtype)
             elif name == "track_mask":
-                _check_int_kind(name, dtype)
+                _checks.check_int_kind(name, dtype)
             else:
-                _check_float_kind(name, dtype)
-        _check_pool_shapes({name: value.shape for name, value in inputs.items()})
+                _checks.check_float_kind(name, dtype)
+        _checks.check_pool_shapes({name: value.shape for name, value in inputs.items()})
         if not check_values:
             for name in ("track_mask", "track_id"):
                 value = inputs[name]
-                if isinstance(value, jax.Array) and value.dtype != _FIELD_DTYPES[name]:
-                    raise TypeError(f"{name} must already have dtype {_FIELD_DTYPES[name]} when check_values=False "
+                if isinstance(value, jax.Array) and value.dtype != POOL_DTYPES[name]:
+                    raise TypeError(f"{name} must already have dtype {POOL_DTYPES[name]} when check_values=False "
                                     f"(a cast of unchecked values could wrap), got {value.dtype}")
 
         # Integer fields are range-checked on the host before any cast (a cast could wrap);
@@ -704,17 +431,17 @@ class TrackPool:
             if check_values or not isinstance(value, jax.Array):
                 host = np.asarray(value)
                 if name == "track_mask":
-                    _check_host_mask_values(name, host)
+                    _checks.check_host_mask_values(name, host)
                 else:
-                    _check_host_id_values(name, host)
-                checked_host[name] = host.astype(_FIELD_DTYPES[name])
+                    _checks.check_host_id_values(name, host)
+                checked_host[name] = host.astype(POOL_DTYPES[name])
         jax_inputs = [v for v in inputs.values() if isinstance(v, jax.Array)]
         device = _single_device(jax_inputs) if jax_inputs else None
 
         final: dict[str, jax.Array] = {}
         host_final: dict[str, np.ndarray] = {}
         for name, value in inputs.items():
-            dtype = _FIELD_DTYPES[name]
+            dtype = POOL_DTYPES[name]
             if isinstance(value, jax.Array):
                 # Same object when the dtype is already right; else a cast on the array's device.
                 final[name] = value if value.dtype == dtype else value.astype(dtype)
@@ -723,14 +450,14 @@ class TrackPool:
                     host_final[name] = _readonly(np.array(value, dtype=dtype, copy=True, order="C"))
         if check_values:
             host = {}
-            for name in _ARRAY_FIELDS:
+            for name in PoolArrays._fields:
                 if name in host_final:
                     host[name] = host_final[name]
                 elif name in checked_host:
                     host[name] = checked_host[name]
                 else:
                     host[name] = np.asarray(final[name])  # the float32 values the pool holds
-            _check_values(host)
+            _checks.check_values(host)
         for name, value in host_final.items():
             final[name] = jax.device_put(value, device)
         return cls(**final, level_id=level_id, split=split, benchmark_version=benchmark_version)
@@ -747,10 +474,10 @@ class TrackPool:
             ValueError: ``index`` is out of range, or the row is not a valid
                 Track (possible only in a pool built with ``check_values=False``).
         """
-        i = _scalar_int("index", index)
+        i = _checks.scalar_int("index", index)
         if not 0 <= i < len(self):
             raise ValueError(f"index must be in [0, {len(self)}), got {i}")
-        row = {name: np.asarray(getattr(self, name)[i]) for name in _ARRAY_FIELDS}
+        row = {name: np.asarray(getattr(self, name)[i]) for name in PoolArrays._fields}
         return Track(**row)
 
     def take(self, rows: Sequence[int] | np.ndarray | jax.Array) -> TrackPool:
@@ -776,14 +503,14 @@ class TrackPool:
             raise TypeError(f"rows must be a sequence of integers, got {type(rows).__name__}")
         if len(rows) == 0:
             raise ValueError("rows must hold at least one row")
-        picked = [integer_in(row, f"rows[{k}]", 0, len(self)) for k, row in enumerate(rows)]
+        picked = [_checks.integer_in(row, f"rows[{k}]", 0, len(self)) for k, row in enumerate(rows)]
         seen: dict[int, int] = {}
         for k, row in enumerate(picked):
             if row in seen:
                 raise ValueError(f"rows[{k}] repeats row {row} (rows[{seen[row]}]): a pool's track ids are unique")
             seen[row] = k
         index = jnp.asarray(picked, jnp.int32)
-        return TrackPool(**{name: jnp.take(getattr(self, name), index, axis=0) for name in _ARRAY_FIELDS},
+        return TrackPool(**{name: jnp.take(getattr(self, name), index, axis=0) for name in PoolArrays._fields},
                          level_id=self.level_id, split=self.split, benchmark_version=self.benchmark_version)
 
     @classmethod
@@ -797,7 +524,7 @@ class TrackPool:
             ValueError: no pools, differing metadata or devices, or a repeated
                 track id, naming the pools.
         """
-        _check_items("pools", pools, TrackPool)
+        _checks.check_items("pools", pools, TrackPool)
         first = pools[0]
         for k, pool in enumerate(pools[1:], start=1):
             for name in ("level_id", "split", "benchmark_version"):
@@ -815,7 +542,7 @@ class TrackPool:
                     raise ValueError(f"track_id {track_id} is in pools[{owner[track_id]}] and pools[{k}]: "
                                      "a pool's track ids are unique")
                 owner[track_id] = k
-        return cls(**{name: jnp.concatenate([getattr(p, name) for p in pools]) for name in _ARRAY_FIELDS},
+        return cls(**{name: jnp.concatenate([getattr(p, name) for p in pools]) for name in PoolArrays._fields},
                    level_id=first.level_id, split=first.split, benchmark_version=first.benchmark_version)
 
     @functools.cached_property
@@ -825,10 +552,10 @@ class TrackPool:
         Computed on first access (which reads the whole pool back to the
         host) and cached; ``load`` fills it from the verified file.
         """
-        return _hash_rows(self._host_arrays())
+        return track_files.hash_rows(self._host_arrays())
 
     def _host_arrays(self) -> dict[str, np.ndarray]:
-        return {name: np.asarray(getattr(self, name)) for name in _ARRAY_FIELDS}
+        return {name: np.asarray(getattr(self, name)) for name in PoolArrays._fields}
 
     # ----------------------------------------------------------------- files
 
@@ -848,50 +575,11 @@ class TrackPool:
             ValueError: ``path`` does not end in ``.npz``, or the pool holds a bad value.
             FileExistsError: either file already exists.
         """
-        npz_path, manifest_path = _check_path(path)
-        for existing in (npz_path, manifest_path):
-            if existing.exists():
-                raise FileExistsError(f"{existing} already exists; TrackPool files are never overwritten")
+        paths = track_files.destination(path)
         host = self._host_arrays()
-        _check_values(host)
-        hashes = self.geometry_hashes
-        manifest = {
-            "format": _MANIFEST_FORMAT,
-            "benchmark_version": self.benchmark_version,
-            "level_id": self.level_id,
-            "split": self.split,
-            "capacity": TRACK_CAPACITY,
-            "tracks": [{"track_id": int(tid), "geometry_hash": h} for tid, h in zip(host["track_id"], hashes)],
-        }
-        folder = npz_path.parent
-        temporaries: list[str] = []
-        try:
-            fd, tmp_npz = tempfile.mkstemp(dir=folder, prefix=f".{npz_path.name}.", suffix=".tmp")
-            temporaries.append(tmp_npz)
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **host)
-                f.flush()
-                os.fsync(f.fileno())
-            fd, tmp_json = tempfile.mkstemp(dir=folder, prefix=f".{manifest_path.name}.", suffix=".tmp")
-            temporaries.append(tmp_json)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(manifest, f, indent=1)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp_npz, npz_path)
-            temporaries.remove(tmp_npz)
-            os.replace(tmp_json, manifest_path)
-            temporaries.remove(tmp_json)
-        finally:
-            for leftover in temporaries:
-                with contextlib.suppress(OSError):
-                    os.unlink(leftover)
-        folder_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(folder_fd)
-        finally:
-            os.close(folder_fd)
+        _checks.check_values(host)
+        track_files.write(paths, host, self.geometry_hashes, level_id=self.level_id, split=self.split,
+                          benchmark_version=self.benchmark_version)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> TrackPool:
@@ -914,127 +602,10 @@ class TrackPool:
                 capacity or id mismatch, a bad value, or a hash mismatch
                 (naming the row and its track_id).
         """
-        npz_path, manifest_path = _check_path(path)
-        with open(manifest_path, encoding="utf-8") as f:
-            try:
-                manifest = json.load(f)
-            except (json.JSONDecodeError, UnicodeDecodeError) as err:
-                raise ValueError(f"manifest {manifest_path} is not valid JSON: {err}") from None
-        level_id, split, benchmark_version, entries = _parse_manifest(manifest, manifest_path)
-
-        host = _read_npz(npz_path)
-        for name, value in host.items():
-            if value.dtype != _FIELD_DTYPES[name]:
-                raise ValueError(f"{npz_path}: {name} must have dtype {_FIELD_DTYPES[name]}, got {value.dtype}")
-        try:
-            pool_size = _check_pool_shapes({name: value.shape for name, value in host.items()})
-        except ValueError as err:
-            raise ValueError(f"{npz_path}: {err}") from None
-        if pool_size != len(entries):
-            raise ValueError(f"manifest {manifest_path} lists {len(entries)} tracks, {npz_path} holds {pool_size}")
-        ids = host["track_id"]
-        for i, (tid, _) in enumerate(entries):
-            if int(ids[i]) != tid:
-                raise ValueError(f"row {i}: manifest {manifest_path} has track_id {tid}, "
-                                 f"{npz_path} has {int(ids[i])}")
-        try:
-            _check_values(host)
-        except ValueError as err:
-            raise ValueError(f"{npz_path}: {err}") from None
-        hashes = _hash_rows(host)
-        for i, (tid, expected) in enumerate(entries):
-            if hashes[i] != expected:
-                raise ValueError(f"row {i} (track_id {tid}) of {npz_path}: geometry hash {hashes[i]} "
-                                 f"does not match the manifest's {expected}")
-        pool = cls(**{name: jax.device_put(_readonly(np.ascontiguousarray(value))) for name, value in host.items()},
-                   level_id=level_id, split=split, benchmark_version=benchmark_version)
+        found = track_files.read(path)
+        pool = cls(**{name: jax.device_put(_readonly(np.ascontiguousarray(value)))
+                      for name, value in found.arrays.items()},
+                   level_id=found.level_id, split=found.split, benchmark_version=found.benchmark_version)
         # Seed the cached property with the hashes just verified against these bytes.
-        pool.__dict__["geometry_hashes"] = hashes
+        pool.__dict__["geometry_hashes"] = found.hashes
         return pool
-
-
-def _read_npz(npz_path: Path) -> dict[str, np.ndarray]:
-    """The six arrays of a pool's npz, by name.
-
-    Raises:
-        OSError: the file is missing or cannot be opened.
-        ValueError: the file is not a readable npz (truncated, damaged:
-            whatever the zip or npy reader refuses, including a seek that a
-            damaged offset sends past the file), or holds other arrays than
-            the six; the message names the file.
-    """
-    with open(npz_path, "rb") as f:
-        try:
-            with np.load(f, allow_pickle=False) as data:
-                keys = set(data.files)
-                host = {name: data[name] for name in _ARRAY_FIELDS} if keys == set(_ARRAY_FIELDS) else {}
-        except Exception as err:  # BadZipFile, EOFError, a seek past either end, ...: the bytes are damaged
-            raise ValueError(f"{npz_path} is not a readable .npz file (truncated or damaged): "
-                             f"{type(err).__name__}: {err}") from None
-    if keys != set(_ARRAY_FIELDS):
-        raise ValueError(f"{npz_path} must hold exactly the arrays {list(_ARRAY_FIELDS)}, got {sorted(keys)}")
-    return host
-
-
-def _check_pool_shapes(shapes: dict[str, tuple[int, ...]]) -> int:
-    """Check the six shapes agree on one ``P >= 1``; returns ``P``."""
-    first = tuple(shapes["centerline"])
-    if len(first) != 3 or first[1:] != (TRACK_CAPACITY, 2):
-        raise ValueError(f"centerline must have shape [P, TRACK_CAPACITY, 2] = [P, {TRACK_CAPACITY}, 2], got {first}")
-    pool_size = first[0]
-    if pool_size < 1:
-        raise ValueError("a TrackPool must hold at least one track (P >= 1), got P = 0")
-    expected = {
-        "left_boundary": ((pool_size, TRACK_CAPACITY, 2), "[P, TRACK_CAPACITY, 2]"),
-        "right_boundary": ((pool_size, TRACK_CAPACITY, 2), "[P, TRACK_CAPACITY, 2]"),
-        "track_mask": ((pool_size, TRACK_CAPACITY), "[P, TRACK_CAPACITY]"),
-        "track_length": ((pool_size,), "[P]"),
-        "track_id": ((pool_size,), "[P]"),
-    }
-    for name, (shape, how) in expected.items():
-        _check_shape(name, shapes[name], shape, f"{how} with P = {pool_size} from centerline")
-    return pool_size
-
-
-def _parse_manifest(manifest: Any, where: Path) -> tuple[int, str, str, list[tuple[int, str]]]:
-    """The (level_id, split, benchmark_version, [(track_id, hash)]) of a well-formed manifest."""
-
-    def fail(message: str) -> ValueError:
-        return ValueError(f"manifest {where}: {message}")
-
-    def json_int(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    if not isinstance(manifest, dict):
-        raise fail(f"must be a JSON object, got {type(manifest).__name__}")
-    missing = [key for key in _MANIFEST_KEYS if key not in manifest]
-    extra = sorted(set(manifest) - set(_MANIFEST_KEYS))
-    if missing or extra:
-        raise fail(f"must have exactly the keys {list(_MANIFEST_KEYS)}; missing {missing}, unexpected {extra}")
-    if not json_int(manifest["format"]) or manifest["format"] != _MANIFEST_FORMAT:
-        raise fail(f"format must be {_MANIFEST_FORMAT}, got {manifest['format']!r}")
-    if not json_int(manifest["capacity"]) or manifest["capacity"] != TRACK_CAPACITY:
-        raise fail(f"capacity must be TRACK_CAPACITY = {TRACK_CAPACITY}, got {manifest['capacity']!r}")
-    try:
-        if not json_int(manifest["level_id"]):
-            raise TypeError(f"level_id must be an integer, got {manifest['level_id']!r}")
-        level_id = _check_level_id(manifest["level_id"])
-        split = _check_name("split", manifest["split"])
-        benchmark_version = _check_name("benchmark_version", manifest["benchmark_version"])
-    except (TypeError, ValueError) as err:
-        raise fail(str(err)) from None
-    tracks = manifest["tracks"]
-    if not isinstance(tracks, list):
-        raise fail(f"tracks must be a list, got {type(tracks).__name__}")
-    entries: list[tuple[int, str]] = []
-    for i, entry in enumerate(tracks):
-        if not isinstance(entry, dict) or set(entry) != {"track_id", "geometry_hash"}:
-            raise fail(f"tracks[{i}] must be an object with exactly the keys track_id and geometry_hash, got {entry!r}")
-        tid, digest = entry["track_id"], entry["geometry_hash"]
-        if not json_int(tid) or not 0 <= tid < _UINT32_LIMIT:
-            raise fail(f"tracks[{i}].track_id must be an integer in [0, 2**32), got {tid!r}")
-        if not isinstance(digest, str) or not _HASH_PATTERN.fullmatch(digest):
-            raise fail(f"tracks[{i}].geometry_hash must be 64 lowercase hex digits, got {digest!r}")
-        entries.append((tid, digest))
-    return level_id, split, benchmark_version, entries
-

@@ -1,7 +1,9 @@
 """The contract's constants and types, in one place: the track capacity
 and versions, the termination reasons, the state the env carries
-(`EnvState`, `RaceState`), the Race Core's view of a pool (`TrackArrays`)
-and the names of the observation and info fields. Every other module
+(`EnvState`, `RaceState`), a pool's six arrays (`PoolArrays`, as
+`TrackPool.from_arrays` takes them and a pool file holds them), the Race
+Core's view of a pool (`TrackArrays`) and the names of the observation and
+info fields. Every other module
 imports them from here; this module imports nothing of the package.
 """
 
@@ -11,9 +13,11 @@ import enum
 from typing import NamedTuple
 
 import jax
+import numpy as np
 
 __all__ = ["BENCHMARK_VERSION", "INFO_FIELDS", "LEVEL0_TRACK_ID", "MIN_TRACK_POINTS", "OBSERVATION_FIELDS",
-           "TRACK_CAPACITY", "EnvState", "RaceState", "TerminationReason", "TrackArrays"]
+           "POOL_DTYPES", "TRACK_CAPACITY", "EnvState", "PoolArrays", "RaceState", "TerminationReason",
+           "TrackArrays"]
 
 TRACK_CAPACITY: int = 640
 """Fixed centerline capacity of the observation (points)."""
@@ -63,6 +67,38 @@ class TerminationReason(enum.IntEnum):
     OFF_TRACK = 2
     INVALID_ACTION = 3
     TIMEOUT = 4
+
+
+class PoolArrays(NamedTuple):
+    """A pool's six arrays, named and ordered as ``TrackPool.from_arrays``
+    takes them and a pool file holds them (``P`` rows, ``C`` = ``TRACK_CAPACITY``).
+
+    Attributes:
+        centerline: float32 [P, C, 2], m.
+        left_boundary: float32 [P, C, 2], m.
+        right_boundary: float32 [P, C, 2], m.
+        track_mask: int8 [P, C], ones on each row's valid prefix.
+        track_length: float32 [P], m.
+        track_id: uint32 [P].
+    """
+
+    centerline: jax.Array
+    left_boundary: jax.Array
+    right_boundary: jax.Array
+    track_mask: jax.Array
+    track_length: jax.Array
+    track_id: jax.Array
+
+
+#: Each of ``PoolArrays``'s fields' dtype, in a pool and in its file.
+POOL_DTYPES: dict[str, np.dtype] = {
+    "centerline": np.dtype(np.float32),
+    "left_boundary": np.dtype(np.float32),
+    "right_boundary": np.dtype(np.float32),
+    "track_mask": np.dtype(np.int8),
+    "track_length": np.dtype(np.float32),
+    "track_id": np.dtype(np.uint32),
+}
 
 
 class TrackArrays(NamedTuple):
