@@ -866,7 +866,7 @@ def test_level_validation() -> None:
         (dict(max_episode_steps=-5), ValueError, "max_episode_steps"),
         (dict(max_episode_steps=10.0), TypeError, "max_episode_steps"),
         (dict(max_episode_steps=False), TypeError, "max_episode_steps"),
-        (dict(max_episode_steps=2**31), ValueError, r"max_episode_steps must be <= 2147483647"),
+        (dict(max_episode_steps=2**31), ValueError, r"max_episode_steps must be in \[1, 2147483647\]"),
         (dict(max_episode_steps=10**30), ValueError, "max_episode_steps"),
     ]
     for override, error, field in cases:

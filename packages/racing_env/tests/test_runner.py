@@ -96,9 +96,10 @@ def test_the_summary_rates_and_lap_times():
     assert summarize([])["success_rate"] is None
 
 
-@pytest.mark.parametrize("episodes", [0, -1, 1.5, True])
-def test_bad_episode_counts_are_refused(env, episodes):
-    with pytest.raises(ValueError, match="episodes"):
+@pytest.mark.parametrize("episodes, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError),
+                                             ("2", TypeError)])
+def test_bad_episode_counts_are_refused(env, episodes, error):
+    with pytest.raises(error, match="episodes"):
         run(load_plugin(TEMPLATE), env, episodes=episodes)
 
 

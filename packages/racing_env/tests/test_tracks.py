@@ -579,8 +579,8 @@ def test_take_keeps_those_rows_in_that_order(pool, three_tracks, rows):
 
 @pytest.mark.parametrize("rows, error, match", [
     ([], ValueError, "rows must hold at least one row"),
-    ([3], ValueError, r"rows\[0\] must be in \[0, 3\), got 3"),
-    ([0, -1], ValueError, r"rows\[1\] must be in \[0, 3\), got -1"),
+    ([3], ValueError, r"rows\[0\] must be in \[0, 2\], got 3"),
+    ([0, -1], ValueError, r"rows\[1\] must be in \[0, 2\], got -1"),
     ([1, 2, 1], ValueError, r"rows\[2\] repeats row 1 \(rows\[0\]\)"),
     ([0.0], TypeError, r"rows\[0\] must be an int"),
     ([True], TypeError, r"rows\[0\] must be an int"),

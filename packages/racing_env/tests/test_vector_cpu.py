@@ -72,7 +72,8 @@ def test_missing_arguments_are_named(config):
         ({"track": "oval"}, TypeError, "track"),
         ({"num_envs": 0}, ValueError, "num_envs"),
         ({"num_envs": 2}, ValueError, "num_envs"),
-        ({"num_envs": True}, ValueError, "num_envs"),
+        ({"num_envs": True}, TypeError, "num_envs"),
+        ({"num_envs": 1.0}, TypeError, "num_envs"),
     ],
 )
 def test_bad_constructor_arguments(config, kwargs, error, match):

@@ -9,9 +9,9 @@ of `substeps` physics steps of `physics_dt_s` each.
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from dataclasses import dataclass
+
+from racing_env import checks
 
 __all__ = ["ProjectConfig", "Level", "LEVEL_0", "KNUCKLE_MASS_KG", "MAX_EPISODE_STEPS"]
 
@@ -21,22 +21,6 @@ _MAX_ITERATIONS = 1000
 #: Mass of one steering knuckle (the body between the chassis and a front
 #: wheel that carries the steering hinge), kg; part of the sprung mass.
 KNUCKLE_MASS_KG = 1.0
-
-
-def _positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
-
-
-def _count(name: str, value: object, low: int = 1, high: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    if high is not None and value > high:
-        raise ValueError(f"{name} must be <= {high}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -101,19 +85,17 @@ class ProjectConfig:
             value = getattr(self, field.name)
             if field.name in ("substeps", "solver_iterations", "ls_iterations"):
                 # Bounded so that no config makes one control step run for hours.
-                _count(field.name, value, high=_MAX_ITERATIONS)
+                checks.integer_in(value, field.name, 1, _MAX_ITERATIONS + 1)
             elif field.name == "chassis_size_m":
                 if not isinstance(value, tuple) or len(value) != 3:
                     raise TypeError(f"chassis_size_m must be a tuple of 3 numbers, got {value!r}")
                 for i, side in enumerate(value):
-                    _positive(f"chassis_size_m[{i}]", side)
+                    checks.positive(side, f"chassis_size_m[{i}]")
             elif field.name == "min_acceleration_mps2":
-                if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                    raise TypeError(f"min_acceleration_mps2 must be a real number, got {type(value).__name__}")
-                if not math.isfinite(value) or value >= 0:
+                if checks.real(value, field.name) >= 0:
                     raise ValueError(f"min_acceleration_mps2 must be finite and < 0, got {value!r}")
             else:
-                _positive(field.name, value)
+                checks.positive(value, field.name)
         if not self.chassis_mass_kg > 2 * KNUCKLE_MASS_KG:
             raise ValueError(
                 f"chassis_mass_kg must exceed the two steering knuckles' {2 * KNUCKLE_MASS_KG} kg, "
@@ -172,12 +154,12 @@ class Level:
     max_episode_steps: int
 
     def __post_init__(self) -> None:
-        _count("level_id", self.level_id, low=0)
+        checks.integer_in(self.level_id, "level_id", 0)
         if not isinstance(self.name, str):
             raise TypeError(f"name must be a str, got {type(self.name).__name__}")
         if not self.name:
             raise ValueError("name must be a non-empty str")
-        _count("max_episode_steps", self.max_episode_steps, high=MAX_EPISODE_STEPS)
+        checks.integer_in(self.max_episode_steps, "max_episode_steps", 1, MAX_EPISODE_STEPS + 1)
 
 
 #: Level 0: the built-in development track, a timeout of 3,970 control steps

@@ -13,7 +13,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from racing_env._checks import integer_in, no_render_mode
+from racing_env.checks import integer_in, no_render_mode
 from racing_env.config import Level, ProjectConfig
 from racing_env.tracks import Track, TrackPool
 from racing_env.vector import VecCarRacingEnv, reset_option

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import multiprocessing
 import os
 import resource
@@ -41,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from racing_env import checks
 from racing_env.controller import Controller, DebugDraw, checked_action
 from racing_env.plugins import PluginError, load_plugin
 from racing_env.render import DrawList
@@ -81,16 +81,9 @@ class Isolation:
 
     def __post_init__(self) -> None:
         for name in ("call_timeout_s", "start_timeout_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        limit = self.memory_limit_mb
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise TypeError(f"memory_limit_mb must be an int or None, got {type(limit).__name__}")
-        if limit is not None and limit < 1024:
-            raise ValueError(f"memory_limit_mb must be >= 1024, got {limit}")
+            checks.positive(getattr(self, name), name)
+        if self.memory_limit_mb is not None:
+            checks.integer_in(self.memory_limit_mb, "memory_limit_mb", 1024)
 
 
 class ControllerFailed(Exception):

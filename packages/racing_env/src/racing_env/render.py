@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from racing_env import checks
 from racing_env.config import ProjectConfig
 
 __all__ = ["COLORS", "MAX_FRAME_POINTS", "RECORD_SUFFIXES", "DrawCommand", "DrawList", "EpisodeView", "FramePainter"]
@@ -88,11 +89,7 @@ def _color(value: Any) -> tuple[int, int, int]:
 
 
 def _size(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not (math.isfinite(float(value)) and 0.0 < float(value) <= 100.0):
-        raise ValueError(f"{name} must be in (0, 100] px, got {value!r}")
-    return float(value)
+    return checks.real_in(value, name, 0.0, 100.0, low_open=True, unit="px")
 
 
 class DrawList:
@@ -172,10 +169,9 @@ class FramePainter:
 
     def __init__(self, size: tuple[int, int] = (800, 600), wheelbase_m: float = _VEHICLE.wheelbase_m,
                  body_m: tuple[float, float] = _VEHICLE.chassis_size_m[:2]) -> None:
-        if (not isinstance(size, (tuple, list)) or len(size) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) and 64 <= v <= 4096 for v in size)):
-            raise ValueError(f"size must be (width, height), ints in [64, 4096], got {size!r}")
-        self.size = (int(size[0]), int(size[1]))
+        if not isinstance(size, (tuple, list)) or len(size) != 2:
+            raise TypeError(f"size must be (width, height), ints in [64, 4096], got {size!r}")
+        self.size = (checks.integer_in(size[0], "size[0]", 64, 4097), checks.integer_in(size[1], "size[1]", 64, 4097))
         self.wheelbase_m = float(wheelbase_m)
         self.body_m = (float(body_m[0]), float(body_m[1]))
         self._pygame = _import_pygame()
@@ -358,10 +354,8 @@ class EpisodeView:
                  record_fps: float = 10.0, size: tuple[int, int] = (800, 600), realtime: bool = True,
                  wheelbase_m: float = _VEHICLE.wheelbase_m,
                  body_m: tuple[float, float] = _VEHICLE.chassis_size_m[:2]) -> None:
-        if isinstance(control_dt_s, bool) or not isinstance(control_dt_s, (int, float)) or not control_dt_s > 0:
-            raise ValueError(f"control_dt_s must be a positive number of seconds, got {control_dt_s!r}")
-        if isinstance(record_fps, bool) or not isinstance(record_fps, (int, float)) or not 0 < record_fps <= 60:
-            raise ValueError(f"record_fps must be in (0, 60], got {record_fps!r}")
+        checks.positive(control_dt_s, "control_dt_s")
+        checks.real_in(record_fps, "record_fps", 0.0, 60.0, low_open=True)
         if not window and record is None:
             raise ValueError("give window=True, a record file, or both")
         path = None if record is None else Path(record)

@@ -38,6 +38,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from racing_env import checks
 from racing_env.controller import Controller, checked_action
 from racing_env.episodes import REASONS, EpisodeResult, summarize
 from racing_env.isolation import ChildControllers, ControllerFailed, Isolation
@@ -144,8 +145,8 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
         raise TypeError(f"env must be a VecCarRacingEnv, got {type(env).__name__}")
     if (episodes is None) == (track_indices is None):
         raise ValueError("give exactly one of episodes and track_indices")
-    if episodes is not None and (isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1):
-        raise ValueError(f"episodes must be an int >= 1, got {episodes!r}")
+    if episodes is not None:
+        checks.integer_in(episodes, "episodes", 1)
     if track_indices is not None:
         rows = [_row(r, env) for r in track_indices]
         if not rows:

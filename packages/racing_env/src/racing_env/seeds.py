@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from racing_env._checks import integer_in
+from racing_env.checks import integer_in
 
 __all__ = [
     "CONTROLLER_DOMAIN",

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
-from racing_env import _checks
+from racing_env import checks
 from racing_env.types import POOL_DTYPES, TRACK_CAPACITY, PoolArrays
 
 __all__ = ["PoolFile", "destination", "geometry_hash", "hash_rows", "read", "write"]
@@ -116,23 +116,23 @@ def geometry_hash(centerline: ArrayLike, left_boundary: ArrayLike, right_boundar
         ValueError: a wrong shape or a mask value other than 0 and 1.
     """
     floats = []
-    for name, value in zip(_checks.FLOAT_FIELDS, (centerline, left_boundary, right_boundary)):
-        arr = _checks.host_array(name, value)
-        _checks.check_float_kind(name, arr.dtype)
-        _checks.check_shape(name, arr.shape, (TRACK_CAPACITY, 2), "[TRACK_CAPACITY, 2]")
-        floats.append(_checks.to_float32(arr))
-    mask = _checks.host_array("track_mask", track_mask)
-    _checks.check_int_kind("track_mask", mask.dtype)
-    _checks.check_shape("track_mask", mask.shape, (TRACK_CAPACITY,), "[TRACK_CAPACITY]")
-    _checks.check_host_mask_values("track_mask", mask)
+    for name, value in zip(checks.FLOAT_FIELDS, (centerline, left_boundary, right_boundary)):
+        arr = checks.host_array(name, value)
+        checks.check_float_kind(name, arr.dtype)
+        checks.check_shape(name, arr.shape, (TRACK_CAPACITY, 2), "[TRACK_CAPACITY, 2]")
+        floats.append(checks.to_float32(arr))
+    mask = checks.host_array("track_mask", track_mask)
+    checks.check_int_kind("track_mask", mask.dtype)
+    checks.check_shape("track_mask", mask.shape, (TRACK_CAPACITY,), "[TRACK_CAPACITY]")
+    checks.check_host_mask_values("track_mask", mask)
     if isinstance(track_length, (bool, np.bool_)):
         raise TypeError("track_length must be a real number, got a bool")
-    length = _checks.host_array("track_length", track_length)
+    length = checks.host_array("track_length", track_length)
     if length.shape != ():
         raise ValueError(f"track_length must be a scalar, got shape {length.shape}")
-    if not (_checks.is_floating(length.dtype) or jnp.issubdtype(length.dtype, jnp.integer)):
+    if not (checks.is_floating(length.dtype) or jnp.issubdtype(length.dtype, jnp.integer)):
         raise TypeError(f"track_length must be a real number, got {str(length.dtype)}")
-    return hash_row(*floats, mask.astype(np.int8), _checks.to_float32(length))
+    return hash_row(*floats, mask.astype(np.int8), checks.to_float32(length))
 
 # --------------------------------------------------------------------------- writing
 
@@ -224,7 +224,7 @@ def read(path: Any) -> PoolFile:
         if value.dtype != POOL_DTYPES[name]:
             raise ValueError(f"{npz_path}: {name} must have dtype {POOL_DTYPES[name]}, got {value.dtype}")
     try:
-        pool_size = _checks.check_pool_shapes({name: value.shape for name, value in host.items()})
+        pool_size = checks.check_pool_shapes({name: value.shape for name, value in host.items()})
     except ValueError as err:
         raise ValueError(f"{npz_path}: {err}") from None
     if pool_size != len(entries):
@@ -235,7 +235,7 @@ def read(path: Any) -> PoolFile:
             raise ValueError(f"row {i}: manifest {manifest_path} has track_id {tid}, "
                              f"{npz_path} has {int(ids[i])}")
     try:
-        _checks.check_values(host)
+        checks.check_values(host)
     except ValueError as err:
         raise ValueError(f"{npz_path}: {err}") from None
     hashes = hash_rows(host)
@@ -301,9 +301,9 @@ def _parse_manifest(manifest: Any, where: Path) -> tuple[int, str, str, list[tup
     try:
         if not json_int(manifest["level_id"]):
             raise TypeError(f"level_id must be an integer, got {manifest['level_id']!r}")
-        level_id = _checks.check_level_id(manifest["level_id"])
-        split = _checks.check_name("split", manifest["split"])
-        benchmark_version = _checks.check_name("benchmark_version", manifest["benchmark_version"])
+        level_id = checks.check_level_id(manifest["level_id"])
+        split = checks.check_name("split", manifest["split"])
+        benchmark_version = checks.check_name("benchmark_version", manifest["benchmark_version"])
     except (TypeError, ValueError) as err:
         raise fail(str(err)) from None
     tracks = manifest["tracks"]
@@ -314,7 +314,7 @@ def _parse_manifest(manifest: Any, where: Path) -> tuple[int, str, str, list[tup
         if not isinstance(entry, dict) or set(entry) != {"track_id", "geometry_hash"}:
             raise fail(f"tracks[{i}] must be an object with exactly the keys track_id and geometry_hash, got {entry!r}")
         tid, digest = entry["track_id"], entry["geometry_hash"]
-        if not json_int(tid) or not 0 <= tid < _checks.UINT32_LIMIT:
+        if not json_int(tid) or not 0 <= tid < checks.UINT32_LIMIT:
             raise fail(f"tracks[{i}].track_id must be an integer in [0, 2**32), got {tid!r}")
         if not isinstance(digest, str) or not _HASH_PATTERN.fullmatch(digest):
             raise fail(f"tracks[{i}].geometry_hash must be 64 lowercase hex digits, got {digest!r}")

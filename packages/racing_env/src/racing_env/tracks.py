@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import ArrayLike
 
-from racing_env import _checks, geometry, track_files
+from racing_env import checks, geometry, track_files
 from racing_env.track_files import geometry_hash
 from racing_env.types import (
     BENCHMARK_VERSION,
@@ -111,20 +111,20 @@ class Track:
 
     def __post_init__(self) -> None:
         arrays: dict[str, np.ndarray] = {}
-        for name in _checks.FLOAT_FIELDS:
-            arr = _checks.host_array(name, getattr(self, name))
-            _checks.check_float_kind(name, arr.dtype)
-            _checks.check_shape(name, arr.shape, (TRACK_CAPACITY, 2), "[TRACK_CAPACITY, 2]")
-            arrays[name] = _checks.to_float32(arr)
-        mask = _checks.host_array("track_mask", self.track_mask)
-        _checks.check_int_kind("track_mask", mask.dtype)
-        _checks.check_shape("track_mask", mask.shape, (TRACK_CAPACITY,), "[TRACK_CAPACITY]")
-        _checks.check_host_mask_values("track_mask", mask)
+        for name in checks.FLOAT_FIELDS:
+            arr = checks.host_array(name, getattr(self, name))
+            checks.check_float_kind(name, arr.dtype)
+            checks.check_shape(name, arr.shape, (TRACK_CAPACITY, 2), "[TRACK_CAPACITY, 2]")
+            arrays[name] = checks.to_float32(arr)
+        mask = checks.host_array("track_mask", self.track_mask)
+        checks.check_int_kind("track_mask", mask.dtype)
+        checks.check_shape("track_mask", mask.shape, (TRACK_CAPACITY,), "[TRACK_CAPACITY]")
+        checks.check_host_mask_values("track_mask", mask)
         arrays["track_mask"] = mask.astype(np.int8, copy=True)
-        length = _checks.positive_length("track_length", self.track_length)
-        track_id = _checks.check_track_id("track_id", self.track_id)
+        length = checks.positive_length("track_length", self.track_length)
+        track_id = checks.check_track_id("track_id", self.track_id)
         # The pool's row checks with P = 1 (the length was checked above).
-        _checks.check_values({name: arr[None] for name, arr in arrays.items()}
+        checks.check_values({name: arr[None] for name, arr in arrays.items()}
                       | {"track_length": np.array([length]), "track_id": np.array([track_id])}, rows=False)
         # Everything is valid: only now replace the fields.
         for name, arr in arrays.items():
@@ -179,23 +179,23 @@ class Track:
                 consecutive points (or ``p_{i-1} == p_{i+1}``), a half-width
                 that is not > 0, or an id out of range.
         """
-        points = _checks.host_array("centerline", centerline)
-        _checks.check_float_kind("centerline", points.dtype)
+        points = checks.host_array("centerline", centerline)
+        checks.check_float_kind("centerline", points.dtype)
         if points.ndim != 2 or points.shape[1] != 2:
             raise ValueError(f"centerline must have shape [N, 2], got {points.shape}")
         n = points.shape[0]
         if not MIN_TRACK_POINTS <= n <= TRACK_CAPACITY:
             raise ValueError(f"centerline must have N in [MIN_TRACK_POINTS, TRACK_CAPACITY] = "
                              f"[{MIN_TRACK_POINTS}, {TRACK_CAPACITY}] points, got {n}")
-        stored = _checks.to_float32(points)
+        stored = checks.to_float32(points)
         if not np.all(np.isfinite(stored)):
             raise ValueError("centerline must be finite (after conversion to float32)")
         p = stored.astype(np.float64)
 
         if isinstance(half_width, (bool, np.bool_)):
             raise TypeError("half_width must be a real number or array, got a bool")
-        width = _checks.host_array("half_width", half_width)
-        if not (_checks.is_floating(width.dtype) or jnp.issubdtype(width.dtype, jnp.integer)):
+        width = checks.host_array("half_width", half_width)
+        if not (checks.is_floating(width.dtype) or jnp.issubdtype(width.dtype, jnp.integer)):
             raise TypeError(f"half_width must be real, got {str(width.dtype)}")
         if width.shape not in ((), (n,)):
             raise ValueError(f"half_width must be a scalar or have shape [N] = ({n},), got {width.shape}")
@@ -323,9 +323,9 @@ class TrackPool:
     benchmark_version: str
 
     def __post_init__(self) -> None:
-        level_id = _checks.check_level_id(self.level_id)
-        _checks.check_name("split", self.split)
-        _checks.check_name("benchmark_version", self.benchmark_version)
+        level_id = checks.check_level_id(self.level_id)
+        checks.check_name("split", self.split)
+        checks.check_name("benchmark_version", self.benchmark_version)
         values = [getattr(self, name) for name in PoolArrays._fields]
         for name, value in zip(PoolArrays._fields, values):
             if not isinstance(value, jax.Array):
@@ -333,7 +333,7 @@ class TrackPool:
                                 f"got {type(value).__name__}")
             if value.dtype != POOL_DTYPES[name]:
                 raise TypeError(f"{name} must have dtype {POOL_DTYPES[name]}, got {value.dtype}")
-        _checks.check_pool_shapes({name: value.shape for name, value in zip(PoolArrays._fields, values)})
+        checks.check_pool_shapes({name: value.shape for name, value in zip(PoolArrays._fields, values)})
         devices = [frozenset(value.devices()) for value in values]
         if len(set(devices)) != 1:
             found = zip(PoolArrays._fields, devices)
@@ -360,7 +360,7 @@ class TrackPool:
             TypeError: ``tracks`` is not a sequence of Track, or bad metadata types.
             ValueError: no tracks, a repeated ``track_id``, or bad metadata values.
         """
-        _checks.check_items("tracks", tracks, Track)
+        checks.check_items("tracks", tracks, Track)
         stacked = {name: np.stack([np.asarray(getattr(t, name)) for t in tracks]) for name in PoolArrays._fields}
         return cls.from_arrays(**stacked, level_id=level_id, split=split, benchmark_version=benchmark_version)
 
@@ -397,9 +397,9 @@ class TrackPool:
                 value (with ``check_values``; naming the argument, row and id),
                 or bad metadata.
         """
-        level_id = _checks.check_level_id(level_id)
-        _checks.check_name("split", split)
-        _checks.check_name("benchmark_version", benchmark_version)
+        level_id = checks.check_level_id(level_id)
+        checks.check_name("split", split)
+        checks.check_name("benchmark_version", benchmark_version)
         if not isinstance(check_values, bool):
             raise TypeError(f"check_values must be a bool, got {type(check_values).__name__}")
 
@@ -407,15 +407,15 @@ class TrackPool:
                                           track_mask, track_length, track_id)))
         inputs: dict[str, np.ndarray | jax.Array] = {}
         for name, value in given.items():
-            inputs[name] = value if isinstance(value, jax.Array) else _checks.host_array(name, value)
+            inputs[name] = value if isinstance(value, jax.Array) else checks.host_array(name, value)
             dtype = inputs[name].dtype
             if name == "track_id":
-                _checks.check_id_kind(name, dtype)
+                checks.check_id_kind(name, dtype)
             elif name == "track_mask":
-                _checks.check_int_kind(name, dtype)
+                checks.check_int_kind(name, dtype)
             else:
-                _checks.check_float_kind(name, dtype)
-        _checks.check_pool_shapes({name: value.shape for name, value in inputs.items()})
+                checks.check_float_kind(name, dtype)
+        checks.check_pool_shapes({name: value.shape for name, value in inputs.items()})
         if not check_values:
             for name in ("track_mask", "track_id"):
                 value = inputs[name]
@@ -431,9 +431,9 @@ class TrackPool:
             if check_values or not isinstance(value, jax.Array):
                 host = np.asarray(value)
                 if name == "track_mask":
-                    _checks.check_host_mask_values(name, host)
+                    checks.check_host_mask_values(name, host)
                 else:
-                    _checks.check_host_id_values(name, host)
+                    checks.check_host_id_values(name, host)
                 checked_host[name] = host.astype(POOL_DTYPES[name])
         jax_inputs = [v for v in inputs.values() if isinstance(v, jax.Array)]
         device = _single_device(jax_inputs) if jax_inputs else None
@@ -457,7 +457,7 @@ class TrackPool:
                     host[name] = checked_host[name]
                 else:
                     host[name] = np.asarray(final[name])  # the float32 values the pool holds
-            _checks.check_values(host)
+            checks.check_values(host)
         for name, value in host_final.items():
             final[name] = jax.device_put(value, device)
         return cls(**final, level_id=level_id, split=split, benchmark_version=benchmark_version)
@@ -474,7 +474,7 @@ class TrackPool:
             ValueError: ``index`` is out of range, or the row is not a valid
                 Track (possible only in a pool built with ``check_values=False``).
         """
-        i = _checks.scalar_int("index", index)
+        i = checks.scalar_int("index", index)
         if not 0 <= i < len(self):
             raise ValueError(f"index must be in [0, {len(self)}), got {i}")
         row = {name: np.asarray(getattr(self, name)[i]) for name in PoolArrays._fields}
@@ -503,7 +503,7 @@ class TrackPool:
             raise TypeError(f"rows must be a sequence of integers, got {type(rows).__name__}")
         if len(rows) == 0:
             raise ValueError("rows must hold at least one row")
-        picked = [_checks.integer_in(row, f"rows[{k}]", 0, len(self)) for k, row in enumerate(rows)]
+        picked = [checks.integer_in(row, f"rows[{k}]", 0, len(self)) for k, row in enumerate(rows)]
         seen: dict[int, int] = {}
         for k, row in enumerate(picked):
             if row in seen:
@@ -524,7 +524,7 @@ class TrackPool:
             ValueError: no pools, differing metadata or devices, or a repeated
                 track id, naming the pools.
         """
-        _checks.check_items("pools", pools, TrackPool)
+        checks.check_items("pools", pools, TrackPool)
         first = pools[0]
         for k, pool in enumerate(pools[1:], start=1):
             for name in ("level_id", "split", "benchmark_version"):
@@ -577,7 +577,7 @@ class TrackPool:
         """
         paths = track_files.destination(path)
         host = self._host_arrays()
-        _checks.check_values(host)
+        checks.check_values(host)
         track_files.write(paths, host, self.geometry_hashes, level_id=self.level_id, split=self.split,
                           benchmark_version=self.benchmark_version)
 

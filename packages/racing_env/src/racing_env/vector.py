@@ -23,7 +23,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from racing_env import core
-from racing_env._checks import integer_in, no_render_mode
+from racing_env.checks import integer_in, no_render_mode
 from racing_env.config import Level, ProjectConfig
 from racing_env.physics import BACKENDS, CpuReferencePhysics, MjxWarpPhysics, PhysicsState
 from racing_env.race import MIN_POINTS, min_segment_length, track_arrays
@@ -178,8 +178,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             missing.append("track or track_pool")
         if missing:
             raise TypeError(f"VecCarRacingEnv needs explicit {', '.join(missing)}")
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+        integer_in(num_envs, "num_envs", 1)
         if not isinstance(config, ProjectConfig):
             raise TypeError(f"config must be a ProjectConfig, got {type(config).__name__}")
         if not isinstance(level, Level):

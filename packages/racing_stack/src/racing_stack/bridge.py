@@ -86,14 +86,12 @@ may be regenerated at once.
 from __future__ import annotations
 
 import functools
-import math
-import operator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from racing_env import geometry
+from racing_env import checks, geometry
 from racing_env.tracks import Track, TrackPool
 from racing_env.types import BENCHMARK_VERSION, TRACK_CAPACITY, PoolArrays
 from track_gen.course import Course
@@ -198,8 +196,8 @@ def pool_arrays(arrays: CourseArrays, num_rows: int, *, scale: float = COURSE_SC
         ValueError: ``num_rows`` outside ``[1, E]`` or ``scale`` not finite and > 0.
     """
     _check_arrays(arrays)
-    num_rows = _check_count("num_rows", num_rows, 1, arrays.num_envs)
-    scale = _check_scale(scale)
+    num_rows = checks.integer_in(num_rows, "num_rows", 1, arrays.num_envs + 1)
+    scale = checks.positive(scale, "scale")
     return _pool_geometry(arrays.center, arrays.count, arrays.width, arrays.track_id,
                           arrays.valid, num_rows=num_rows, scale=scale)
 
@@ -281,11 +279,11 @@ def pool_from_course(course: Course | TrackGenerator, *, level_id: int, split: s
         ValueError: a bad value (naming the argument), no valid env, or two
             valid envs with the same ``track_id``.
     """
-    _check_count("level_id", level_id, 0)
+    checks.integer_in(level_id, "level_id", 0)
     for name, value in (("split", split), ("benchmark_version", benchmark_version)):
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    scale = _check_scale(scale)
+    scale = checks.positive(scale, "scale")
     arrays = course_arrays(course)
     num_rows = len(admitted_envs(arrays))
     built = pool_arrays(arrays, num_rows, scale=scale)
@@ -312,9 +310,9 @@ def track_from_course(course: Course | TrackGenerator, env: int, *, scale: float
         TypeError: a wrong type.
         ValueError: ``env`` out of range, the env is invalid, or a bad ``scale``.
     """
-    scale = _check_scale(scale)
+    scale = checks.positive(scale, "scale")
     arrays = course_arrays(course)
-    env = _check_count("env", env, 0, arrays.num_envs - 1)
+    env = checks.integer_in(env, "env", 0, arrays.num_envs)
     if int(jax.device_get(arrays.valid)[env]) == 0:
         raise ValueError(f"env {env} has no valid course (valid == 0): only valid courses become Tracks")
     row = _env_geometry(arrays.center, arrays.count, arrays.width, arrays.track_id,
@@ -328,27 +326,3 @@ def track_from_course(course: Course | TrackGenerator, env: int, *, scale: float
 def _check_arrays(arrays: Any) -> None:
     if not isinstance(arrays, CourseArrays):
         raise TypeError(f"arrays must be a CourseArrays (from course_arrays), got {type(arrays).__name__}")
-
-
-def _check_scale(scale: Any) -> float:
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise TypeError(f"scale must be a real number, got {type(scale).__name__}")
-    value = float(scale)
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"scale must be finite and > 0, got {scale!r}")
-    return value
-
-
-def _check_count(name: str, value: Any, low: int, high: int | None = None) -> int:
-    """An int in ``[low, high]`` (no upper bound for ``None``; bools refused)."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an int, got a bool")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-    if high is None and value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    if high is not None and not low <= value <= high:
-        raise ValueError(f"{name} must be in [{low}, {high}], got {value}")
-    return value

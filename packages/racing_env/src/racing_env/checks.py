@@ -1,9 +1,18 @@
-"""Argument checks shared by the public functions (errors name the argument):
-scalars, names and sequences, and the shapes, kinds and values of tracks and
-pools."""
+"""The validation vocabulary of racing_env and racing_stack: argument checks
+whose errors name the argument and what was expected.
+
+One exception type per fault: a wrong type (a bool or a float where an int
+belongs, a string where a number belongs) raises ``TypeError``; a value of
+the right type outside its range (NaN, an infinity, a negative count)
+raises ``ValueError``. Scalars: ``integer_in``, ``real``, ``real_in``,
+``positive``, ``check_name``; then the shapes, kinds and values of tracks
+and pools, which ``Track``, ``TrackPool`` and ``track_files`` share.
+"""
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
 import re
 from collections.abc import Sequence
@@ -20,20 +29,78 @@ NAME_PATTERN = re.compile(r"[0-9A-Za-z._-]{1,32}")
 FLOAT_FIELDS = ("centerline", "left_boundary", "right_boundary")
 
 
-def integer_in(value: object, name: str, low: int, end: int, end_text: str | None = None) -> int:
-    """``value`` as a Python int in ``[low, end)``.
+def integer_in(value: object, name: str, low: int, end: int | None = None, end_text: str | None = None) -> int:
+    """``value`` as a Python int in ``[low, end)`` (``[low, inf)`` for ``end=None``).
 
     Raises:
         TypeError: bools, floats and non-integers.
-        ValueError: an int outside the range (``end_text`` spells ``end``
-            in the message, e.g. ``"2**32"``).
+        ValueError: an int outside the range; the message spells it
+            ``[low, end - 1]``, or ``[low, end_text)`` when given (e.g.
+            ``"2**32"``).
     """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
     value = int(value)
-    if not low <= value < end:
-        raise ValueError(f"{name} must be in [{low}, {end_text or end}), got {value}")
+    if end is None and value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    if end is not None and not low <= value < end:
+        interval = f"[{low}, {end_text})" if end_text else f"[{low}, {end - 1}]"
+        raise ValueError(f"{name} must be in {interval}, got {value}")
     return value
+
+
+def _real(value: object, name: str) -> float:
+    """``value`` as a Python float (``inf`` for an int beyond a float's range)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def real(value: object, name: str) -> float:
+    """``value`` as a finite Python float.
+
+    Raises:
+        TypeError: bools and non-reals (strings, None, complex numbers).
+        ValueError: NaN, an infinity, or an int too large for a float.
+    """
+    result = _real(value, name)
+    if not math.isfinite(result):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return result
+
+
+def real_in(value: object, name: str, low: float, high: float, *, low_open: bool = False,
+            high_open: bool = False, unit: str = "") -> float:
+    """``value`` as a finite Python float in the interval from ``low`` to
+    ``high``, either end open or closed.
+
+    Raises:
+        TypeError: as ``real``.
+        ValueError: NaN, an infinity, or a value outside the interval.
+    """
+    result = _real(value, name)
+    below = result <= low if low_open else result < low
+    above = result >= high if high_open else result > high
+    if not math.isfinite(result) or below or above:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ValueError(f"{name} must be in {interval}{' ' + unit if unit else ''}, got {value!r}")
+    return result
+
+
+def positive(value: object, name: str) -> float:
+    """``value`` as a finite Python float ``> 0``.
+
+    Raises:
+        TypeError: as ``real``.
+        ValueError: NaN, an infinity, or a value ``<= 0``.
+    """
+    result = _real(value, name)
+    if not (math.isfinite(result) and result > 0):
+        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+    return result
 
 
 def no_render_mode(render_mode: object, env: str) -> None:
