@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -13,12 +14,12 @@ from racing_env import Level, ProjectConfig, checks
 from racing_env.isolation import Isolation
 from racing_env.render import EpisodeView, FramePainter
 
-NOT_INTS = [True, np.bool_(False), 1.0, np.float32(2.0), "3", None, [1]]
+NOT_INTS = [True, np.bool_(False), np.array(True), 1.0, np.float32(2.0), np.array(2.0), "3", None, [1]]
 NOT_REALS = [True, np.bool_(True), "1.0", None, 1j, [1.0]]
 NOT_FINITE = [math.nan, math.inf, -math.inf, np.float32("nan")]
 
 
-@pytest.mark.parametrize("value", [0, 7, np.int64(7), np.uint32(2**32 - 1)])
+@pytest.mark.parametrize("value", [0, 7, np.int64(7), np.uint32(2**32 - 1), np.array(5), jnp.int32(6)])
 def test_integer_in_returns_python_ints(value):
     got = checks.integer_in(value, "n", 0, 2**32, "2**32")
     assert type(got) is int and got == int(value)
@@ -62,9 +63,20 @@ def test_real_refuses_nan_and_infinities(value):
         checks.positive(value, "x")
 
 
-def test_an_int_too_large_for_a_float_is_refused_as_a_value():
-    with pytest.raises(ValueError, match="^x must be finite"):
+def test_an_int_too_large_for_a_float_is_refused_as_a_value_in_a_short_message():
+    with pytest.raises(ValueError, match="^x must be finite") as error:
         checks.real(10**400, "x")
+    assert len(str(error.value)) < 100
+    with pytest.raises(ValueError, match=r"^n must be in \[0, 9\]") as error:
+        checks.integer_in(-10**400, "n", 0, 10)
+    assert len(str(error.value)) < 100
+
+
+def test_isolation_keeps_python_numbers():
+    """A NumPy int limit would overflow the child's shift to bytes (4096 << 20 in int32 is 0)."""
+    isolation = Isolation(call_timeout_s=np.float32(2.0), memory_limit_mb=np.int32(4096))
+    assert type(isolation.memory_limit_mb) is int and isolation.memory_limit_mb << 20 == 4096 << 20
+    assert type(isolation.call_timeout_s) is float
 
 
 @pytest.mark.parametrize("low_open, high_open, inside, outside", [

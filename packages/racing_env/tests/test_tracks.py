@@ -557,7 +557,7 @@ def test_direct_construction_checks_metadata(pool, three_tracks):
 def test_pool_track_index(pool):
     assert pool.track(np.int64(2)).track_id == 33
     for index in (-1, 3):
-        with pytest.raises(ValueError, match=r"index must be in \[0, 3\)"):
+        with pytest.raises(ValueError, match=r"index must be in \[0, 2\]"):
             pool.track(index)
     for index in (1.0, True, "0"):
         with pytest.raises(TypeError, match="index"):

@@ -86,7 +86,7 @@ def test_zero_copy_and_the_rows_against_the_oracle(gpu, course):
     arrays = course_arrays(course)
     r = course.result
     for name, warp_array in dict(center=r.center, count=r.count, valid=r.valid, width=r.width,
-                                 seed=course.rng.seeds_warp, generation=r.generation).items():
+                                 generation=r.generation, track_id=r.track_id).items():
         assert getattr(arrays, name).unsafe_buffer_pointer() == warp_array.ptr, name
         assert getattr(arrays, name).devices() == {gpu}, name
     pool = pool_from_course(course, level_id=1, split="train")

@@ -15,6 +15,7 @@ import math
 import numbers
 import operator
 import re
+import reprlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,27 +33,33 @@ FLOAT_FIELDS = ("centerline", "left_boundary", "right_boundary")
 def integer_in(value: object, name: str, low: int, end: int | None = None, end_text: str | None = None) -> int:
     """``value`` as a Python int in ``[low, end)`` (``[low, inf)`` for ``end=None``).
 
+    Takes what ``operator.index`` takes (ints, NumPy and JAX integer
+    scalars, 0-d integer arrays) but bools.
+
     Raises:
         TypeError: bools, floats and non-integers.
         ValueError: an int outside the range; the message spells it
             ``[low, end - 1]``, or ``[low, end_text)`` when given (e.g.
             ``"2**32"``).
     """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    value = int(value)
+    if isinstance(value, (bool, np.bool_)) or getattr(value, "dtype", None) == np.bool_:
+        raise TypeError(f"{name} must be an int, got a bool")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {_shown(value)}") from None
     if end is None and value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
+        raise ValueError(f"{name} must be >= {low}, got {_shown(value)}")
     if end is not None and not low <= value < end:
         interval = f"[{low}, {end_text})" if end_text else f"[{low}, {end - 1}]"
-        raise ValueError(f"{name} must be in {interval}, got {value}")
+        raise ValueError(f"{name} must be in {interval}, got {_shown(value)}")
     return value
 
 
 def _real(value: object, name: str) -> float:
     """``value`` as a Python float (``inf`` for an int beyond a float's range)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {_shown(value)}")
     try:
         return float(value)
     except OverflowError:
@@ -68,7 +75,7 @@ def real(value: object, name: str) -> float:
     """
     result = _real(value, name)
     if not math.isfinite(result):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise ValueError(f"{name} must be finite, got {_shown(value)}")
     return result
 
 
@@ -86,7 +93,7 @@ def real_in(value: object, name: str, low: float, high: float, *, low_open: bool
     above = result >= high if high_open else result > high
     if not math.isfinite(result) or below or above:
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        raise ValueError(f"{name} must be in {interval}{' ' + unit if unit else ''}, got {value!r}")
+        raise ValueError(f"{name} must be in {interval}{' ' + unit if unit else ''}, got {_shown(value)}")
     return result
 
 
@@ -99,8 +106,17 @@ def positive(value: object, name: str) -> float:
     """
     result = _real(value, name)
     if not (math.isfinite(result) and result > 0):
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+        raise ValueError(f"{name} must be finite and > 0, got {_shown(value)}")
     return result
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 60
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, at most 60 characters (an int of 400 digits is cut)."""
+    return _REPR.repr(value)
 
 
 def no_render_mode(render_mode: object, env: str) -> None:

@@ -81,9 +81,10 @@ class Isolation:
 
     def __post_init__(self) -> None:
         for name in ("call_timeout_s", "start_timeout_s"):
-            checks.positive(getattr(self, name), name)
-        if self.memory_limit_mb is not None:
-            checks.integer_in(self.memory_limit_mb, "memory_limit_mb", 1024)
+            object.__setattr__(self, name, checks.positive(getattr(self, name), name))
+        if self.memory_limit_mb is not None:  # a NumPy int would overflow the child's shift to bytes
+            limit = checks.integer_in(self.memory_limit_mb, "memory_limit_mb", 1024)
+            object.__setattr__(self, "memory_limit_mb", limit)
 
 
 class ControllerFailed(Exception):

@@ -474,9 +474,7 @@ class TrackPool:
             ValueError: ``index`` is out of range, or the row is not a valid
                 Track (possible only in a pool built with ``check_values=False``).
         """
-        i = checks.scalar_int("index", index)
-        if not 0 <= i < len(self):
-            raise ValueError(f"index must be in [0, {len(self)}), got {i}")
+        i = checks.integer_in(index, "index", 0, len(self))
         row = {name: np.asarray(getattr(self, name)[i]) for name in PoolArrays._fields}
         return Track(**row)
 

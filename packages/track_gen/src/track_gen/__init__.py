@@ -4,9 +4,9 @@ masked per-env regeneration and the runtime step.
 The public API is re-exported here (``__all__``); the modules the docs name
 (``track_gen.course``, ``track_gen.pipeline.presets``, ``track_gen.exec``,
 ``track_gen.checks``, ``track_gen.seeds``, ``track_gen.queries``, ...) stay
-importable as they are. Importing ``track_gen`` never imports torch: the
-torch interop lives in ``track_gen.interop.torch`` and is imported only by
-those who use it.
+importable as they are. Importing ``track_gen`` never imports torch or JAX:
+the interop lives in ``track_gen.interop.torch`` and ``track_gen.interop.jax``
+and is imported only by those who use it.
 """
 
 from importlib.metadata import PackageNotFoundError, version

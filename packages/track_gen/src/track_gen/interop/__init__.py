@@ -1,1 +1,3 @@
-"""Interop with other frameworks' graph capture (imported on demand)."""
+"""Interop with other frameworks, each imported on demand: ``torch`` (recording
+courses into ``torch.cuda.graph`` captures) and ``jax`` (a course's arrays as
+zero-copy JAX arrays)."""
