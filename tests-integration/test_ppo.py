@@ -454,44 +454,47 @@ def test_settings_are_overridden_by_name_and_checked():
                             (["reward=1"], "unknown setting 'reward'"),
                             (["learning_rate=fast"], "'fast' is not a Python literal"),
                             (["learning_rate=-1.0"], "learning_rate must be in"),
-                            (["hidden=3"], "bad settings"), (["features.points=0"], "points must be an int")):
+                            (["hidden=3"], "bad settings"), (["features.points=0"], "points must be in")):
         with pytest.raises(ValueError, match=match):
             TINY.override(settings)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"worlds": 0}, "worlds must be an int in \\[1, 2\\*\\*31\\)"),
-    ({"max_episode_steps": 2**31}, "max_episode_steps must be an int in \\[1, 2\\*\\*31\\)"),
-    ({"stagger_steps": -1}, "stagger_steps must be an int in \\[0, 2\\*\\*31\\)"),
-    ({"minibatches": 3}, "minibatches \\(3\\) must divide"),
-    ({"gamma": 1.5}, "gamma must be in"),
-    ({"tracks": 0}, "tracks must be None or an int >= 1"),
-    ({"learning_rate": float("nan")}, "learning_rate must be in \\(0.0, 1.0\\] and finite"),
-    ({"learning_rate": 1e30}, "learning_rate must be in \\(0.0, 1.0\\]"),
-    ({"learning_rate": 10**400}, "learning_rate must be in \\(0.0, 1.0\\]"),
-    ({"init_log_std": (1e6, 0.0)}, "init_log_std must be in \\[-10.0, 2.0\\]"),
-    ({"init_log_std": (0.0, -200.0)}, "init_log_std must be in \\[-10.0, 2.0\\]"),
-    ({"init_log_std": -1.0}, "init_log_std must be a pair"),
-    ({"init_log_std": (0.0, 0.0, 0.0)}, "init_log_std must be a pair"),
-    ({"desired_kl": 0.0}, "desired_kl must be in \\(0.0, 10.0\\]"),
-    ({"select_success_rate": 0.0}, "select_success_rate must be in \\(0.0, 1.0\\]"),
-    ({"select_success_rate": 1.01}, "select_success_rate must be in \\(0.0, 1.0\\]"),
-    ({"min_learning_rate": 1e-2, "max_learning_rate": 1e-3}, "min_learning_rate \\(0.01\\) exceeds"),
-    ({"value_coef": 1e300}, "value_coef must be in \\[0.0, 1000.0\\]"),
-    ({"hidden": (1_000_000, 1_000_000)}, "hidden must be a non-empty tuple of ints in \\[1, 16384\\]"),
-    ({"clip": 0.0}, "clip must be in \\(0.0"),
-    ({"gamma": "0.9"}, "gamma must be a real number"),
-    ({"entropy_coef": float("inf")}, "entropy_coef must be in \\[0.0, 1000.0\\] and finite"),
-    ({"hidden": ()}, "hidden must be a non-empty tuple"),
-    ({"hidden": (64, 0)}, "hidden must be a non-empty tuple"),
-    ({"seed": -1}, "seed must be an int in"),
-    ({"features": None}, "features must be a LocalTrack"),
-    ({"validate_every": -1}, "validate_every must be an int in \\[0, 2\\*\\*31\\)"),
-    ({"validation_tracks": 0}, "validation_tracks must be an int in \\[1, 2\\*\\*31\\)"),
-    ({"schedule": "cosine"}, "schedule must be one of"),
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"worlds": 0}, ValueError, "worlds must be in \\[1, 2\\*\\*31\\)"),
+    ({"worlds": 8.0}, TypeError, "worlds must be an int"),
+    ({"max_episode_steps": 2**31}, ValueError, "max_episode_steps must be in \\[1, 2\\*\\*31\\)"),
+    ({"stagger_steps": -1}, ValueError, "stagger_steps must be in \\[0, 2\\*\\*31\\)"),
+    ({"minibatches": 3}, ValueError, "minibatches \\(3\\) must divide"),
+    ({"gamma": 1.5}, ValueError, "gamma must be in"),
+    ({"tracks": 0}, ValueError, "tracks must be >= 1"),
+    ({"tracks": True}, TypeError, "tracks must be an int"),
+    ({"learning_rate": float("nan")}, ValueError, "learning_rate must be in \\(0, 1\\]"),
+    ({"learning_rate": 1e30}, ValueError, "learning_rate must be in \\(0, 1\\]"),
+    ({"learning_rate": 10**400}, ValueError, "learning_rate must be in \\(0, 1\\]"),
+    ({"init_log_std": (1e6, 0.0)}, ValueError, "init_log_std must be in \\[-10, 2\\]"),
+    ({"init_log_std": (0.0, -200.0)}, ValueError, "init_log_std must be in \\[-10, 2\\]"),
+    ({"init_log_std": -1.0}, ValueError, "init_log_std must be a pair"),
+    ({"init_log_std": (0.0, 0.0, 0.0)}, ValueError, "init_log_std must be a pair"),
+    ({"desired_kl": 0.0}, ValueError, "desired_kl must be in \\(0, 10\\]"),
+    ({"select_success_rate": 0.0}, ValueError, "select_success_rate must be in \\(0, 1\\]"),
+    ({"select_success_rate": 1.01}, ValueError, "select_success_rate must be in \\(0, 1\\]"),
+    ({"min_learning_rate": 1e-2, "max_learning_rate": 1e-3}, ValueError, "min_learning_rate \\(0.01\\) exceeds"),
+    ({"value_coef": 1e300}, ValueError, "value_coef must be in \\[0, 1000\\]"),
+    ({"hidden": (1_000_000, 1_000_000)}, ValueError, "hidden must be a non-empty tuple of ints in \\[1, 16384\\]"),
+    ({"clip": 0.0}, ValueError, "clip must be in \\(0, 10\\]"),
+    ({"gamma": "0.9"}, TypeError, "gamma must be a real number"),
+    ({"entropy_coef": float("inf")}, ValueError, "entropy_coef must be in \\[0, 1000\\]"),
+    ({"hidden": ()}, ValueError, "hidden must be a non-empty tuple"),
+    ({"hidden": (64, 0)}, ValueError, "hidden must be a non-empty tuple"),
+    ({"seed": -1}, ValueError, "seed must be in \\[0, 2\\*\\*32\\)"),
+    ({"seed": 1.0}, TypeError, "seed must be an int"),
+    ({"features": None}, TypeError, "features must be a LocalTrack"),
+    ({"validate_every": -1}, ValueError, "validate_every must be in \\[0, 2\\*\\*31\\)"),
+    ({"validation_tracks": 0}, ValueError, "validation_tracks must be in \\[1, 2\\*\\*31\\)"),
+    ({"schedule": "cosine"}, ValueError, "schedule must be one of"),
 ])
-def test_bad_settings_are_refused_by_name(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_bad_settings_are_refused_by_name(kwargs, error, match):
+    with pytest.raises(error, match=match):
         dataclasses.replace(PPOConfig(), **kwargs)
 
 

@@ -77,7 +77,7 @@ def run(run_folder, tmp_path):
 
 # Errors in the flags themselves: nothing is read, nothing built.
 @pytest.mark.parametrize("extra, flag, said", [
-    (["--updates", "0"], "--updates", "updates must be an int in [1, 2**31), got 0"),
+    (["--updates", "0"], "--updates", "updates must be in [1, 2**31), got 0"),
     (["--updates", "-3"], "--updates", "got -3"),
     (["--updates", "abc"], "--updates", "invalid int value: 'abc'"),
     (["--updates", "1.5"], "--updates", "invalid int value: '1.5'"),

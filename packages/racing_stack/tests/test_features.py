@@ -623,7 +623,9 @@ FIELDS_OF_SHAPER = ("metres_scale", "step_cost", "off_track_penalty", "crash_ene
                             for bad in (-0.1, float("nan"), 1e5, True, "0.5")]
                          + [("stall_steps", bad) for bad in (0, -3, 2.0, True, 2**31, None)])
 def test_bad_shaper_settings_are_refused_by_name(name, bad):
-    with pytest.raises(ValueError, match=f"^{name} must be"):
+    wrong_type = isinstance(bad, (bool, str)) or bad is None or (isinstance(bad, float) and name == "stall_steps")
+    error = TypeError if wrong_type else ValueError
+    with pytest.raises(error, match=f"^{name} must be"):
         ShapedReward(**{name: bad})
 
 

@@ -2,6 +2,8 @@
 features of random poses on random tracks (the road geometry by brute
 force over every segment, in float64), and the shaped reward's bounds."""
 
+import dataclasses
+import json
 import math
 
 import jax.numpy as jnp
@@ -123,35 +125,43 @@ def test_numpy_and_jax_round_half_way_points_alike():
                                    rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kwargs, match", [({"points": 0}, "points must be an int >= 1"),
-                                           ({"points": 2.0}, "points must be an int >= 1"),
-                                           ({"points": 641}, "points must be <= TRACK_CAPACITY = 640"),
-                                           ({"spacing_m": 0.0}, "spacing_m must be a number in \\(0, 10000\\] m"),
-                                           ({"spacing_m": float("nan")}, "spacing_m must be a number in"),
-                                           ({"spacing_m": float("inf")}, "spacing_m must be a number in"),
-                                           ({"scale_m": 1e5}, "scale_m must be a number in"),
-                                           ({"scale_m": True}, "scale_m must be a number in"),
-                                           ({"interpolate": 1}, "interpolate must be a bool"),
-                                           ({"interpolate": "yes"}, "interpolate must be a bool")])
-def test_bad_feature_settings_are_refused(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"points": 0}, ValueError, r"points must be in \[1, 640\]"),
+    ({"points": 2.0}, TypeError, "points must be an int"),
+    ({"points": 641}, ValueError, r"points must be in \[1, 640\]"),
+    ({"spacing_m": 0.0}, ValueError, r"spacing_m must be in \(0, 10000\] m"),
+    ({"spacing_m": float("nan")}, ValueError, "spacing_m must be in"),
+    ({"spacing_m": float("inf")}, ValueError, "spacing_m must be in"),
+    ({"scale_m": 1e5}, ValueError, "scale_m must be in"),
+    ({"scale_m": True}, TypeError, "scale_m must be a real number"),
+    ({"interpolate": 1}, TypeError, "interpolate must be a bool"),
+    ({"interpolate": "yes"}, TypeError, "interpolate must be a bool")])
+def test_bad_feature_settings_are_refused(kwargs, error, match):
+    with pytest.raises(error, match=match):
         LocalTrack(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs, match", [({"step_cost": -1.0}, "step_cost must be a number in \\[0, 1e\\+06\\]"),
-                                           ({"step_cost": float("nan")}, "step_cost must be a number in"),
-                                           ({"off_track_penalty": 1e400}, "off_track_penalty must be a number in"),
-                                           ({"crash_energy_cost": 1e7}, "crash_energy_cost must be a number in"),
-                                           ({"stall_penalty": True}, "stall_penalty must be a number in"),
-                                           ({"metres_scale": "1"}, "metres_scale must be a number in"),
-                                           ({"edge_margin_m": -0.1}, "edge_margin_m must be a number in"),
-                                           ({"edge_margin_m": float("inf")}, "edge_margin_m must be a number in"),
-                                           ({"stall_steps": 0}, "stall_steps must be an int in \\[1, 2\\*\\*31\\)"),
-                                           ({"stall_steps": 150.0}, "stall_steps must be an int"),
-                                           ({"stall_steps": 2**31}, "stall_steps must be an int")])
-def test_bad_reward_settings_are_refused(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"step_cost": -1.0}, ValueError, r"step_cost must be in \[0, 1e\+06\]"),
+    ({"step_cost": float("nan")}, ValueError, "step_cost must be in"),
+    ({"off_track_penalty": 1e400}, ValueError, "off_track_penalty must be in"),
+    ({"crash_energy_cost": 1e7}, ValueError, "crash_energy_cost must be in"),
+    ({"stall_penalty": True}, TypeError, "stall_penalty must be a real number"),
+    ({"metres_scale": "1"}, TypeError, "metres_scale must be a real number"),
+    ({"edge_margin_m": -0.1}, ValueError, "edge_margin_m must be in"),
+    ({"edge_margin_m": float("inf")}, ValueError, "edge_margin_m must be in"),
+    ({"stall_steps": 0}, ValueError, r"stall_steps must be in \[1, 2\*\*31\)"),
+    ({"stall_steps": 150.0}, TypeError, "stall_steps must be an int"),
+    ({"stall_steps": 2**31}, ValueError, "stall_steps must be in")])
+def test_bad_reward_settings_are_refused(kwargs, error, match):
+    with pytest.raises(error, match=match):
         ShapedReward(**kwargs)
+
+
+def test_settings_are_stored_as_python_numbers():
+    features, reward = LocalTrack(points=np.int64(12), spacing_m=np.float32(5.0)), ShapedReward(step_cost=1)
+    assert type(features.points) is int and type(features.spacing_m) is float and type(reward.step_cost) is float
+    json.dumps(dataclasses.asdict(features))
 
 
 def test_shaped_reward_stays_within_its_bounds():

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from racing_env import TRACK_CAPACITY, ProjectConfig, TerminationReason
+from racing_env import TRACK_CAPACITY, ProjectConfig, TerminationReason, checks
 
 __all__ = ["Endings", "LocalTrack", "ShapedReward", "road_geometry"]
 
@@ -143,16 +143,12 @@ class LocalTrack:
     interpolate: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.points, bool) or not isinstance(self.points, int) or self.points < 1:
-            raise ValueError(f"points must be an int >= 1, got {self.points!r}")
-        if self.points > TRACK_CAPACITY:
-            raise ValueError(f"points must be <= TRACK_CAPACITY = {TRACK_CAPACITY}, got {self.points!r}")
+        object.__setattr__(self, "points", checks.integer_in(self.points, "points", 1, TRACK_CAPACITY + 1))
         for name in ("spacing_m", "scale_m"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_LENGTH_M:
-                raise ValueError(f"{name} must be a number in (0, {MAX_LENGTH_M:g}] m, got {value!r}")
+            object.__setattr__(self, name, checks.real_in(getattr(self, name), name, 0.0, MAX_LENGTH_M,
+                                                          low_open=True, unit="m"))
         if not isinstance(self.interpolate, bool):
-            raise ValueError(f"interpolate must be a bool, got {self.interpolate!r}")
+            raise TypeError(f"interpolate must be a bool, got {self.interpolate!r}")
 
     @property
     def size(self) -> int:
@@ -281,16 +277,10 @@ class ShapedReward:
 
     def __post_init__(self) -> None:
         for name in ("metres_scale", "step_cost", "off_track_penalty", "crash_energy_cost", "stall_penalty"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_REWARD_TERM:
-                raise ValueError(f"{name} must be a number in [0, {MAX_REWARD_TERM:g}], got {value!r}")
+            object.__setattr__(self, name, checks.real_in(getattr(self, name), name, 0.0, MAX_REWARD_TERM))
         for name in ("edge_margin_m", "stall_progress_m"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LENGTH_M:
-                raise ValueError(f"{name} must be a number in [0, {MAX_LENGTH_M:g}] m, got {value!r}")
-        if isinstance(self.stall_steps, bool) or not isinstance(self.stall_steps, int) or \
-                not 1 <= self.stall_steps < 2**31:
-            raise ValueError(f"stall_steps must be an int in [1, 2**31), got {self.stall_steps!r}")
+            object.__setattr__(self, name, checks.real_in(getattr(self, name), name, 0.0, MAX_LENGTH_M, unit="m"))
+        object.__setattr__(self, "stall_steps", checks.integer_in(self.stall_steps, "stall_steps", 1, 2**31, "2**31"))
 
     def bounds(self, track_length_m: float) -> tuple[float, float]:
         """The least and the greatest reward a step can earn on tracks of at

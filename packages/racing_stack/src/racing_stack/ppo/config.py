@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import math
 from typing import Any
+
+from racing_env import checks
 
 from racing_stack.wrappers import LocalTrack, ShapedReward
 
@@ -105,8 +106,7 @@ class PPOConfig:
                      "validation_steps", "crash_warmup_updates"):
             value, low = getattr(self, name), 0 if name in ("validate_every", "stagger_steps",
                                                           "crash_warmup_updates") else 1
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2**31:
-                raise ValueError(f"{name} must be an int in [{low}, 2**31), got {value!r}")
+            object.__setattr__(self, name, checks.integer_in(value, name, low, 2**31, "2**31"))
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if (self.worlds * self.steps) % self.minibatches:
@@ -123,26 +123,24 @@ class PPOConfig:
                                         ("max_grad_norm", 0.0, 1e6, False),
                                         ("value_coef", 0.0, 1e3, True), ("entropy_coef", 0.0, 1e3, True),
                                         ("select_success_rate", 0.0, 1.0, False)):
-            _check_real(name, getattr(self, name), low, high, closed)
+            object.__setattr__(self, name, checks.real_in(getattr(self, name), name, low, high, low_open=not closed))
         if self.min_learning_rate > self.max_learning_rate:
             raise ValueError(f"min_learning_rate ({self.min_learning_rate}) exceeds max_learning_rate "
                              f"({self.max_learning_rate})")
         std = self.init_log_std
         if not isinstance(std, tuple) or len(std) != 2:
             raise ValueError(f"init_log_std must be a pair (steering, acceleration), got {std!r}")
-        for value in std:
-            _check_real("init_log_std", value, -10.0, 2.0, True)
+        object.__setattr__(self, "init_log_std", tuple(checks.real_in(value, "init_log_std", -10.0, 2.0)
+                                                       for value in std))
         if (not isinstance(self.hidden, tuple) or not self.hidden
                 or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH
                            for h in self.hidden)):
             raise ValueError(f"hidden must be a non-empty tuple of ints in [1, {MAX_WIDTH}], got {self.hidden!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
-            raise ValueError(f"seed must be an int in [0, 2**32), got {self.seed!r}")
+        object.__setattr__(self, "seed", checks.integer_in(self.seed, "seed", 0, 2**32, "2**32"))
         if not isinstance(self.features, LocalTrack) or not isinstance(self.reward, ShapedReward):
-            raise ValueError("features must be a LocalTrack and reward a ShapedReward")
-        if self.tracks is not None and (isinstance(self.tracks, bool) or not isinstance(self.tracks, int)
-                                        or self.tracks < 1):
-            raise ValueError(f"tracks must be None or an int >= 1, got {self.tracks!r}")
+            raise TypeError("features must be a LocalTrack and reward a ShapedReward")
+        if self.tracks is not None:
+            object.__setattr__(self, "tracks", checks.integer_in(self.tracks, "tracks", 1))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the wrappers as dicts)."""
@@ -188,19 +186,6 @@ class PPOConfig:
         data["features"] = LocalTrack(**data["features"])
         data["reward"] = ShapedReward(**data["reward"])
         return cls(**data)
-
-
-def _check_real(name: str, value: Any, low: float, high: float, closed: bool) -> None:
-    """Refuse ``value`` unless it is a finite real number within the bounds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a real number, got {value!r}")
-    try:
-        number = float(value)  # an int beyond a float's range is out of range, not a crash
-    except OverflowError:
-        number = math.inf
-    inside = (low <= number if closed else low < number) and number <= high and math.isfinite(number)
-    if not inside:
-        raise ValueError(f"{name} must be in {'[' if closed else '('}{low}, {high}] and finite, got {value!r}")
 
 
 def _names(tree: dict[str, Any], prefix: str = "") -> list[str]:
