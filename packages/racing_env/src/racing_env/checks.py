@@ -180,21 +180,8 @@ def check_id_kind(name: str, dtype: Any) -> None:
         raise TypeError(f"{name} must have an integer dtype (converted to uint32), got {str(dtype)}")
 
 
-def scalar_int(name: str, value: Any) -> int:
-    """A Python int from an int, NumPy integer or 0-d integer array; bools are refused."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer, got a bool")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
-
-
 def check_track_id(name: str, value: Any) -> np.uint32:
-    index = scalar_int(name, value)
-    if not 0 <= index < UINT32_LIMIT:
-        raise ValueError(f"{name} must be in [0, 2**32), got {index}")
-    return np.uint32(index)
+    return np.uint32(integer_in(value, name, 0, UINT32_LIMIT, "2**32"))
 
 
 def positive_length(name: str, value: Any) -> np.float32:
@@ -233,10 +220,7 @@ def check_items(name: str, items: Any, kind: type) -> None:
 
 
 def check_level_id(value: Any) -> int:
-    level_id = scalar_int("level_id", value)
-    if level_id < 0:
-        raise ValueError(f"level_id must be >= 0, got {level_id}")
-    return level_id
+    return integer_in(value, "level_id", 0)
 
 
 def check_values(arrays: dict[str, np.ndarray], rows: bool = True) -> None:
