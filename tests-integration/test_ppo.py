@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -268,13 +269,29 @@ def test_the_step_size_follows_its_schedule(env, tmp_path):
 
 
 def test_the_crash_cost_is_phased_in_over_its_warm_up(env, tmp_path):
-    trainer = Trainer(dataclasses.replace(TINY, crash_warmup_updates=4), env, tmp_path / "warm")
-    weights = []
-    for update in range(6):
-        trainer.update = update
-        weights.append(trainer.crash_weight())
-    assert weights == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    warm = dataclasses.replace(TINY, crash_warmup_updates=4, updates=6)
+    trainer = Trainer(warm, env, tmp_path / "warm")
+    rows = trainer.run()
+    assert [r["crash_weight"] for r in rows] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    assert trainer.crash_clock == 6  # every update counts
     assert Trainer(TINY, env, tmp_path / "cold").crash_weight() == 1.0  # no warm-up: paid in full
+
+
+def test_the_warm_up_counts_only_updates_whose_rollouts_lapped(env, tmp_path):
+    gated = dataclasses.replace(TINY, crash_warmup_updates=4, crash_warmup_success=0.5)
+    for rate, counts in ((0.5, True), (0.9, True), (0.49, False), (0.0, False), (math.nan, False)):
+        assert gated.warms_up(rate) is counts, rate  # NaN: no episode ended
+    assert TINY.warms_up(math.nan) and TINY.warms_up(0.0)  # 0: every update counts
+    # 24-step episodes never lap: no update counts, and the cost stays unpaid.
+    trainer = Trainer(gated, env, tmp_path / "gated")
+    rows = trainer.run(seconds=0.0)  # cut after update 1, checkpointed
+    trainer.crash_clock = 1  # as if update 1 had lapped
+    trainer.save(trainer.out / "checkpoint.pt")
+    resumed = Trainer(gated, env, tmp_path / "gated")
+    rows += resumed.run(resume=True)
+    assert [r["success_rate"] for r in rows if r["success_rate"] > 0] == []
+    assert [r["crash_weight"] for r in rows] == [0.0, 0.25, 0.25, 0.25]
+    assert resumed.crash_clock == 1
 
 
 def test_worlds_start_out_of_phase_held_and_masked(env, tmp_path):
@@ -492,6 +509,9 @@ def test_settings_are_overridden_by_name_and_checked():
     ({"validate_every": -1}, ValueError, "validate_every must be in \\[0, 2\\*\\*31\\)"),
     ({"validation_tracks": 0}, ValueError, "validation_tracks must be in \\[1, 2\\*\\*31\\)"),
     ({"schedule": "cosine"}, ValueError, "schedule must be one of"),
+    ({"crash_warmup_success": 1.5}, ValueError, "crash_warmup_success must be in \\[0, 1\\]"),
+    ({"crash_warmup_success": math.nan}, ValueError, "crash_warmup_success must be in \\[0, 1\\]"),
+    ({"crash_warmup_success": "0.5"}, TypeError, "crash_warmup_success must be a real number"),
 ])
 def test_bad_settings_are_refused_by_name(kwargs, error, match):
     with pytest.raises(error, match=match):

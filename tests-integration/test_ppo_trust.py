@@ -171,15 +171,16 @@ def trainer_state(trainer):
     return {"policy": {k: v.clone() for k, v in trainer.policy.state_dict().items()},
             "optimizer": copy.deepcopy(trainer.optimizer.state_dict()), "update": trainer.update,
             "saved_update": trainer.saved_update, "generator": trainer.generator.get_state(),
-            "rollout": trainer.rollout.state(), "rate": trainer.rate, "best": trainer.best,
+            "rollout": trainer.rollout.state(), "rate": trainer.rate, "crash_clock": trainer.crash_clock,
+            "best": trainer.best,
             "obs": {k: np.array(v) for k, v in trainer.rollout.obs.items()}, "env": trainer.env.snapshot()}
 
 
 def assert_unchanged(trainer, before):
     after = trainer_state(trainer)
     assert_same_policy(after["policy"], before["policy"])
-    assert (after["update"], after["saved_update"], after["best"], after["rate"]) == \
-        (before["update"], before["saved_update"], before["best"], before["rate"])
+    keys = ("update", "saved_update", "best", "rate", "crash_clock")
+    assert [after[k] for k in keys] == [before[k] for k in keys]
     assert torch.equal(after["generator"], before["generator"])
     for key, value in before["rollout"].items():
         assert torch.equal(after["rollout"][key], value), key
@@ -225,6 +226,10 @@ def nonsense(state, case):
         del state["rollout"]["still"]
     elif case == "learning rate negative":
         state["learning_rate"] = -1e-3
+    elif case == "crash clock beyond the update":
+        state["crash_clock"] = state["update"] + 1
+    elif case == "crash clock a bool":
+        state["crash_clock"] = True
     elif case == "feature statistics negative":
         policy["normalizer.var"][0] = -1.0
     elif case == "observation missing a field":
@@ -260,7 +265,8 @@ NONSENSE = ["policy of another shape", "policy missing a layer", "policy not fin
             "update negative", "update beyond the run", "update a string", "optimizer moment of another shape",
             "optimizer moment not finite", "optimizer of another network", "generator state",
             "pending of another shape", "hold beyond the stagger", "previous action not finite",
-            "rollout state missing a field", "learning rate negative", "feature statistics negative",
+            "rollout state missing a field", "learning rate negative",
+            "crash clock beyond the update", "crash clock a bool", "feature statistics negative",
             "observation missing a field", "observation of another type",
             "observation of a type NumPy lacks", "env snapshot missing a field", "env snapshot of another shape",
             "env snapshot of a type NumPy lacks", "fields missing", "fields extra",

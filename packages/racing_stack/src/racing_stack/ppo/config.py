@@ -48,8 +48,12 @@ class PPOConfig:
         seed: the env's root reset seed and Torch's generator seed.
         max_episode_steps: the training Level's timeout (control steps).
         crash_warmup_updates: the crash cost (`ShapedReward`) is phased in
-            linearly over the first this many updates (0: paid in full from
+            linearly over this many counted updates (0: paid in full from
             the start), so that steering is learned before caution.
+        crash_warmup_success: an update counts towards the warm-up only if
+            the episodes its rollout ended lapped at least this share (0:
+            every update counts; `warms_up`), so that the cost is not
+            charged while the policy cannot yet lap.
         stagger_steps: at the start, world w is held braked (its calls
             masked out of training) for a uniform random 0 to
             ``stagger_steps`` calls, so that the worlds' laps are out of phase.
@@ -90,6 +94,7 @@ class PPOConfig:
     seed: int = 0
     max_episode_steps: int = 2500
     crash_warmup_updates: int = 0
+    crash_warmup_success: float = 0.0
     stagger_steps: int = 1500
     tracks: int | None = None
     checkpoint_every: int = 500
@@ -122,6 +127,7 @@ class PPOConfig:
                                         ("max_learning_rate", 0.0, 1.0, False),
                                         ("max_grad_norm", 0.0, 1e6, False),
                                         ("value_coef", 0.0, 1e3, True), ("entropy_coef", 0.0, 1e3, True),
+                                        ("crash_warmup_success", 0.0, 1.0, True),
                                         ("select_success_rate", 0.0, 1.0, False)):
             object.__setattr__(self, name, checks.real_in(getattr(self, name), name, low, high, low_open=not closed))
         if self.min_learning_rate > self.max_learning_rate:
@@ -141,6 +147,12 @@ class PPOConfig:
             raise TypeError("features must be a LocalTrack and reward a ShapedReward")
         if self.tracks is not None:
             object.__setattr__(self, "tracks", checks.integer_in(self.tracks, "tracks", 1))
+
+    def warms_up(self, success_rate: float) -> bool:
+        """Whether an update whose rollout's ended episodes lapped
+        ``success_rate`` of the time (NaN: none ended) counts towards the
+        crash cost's warm-up."""
+        return self.crash_warmup_success == 0.0 or success_rate >= self.crash_warmup_success
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the wrappers as dicts)."""

@@ -24,7 +24,7 @@ LOG_FIELDS = ("update", "transitions", "seconds", "transitions_per_s", "episodes
               "off_track_rate", "timeout_rate", "mean_progress", "median_lap_time_s", "margin_endings",
               "stall_endings", "mean_speed_mps", "mean_reward", *LOSS_FIELDS, "explained_variance",
               "std_steering", "std_acceleration", "actor_grad_norm", "critic_grad_norm", "learning_rate",
-              *VALIDATION_FIELDS)
+              "crash_weight", *VALIDATION_FIELDS)
 #: The validation columns of an update without validation.
 NOT_VALIDATED = {k: math.nan for k in VALIDATION_FIELDS}
 

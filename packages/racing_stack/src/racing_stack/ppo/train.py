@@ -66,8 +66,8 @@ __all__ = ["RUN_FILES", "GuardError", "RunExists", "Trainer", "finish", "make_en
 #: What a run writes into its folder; a folder holding any of them holds a run.
 RUN_FILES = ("checkpoint.pt", "log.csv", "tensorboard", "plugin", "learning_curve.png", "policy.gif")
 #: The fields of a checkpoint.
-CHECKPOINT_FIELDS = {"config", "update", "policy", "best", "optimizer", "learning_rate", "generator", "rollout",
-                     "env", "obs"}
+CHECKPOINT_FIELDS = {"config", "update", "policy", "best", "optimizer", "learning_rate", "crash_clock", "generator",
+                     "rollout", "env", "obs"}
 
 
 class RunExists(FileExistsError):
@@ -139,6 +139,8 @@ class Trainer:
         self.generator = torch.Generator(self.device)
         self.generator.manual_seed(config.seed)
         self.update = 0
+        #: The updates counted towards the crash cost's warm-up (`PPOConfig.warms_up`).
+        self.crash_clock = 0
         #: The update of the checkpoint last written or loaded (None: none yet).
         self.saved_update: int | None = None
         self.reward_bounds = config.reward.bounds(float(np.max(np.asarray(env.track_pool.track_length))))
@@ -166,10 +168,10 @@ class Trainer:
 
     def crash_weight(self) -> float:
         """The share of the crash cost the next rollout pays: it rises
-        linearly from 0 to 1 over the first ``config.crash_warmup_updates``
-        updates (1 without a warm-up)."""
+        linearly from 0 to 1 over ``config.crash_warmup_updates`` counted
+        updates (`crash_clock`; 1 without a warm-up)."""
         warmup = self.config.crash_warmup_updates
-        return min(1.0, self.update / warmup) if warmup else 1.0
+        return min(1.0, self.crash_clock / warmup) if warmup else 1.0
 
     def advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, returns), [T, E]: GAE by rl_triton, cut where a
@@ -438,7 +440,7 @@ class Trainer:
     def _one_update(self) -> dict[str, Any]:
         """One update (with its validation, when due), guarded; its log row."""
         start = time.perf_counter()
-        rate = self.rate
+        rate, crash_weight = self.rate, self.crash_weight()
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         self.collect()
@@ -448,6 +450,7 @@ class Trainer:
         self.guard(advantage, returns, losses, acted)
         stats = self.episodes()
         self.rate = adapted_learning_rate(self.config, rate, losses["approx_kl"], self.update)
+        self.crash_clock += int(self.config.warms_up(stats["success_rate"]))
         self.update += 1
         took = time.perf_counter() - start
         validated = dict(NOT_VALIDATED)
@@ -457,7 +460,8 @@ class Trainer:
             validated = self.validate_and_keep()
         n = self.config.steps * self.config.worlds * self.group.size
         return {"update": self.update, "transitions": self.update * n, "seconds": took,
-                "transitions_per_s": n / took, **stats, **losses, "learning_rate": rate, **validated}
+                "transitions_per_s": n / took, **stats, **losses, "learning_rate": rate,
+                "crash_weight": crash_weight, **validated}
 
     def _claim(self, overwrite: bool) -> None:
         """Make ``out`` this run's: refuse one that holds a run unless
@@ -471,9 +475,9 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the run's next update depends on (tensors and plain
-        data): config, update, policy, optimizer, step size, generator, the
-        rollout's state, the env's snapshot and observation, the best
-        validated policy."""
+        data): config, update, policy, optimizer, step size, the crash
+        cost's warm-up clock, generator, the rollout's state, the env's
+        snapshot and observation, the best validated policy."""
         worlds = {"rollout": self.rollout.state(),
                   "env": {k: torch.from_numpy(v) for k, v in self.env.snapshot().items()},
                   "obs": {k: torch.from_numpy(np.array(v)) for k, v in self.rollout.obs.items()}}
@@ -485,7 +489,8 @@ class Trainer:
         return {
             "config": whole_config(self.config, self.group).to_json(), "update": self.update,
             "policy": self.policy.state_dict(), "best": self.best, "optimizer": self.optimizer.state_dict(),
-            "learning_rate": self.rate, "generator": self.generator.get_state(), **worlds,
+            "learning_rate": self.rate, "crash_clock": self.crash_clock, "generator": self.generator.get_state(),
+            **worlds,
         }
 
     def save(self, path: Path) -> None:
@@ -538,6 +543,7 @@ class Trainer:
         self.policy, self.optimizer, self.generator, self.best = policy, optimizer, generator, best
         self.rollout.restore(state["rollout"], obs)
         self.update = self.saved_update = state["update"]
+        self.crash_clock = state["crash_clock"]
         self.rate = state["learning_rate"]
         if self.config.schedule == "linear":
             self.rate = self.config.learning_rate * (1.0 - self.update / self.config.updates)
@@ -557,6 +563,9 @@ class Trainer:
         rate = state["learning_rate"]
         if not isinstance(rate, float) or not 0.0 <= rate <= 1.0:  # a linear schedule ends at 0
             raise bad("learning rate", f"is {rate!r}, not a float in [0, 1]")
+        clock = state["crash_clock"]
+        if isinstance(clock, bool) or not isinstance(clock, int) or not 0 <= clock <= update:
+            raise bad("crash clock", f"is {clock!r}, not an int in [0, {update}]")
         policy = self._loaded_policy(state["policy"], "policy", path)
         optimizer = self._new_optimizer(policy)
         try:
