@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from racing_stack.checkpoints import CorruptFile
-from racing_stack.ppo.networks import ActorCritic, Normalizer
+from racing_stack.ppo.networks import ActorCritic, Normalizer, clipped_mean
 
 LOW = np.array([-0.6, -8.0], np.float32)
 HIGH = np.array([0.6, 4.0], np.float32)
@@ -136,13 +136,50 @@ def test_a_rollout_step_is_the_distribution_sampled_with_the_given_noise():
 
 
 def test_the_initial_mean_action_is_neutral():
-    """No steering, no acceleration, to within the small last layer."""
+    """No steering, no acceleration, to within the small last layer: the
+    distribution's mean, and the mean action (its clipped draws' mean)
+    near it."""
     net = network()
     x = torch.from_numpy(next(batches(np.random.default_rng(3), [50], FEATURES))[0])
     net.normalizer.update(x, torch.ones(50))
-    action = net.mean_action(x).detach().numpy()
+    with torch.no_grad():
+        centre = net.env_action(net.distribution(x).mean).numpy()
+        action = net.mean_action(x).numpy()
     assert action.shape == (50, 2) and action.dtype == np.float32
-    assert np.all(np.abs(action) < 0.05 * (HIGH - LOW))
+    assert np.all(np.abs(centre) < 0.05 * (HIGH - LOW)) and np.all(np.abs(action) < 0.05 * (HIGH - LOW))
+
+
+def reference_clipped_mean(mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """E[clip(mean + std e, -1, 1)], e standard normal, by the trapezoid rule over e in [-12, 12] (float64)."""
+    e = np.linspace(-12.0, 12.0, 24001)
+    density = np.exp(-0.5 * e * e) / np.sqrt(2.0 * np.pi)
+    values = np.clip(mean[..., None] + std[..., None] * e, -1.0, 1.0) * density
+    return np.trapezoid(values, e, axis=-1)
+
+
+def test_the_mean_action_is_the_mean_of_the_clipped_draws():
+    """`clipped_mean` against a quadrature of the clipped Gaussian, on
+    random means and deviations and at the edges (a mean far past a bound,
+    a deviation near 0 or many times the range); it is the clipped mean
+    as the deviation vanishes; `mean_action` is it in the env's units."""
+    rng = np.random.default_rng(8)
+    mean = np.concatenate([rng.uniform(-4, 4, 300), [0.0, 1.0, -1.0, 50.0, -50.0, 1.2, 0.999]])
+    std = np.concatenate([np.exp(rng.uniform(-10, 2, 300)), [1e-4, 0.35, 0.35, 0.5, 7.0, 4.5e-5, 7.3]])
+    got = clipped_mean(torch.from_numpy(mean).float(), torch.from_numpy(std).float()).numpy()
+    np.testing.assert_allclose(got, reference_clipped_mean(mean, std), rtol=0, atol=2e-6)
+    tiny = clipped_mean(torch.from_numpy(mean).float(), torch.full((mean.size,), 1e-7)).numpy()
+    np.testing.assert_allclose(tiny, np.clip(mean, -1, 1), rtol=0, atol=1e-6)
+    # Full throttle in the mean (1.17, as a trained policy holds on a straight) is less in the draws.
+    assert clipped_mean(torch.tensor(1.17), torch.tensor(0.35)) < 0.95
+    net = network(seed=6)
+    x = torch.from_numpy(next(batches(rng, [40]))[0])
+    with torch.no_grad():
+        net.log_std.copy_(torch.tensor([-3.0, -1.0]))
+        net.actor[-1].bias.add_(torch.tensor([0.4, 1.5]))  # acceleration past its upper bound
+        m = net.distribution(x).mean.double().numpy()
+        std = np.broadcast_to(np.exp([-3.0, -1.0]), m.shape)
+        want = (LOW + HIGH) / 2 + (HIGH - LOW) / 2 * reference_clipped_mean(m, std)
+        np.testing.assert_allclose(net.mean_action(x).numpy(), want, rtol=0, atol=1e-5)
 
 
 def test_normalizer_buffers_travel_with_the_weights():
@@ -179,8 +216,9 @@ def test_outputs_depend_on_the_statistics():
             torch.testing.assert_close(value, net.critic(z).squeeze(-1), rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(mean, net.actor(z), rtol=1e-5, atol=1e-5)
             half, middle = (HIGH - LOW) / 2, (HIGH + LOW) / 2
-            torch.testing.assert_close(action, torch.from_numpy(middle + half * net.actor(z).clamp(-1, 1).numpy()),
-                                       rtol=1e-5, atol=1e-5)
+            std = np.broadcast_to(net.log_std.exp().double().numpy(), (30, 2))
+            want = middle + half * reference_clipped_mean(net.actor(z).double().numpy(), std)
+            torch.testing.assert_close(action, torch.from_numpy(want.astype(np.float32)), rtol=1e-5, atol=1e-5)
         outputs.append((value, mean, action))
         y, w = next(batches(rng, [40]))
         net.normalizer.update(torch.from_numpy(y + 3.0 * update), torch.from_numpy(w))

@@ -14,7 +14,7 @@ from torch import nn
 from racing_stack import checkpoints
 from racing_stack.ppo.distributed import Group
 
-__all__ = ["ActorCritic", "Normalizer"]
+__all__ = ["ActorCritic", "Normalizer", "clipped_mean"]
 
 
 class Normalizer(nn.Module):
@@ -136,8 +136,13 @@ class ActorCritic(nn.Module):
         return (self.action_middle + self.action_half * u.clamp(-1.0, 1.0)).float()
 
     def mean_action(self, x: torch.Tensor) -> torch.Tensor:
-        """The env's action of the policy's mean (no sampling): float32 [E, 2]."""
-        return self.env_action(self.actor(self.normalizer(x)))
+        """The env's mean action (no sampling): float32 [E, 2], the mean of
+        the actions the env gets from the policy, whose normalised draws are
+        clipped to [-1, 1] (`clipped_mean`). Where the policy's mean lies
+        near or past a bound (full throttle on a straight) this is what
+        training drove with on average; the clipped mean itself would
+        drive harder than any training episode did."""
+        return self.env_action(clipped_mean(self.actor(self.normalizer(x)), self.log_std.exp()))
 
     def load_checked(self, weights: Any, source: str) -> None:
         """Load a state dict that must fit this network exactly (its layers
@@ -158,3 +163,14 @@ class ActorCritic(nn.Module):
         if bool((weights["normalizer.var"] < 0).any()) or float(weights["normalizer.count"]) < 0:
             raise checkpoints.CorruptFile(f"{source} holds a negative variance or count")
         self.load_state_dict(weights)
+
+
+def clipped_mean(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """E[clip(u, -1, 1)] for u ~ Normal(``mean``, ``std``), elementwise
+    (broadcast; ``std`` > 0), in closed form: with a = (-1 - mean) / std and
+    b = (1 - mean) / std, mean (Φ(b) - Φ(a)) + std (φ(a) - φ(b)) - Φ(a) +
+    1 - Φ(b). It tends to clip(mean, -1, 1) as ``std`` shrinks."""
+    a, b = (-1.0 - mean) / std, (1.0 - mean) / std
+    cdf_a, cdf_b = torch.special.ndtr(a), torch.special.ndtr(b)
+    density = (torch.exp(-0.5 * a * a) - torch.exp(-0.5 * b * b)) / math.sqrt(2.0 * math.pi)
+    return (mean * (cdf_b - cdf_a) + std * density - cdf_a + (1.0 - cdf_b)).clamp(-1.0, 1.0)

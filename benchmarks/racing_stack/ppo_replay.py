@@ -1,0 +1,107 @@
+"""Replay an exported PPO plugin's policy on Validation tracks with two
+rules for its deterministic action, through the trainer's validation (the
+episodes the Runner drives, under Level 1's full timeout), and report each
+rule's outcomes beside pure pursuit's committed laps.
+
+    python benchmarks/racing_stack/ppo_replay.py PLUGIN_DIR [--tracks 1000] [--seed 1]
+        [--rules mean clipped] [--out FILE]
+
+Rules: ``mean`` is `ActorCritic.mean_action`, the mean of the clipped
+draws (E[clip(u, -1, 1)]: what the env got on average in training);
+``clipped`` is the policy's mean clipped to the bounds (the rule before
+it). ``--seed`` is the reset seed of the run that trained the plugin (a
+``--dev`` report's ``config.seed``), so that the episodes are the ones its
+validation drove. Runs on whatever JAX and Torch device there is (the CPU
+drives 1,000 tracks in minutes). The report (default
+``benchmarks/out/ppo_replay.json``) holds, per rule, the success rate, the
+off-track and timeout counts, the median lap and its per-track ratio to
+pure pursuit's, every failure (track, reason, progress, steps) and a
+histogram of the off-track failures' progress around the lap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "racing_env"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from ppo_level1 import PURSUIT_VALIDATION, against_pursuit  # noqa: E402
+from protocol import environment, logger, source_hashes  # noqa: E402
+
+from racing_stack import checkpoints  # noqa: E402
+from racing_stack.interop import Handover  # noqa: E402
+from racing_stack.ppo import PPOConfig, make_validation_env  # noqa: E402
+from racing_stack.ppo.networks import ActorCritic  # noqa: E402
+from racing_stack.ppo.validation import validate  # noqa: E402
+from racing_stack.wrappers import LocalTrack  # noqa: E402
+
+RULES = ("mean", "clipped")
+log = logger("ppo_replay")
+
+
+class ClippedMean:
+    """A policy whose deterministic action is its mean clipped to the bounds."""
+
+    def __init__(self, policy: ActorCritic) -> None:
+        self.policy = policy
+
+    def mean_action(self, x: torch.Tensor) -> torch.Tensor:
+        return self.policy.env_action(self.policy.distribution(x).mean)
+
+
+def load(plugin: Path, low: np.ndarray, high: np.ndarray, device: torch.device) -> tuple[ActorCritic, LocalTrack]:
+    """The plugin's network (checked) and its feature settings."""
+    settings = tomllib.loads((plugin / "config.toml").read_text())
+    features = LocalTrack(**settings["features"])
+    policy = ActorCritic(features.size, tuple(settings["hidden"]), 0.0, low, high)
+    policy.load_checked(checkpoints.load(plugin / "weights.pt", "weights", map_location="cpu"), str(plugin))
+    return policy.to(device).eval(), features
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("plugin", type=Path)
+    parser.add_argument("--tracks", type=int, default=1000, help="Validation rows 0 to N-1")
+    parser.add_argument("--seed", type=int, default=1, help="the training run's reset seed")
+    parser.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/out/ppo_replay.json"))
+    args = parser.parse_args()
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    probe = PPOConfig(validation_tracks=args.tracks, seed=args.seed)
+    env = make_validation_env(probe, args.tracks)
+    space = env.single_action_space
+    policy, features = load(args.plugin, space.low, space.high, device)
+    config = dataclasses.replace(probe, features=features)
+    pursuit = {e["track_id"]: e for e in json.loads(PURSUIT_VALIDATION.read_text())["episodes"]}
+    report: dict[str, Any] = {
+        "protocol": "PPO plugin replay", "environment": environment(), "source_sha256": source_hashes(__file__),
+        "plugin": str(args.plugin),
+        "weights_sha256": hashlib.sha256((args.plugin / "weights.pt").read_bytes()).hexdigest(),
+        "log_std": policy.log_std.detach().cpu().tolist(), "tracks": args.tracks, "seed": args.seed, "rules": {}}
+    crossing = Handover(device)
+    for rule in args.rules:
+        driver = policy if rule == "mean" else ClippedMean(policy)
+        t0 = time.perf_counter()
+        episodes = validate(driver, env, config, crossing, list(range(args.tracks)), early_exit=False)
+        result = {**against_pursuit(episodes, pursuit), "seconds": time.perf_counter() - t0}
+        off = [f["progress"] for f in result["failures"] if f["reason"] == "off_track"]
+        result["off_track_progress_histogram"] = np.histogram(off, bins=10, range=(0.0, 1.0))[0].tolist()
+        report["rules"][rule] = result
+        log(f"{rule}: {result['success_rate']:.3f} success, {result['off_track']} off track, "
+            f"{result['timeout']} timeouts, median lap {result['median_lap_s']}")
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
