@@ -38,12 +38,11 @@ import torch  # noqa: E402
 from ppo_level1 import PURSUIT_VALIDATION, against_pursuit  # noqa: E402
 from protocol import environment, logger, source_hashes  # noqa: E402
 
-from racing_stack import checkpoints  # noqa: E402
 from racing_stack.interop import Handover  # noqa: E402
 from racing_stack.ppo import PPOConfig, make_validation_env  # noqa: E402
+from racing_stack.ppo.export import load_policy  # noqa: E402
 from racing_stack.ppo.networks import ActorCritic  # noqa: E402
 from racing_stack.ppo.validation import validate  # noqa: E402
-from racing_stack.wrappers import LocalTrack  # noqa: E402
 
 RULES = ("mean", "clipped")
 log = logger("ppo_replay")
@@ -59,15 +58,6 @@ class ClippedMean:
         return self.policy.env_action(self.policy.distribution(x).mean)
 
 
-def load(plugin: Path, low: np.ndarray, high: np.ndarray, device: torch.device) -> tuple[ActorCritic, LocalTrack]:
-    """The plugin's network (checked) and its feature settings."""
-    settings = tomllib.loads((plugin / "config.toml").read_text())
-    features = LocalTrack(**settings["features"])
-    policy = ActorCritic(features.size, tuple(settings["hidden"]), 0.0, low, high)
-    policy.load_checked(checkpoints.load(plugin / "weights.pt", "weights", map_location="cpu"), str(plugin))
-    return policy.to(device).eval(), features
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plugin", type=Path)
@@ -80,7 +70,8 @@ def main() -> None:
     probe = PPOConfig(validation_tracks=args.tracks, seed=args.seed)
     env = make_validation_env(probe, args.tracks)
     space = env.single_action_space
-    policy, features = load(args.plugin, space.low, space.high, device)
+    settings = tomllib.loads((args.plugin / "config.toml").read_text())
+    policy, features = load_policy(settings, args.plugin / "weights.pt", space.low, space.high, device)
     config = dataclasses.replace(probe, features=features)
     pursuit = {e["track_id"]: e for e in json.loads(PURSUIT_VALIDATION.read_text())["episodes"]}
     report: dict[str, Any] = {
@@ -89,6 +80,7 @@ def main() -> None:
         "weights_sha256": hashlib.sha256((args.plugin / "weights.pt").read_bytes()).hexdigest(),
         "log_std": policy.log_std.detach().cpu().tolist(), "tracks": args.tracks, "seed": args.seed, "rules": {}}
     crossing = Handover(device)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for rule in args.rules:
         driver = policy if rule == "mean" else ClippedMean(policy)
         t0 = time.perf_counter()
@@ -99,7 +91,6 @@ def main() -> None:
         report["rules"][rule] = result
         log(f"{rule}: {result['success_rate']:.3f} success, {result['off_track']} off track, "
             f"{result['timeout']} timeouts, median lap {result['median_lap_s']}")
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(report, indent=2) + "\n")
 
 

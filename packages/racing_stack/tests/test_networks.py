@@ -169,6 +169,9 @@ def test_the_mean_action_is_the_mean_of_the_clipped_draws():
     np.testing.assert_allclose(got, reference_clipped_mean(mean, std), rtol=0, atol=2e-6)
     tiny = clipped_mean(torch.from_numpy(mean).float(), torch.full((mean.size,), 1e-7)).numpy()
     np.testing.assert_allclose(tiny, np.clip(mean, -1, 1), rtol=0, atol=1e-6)
+    # A deviation that underflowed to 0 (exp of a very negative log std): still the clipped mean, no 0 / 0.
+    edges = torch.tensor([1.0, -1.0, 0.25, 3.0])
+    assert clipped_mean(edges, torch.zeros(4)).tolist() == [1.0, -1.0, 0.25, 1.0]
     # Full throttle in the mean (1.17, as a trained policy holds on a straight) is less in the draws.
     assert clipped_mean(torch.tensor(1.17), torch.tensor(0.35)) < 0.95
     net = network(seed=6)

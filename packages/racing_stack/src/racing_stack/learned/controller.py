@@ -18,9 +18,7 @@ import numpy as np
 import torch
 
 from racing_env.controller import Controller
-from racing_stack import checkpoints
-from racing_stack.ppo.networks import ActorCritic
-from racing_stack.wrappers import LocalTrack
+from racing_stack.ppo.export import load_policy
 
 WEIGHTS = Path(__file__).with_name("weights.pt")
 
@@ -32,13 +30,8 @@ class LearnedController(Controller):
         super().__init__(obs, info, config)
         settings = config["controller"]
         self.device = torch.device(settings["device"])
-        self.features = LocalTrack(**settings["features"])
-        action = config["action"]
-        self.policy = ActorCritic(self.features.size, tuple(settings["hidden"]), 0.0,
-                                  np.asarray(action["low"]), np.asarray(action["high"]))
-        weights = checkpoints.load(WEIGHTS, "weights", map_location=self.device)
-        self.policy.load_checked(weights, f"{WEIGHTS} (for the network of config.toml)")
-        self.policy.to(self.device).eval()
+        self.policy, self.features = load_policy(settings, WEIGHTS, config["action"]["low"],
+                                                 config["action"]["high"], self.device)
         self.previous = np.zeros((1, 2), np.float32)
 
     def compute_control(self, obs, info=None):

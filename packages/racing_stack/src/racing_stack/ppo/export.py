@@ -15,16 +15,21 @@ the trainer.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
 
 from racing_stack import checkpoints
 from racing_stack.ppo.networks import ActorCritic
 
 if TYPE_CHECKING:
     from racing_stack.ppo.config import PPOConfig
+    from racing_stack.wrappers import LocalTrack
 
-__all__ = ["export_plugin"]
+__all__ = ["export_plugin", "load_policy"]
 
 #: The plugin's controller, copied into every exported directory.
 CONTROLLER = Path(__file__).parents[1] / "learned" / "controller.py"
@@ -59,3 +64,27 @@ def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, devic
         f"scale_m = {float(f.scale_m)!r}\n"
         f"interpolate = {'true' if f.interpolate else 'false'}\n").encode())
     return directory
+
+
+def load_policy(settings: Mapping[str, Any], weights: Path, low: np.ndarray, high: np.ndarray,
+                device: torch.device) -> tuple[ActorCritic, LocalTrack]:
+    """The inverse of `export_plugin`: an exported plugin's network, in
+    evaluation mode on ``device``, and its features.
+
+    Args:
+        settings: the plugin's config.toml, parsed (``hidden`` and the
+            ``features`` table are read).
+        weights: its weights.pt.
+        low, high: the env's action bounds ([2] each).
+
+    Raises:
+        racing_stack.checkpoints.CorruptFile: ``weights`` is damaged, of
+            another kind, or does not fit the network of ``settings``.
+    """
+    from racing_stack.wrappers import LocalTrack  # JAX only when a plugin is loaded, not when one is exported
+
+    features = LocalTrack(**settings["features"])
+    policy = ActorCritic(features.size, tuple(settings["hidden"]), 0.0, np.asarray(low), np.asarray(high))
+    policy.load_checked(checkpoints.load(weights, "weights", map_location=device),
+                        f"{weights} (for the network of config.toml)")
+    return policy.to(device).eval(), features

@@ -167,9 +167,12 @@ class ActorCritic(nn.Module):
 
 def clipped_mean(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """E[clip(u, -1, 1)] for u ~ Normal(``mean``, ``std``), elementwise
-    (broadcast; ``std`` > 0), in closed form: with a = (-1 - mean) / std and
-    b = (1 - mean) / std, mean (Φ(b) - Φ(a)) + std (φ(a) - φ(b)) - Φ(a) +
-    1 - Φ(b). It tends to clip(mean, -1, 1) as ``std`` shrinks."""
+    (broadcast; ``std`` >= 0), in closed form: with a = (-1 - mean) / std
+    and b = (1 - mean) / std, mean (Φ(b) - Φ(a)) + std (φ(a) - φ(b)) - Φ(a)
+    + 1 - Φ(b). It tends to clip(mean, -1, 1) as ``std`` shrinks; a
+    deviation that underflowed to 0 counts as the least positive one (so a
+    mean exactly on a bound gives the bound, not 0 / 0)."""
+    std = std.clamp(min=torch.finfo(std.dtype).tiny)
     a, b = (-1.0 - mean) / std, (1.0 - mean) / std
     cdf_a, cdf_b = torch.special.ndtr(a), torch.special.ndtr(b)
     density = (torch.exp(-0.5 * a * a) - torch.exp(-0.5 * b * b)) / math.sqrt(2.0 * math.pi)
