@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import math
 
 import jax
@@ -20,6 +21,8 @@ import torch
 from racing_stack import checkpoints
 from racing_stack.interop import to_jax, to_torch, tree_to_torch
 from racing_stack.ppo import LOG_FIELDS, PRESETS, PPOConfig, Trainer, finish, make_env, make_validation_env
+from racing_stack.prior import PursuitPrior
+from racing_stack.wrappers import LocalTrack
 
 #: A tiny run: 4 worlds on the first 4 Train tracks, 24-step episodes, no
 #: staggered start, validated every 2 updates on 2 Validation tracks.
@@ -150,7 +153,7 @@ def test_gae_on_a_real_rollout_matches_the_reference(env, tmp_path):
     # The previous action in the features: zero at an episode's first driven call (after its reset
     # slot), the action sent before elsewhere, as the plugin sees it.
     previous = buf["x"][..., 4:6] * np.array([0.6, 8.0], np.float32)
-    sent = np.clip(trainer.policy.env_action(torch.as_tensor(buf["u"])).numpy(), -8.0, 4.0)
+    sent = trainer.policy.env_action(torch.as_tensor(buf["u"]), torch.as_tensor(buf["x"])).numpy()
     first = np.zeros_like(ended)
     first[1:] = buf["valid"][:-1] == 0
     assert first.any() and (previous[first] == 0).all()
@@ -350,6 +353,39 @@ def test_validation_drives_each_track_once_as_the_runner_does(env, validation, t
         validate(trainer.policy, validation, TINY, trainer.crossing, [0, 1, 2], early_exit=False)
 
 
+def test_a_residual_run_sends_the_prior_plus_its_correction_and_validates_as_the_runner_does(env, validation,
+                                                                                              tmp_path):
+    """A residual policy on the pure-pursuit prior: each driven call sent
+    clip(prior + residual x half range x clip(u)) (the previous action the
+    next call's features carry), the prior the features' last columns; its
+    validation drives what the Runner drives with its exported plugin."""
+    from racing_env.plugins import load_plugin
+    from racing_env.runner import run
+
+    from racing_stack.ppo.export import export_plugin
+    from racing_stack.ppo.validation import validate
+
+    config = dataclasses.replace(TINY, features=LocalTrack(prior={}), residual=0.5)
+    trainer = Trainer(config, env, tmp_path, validation=validation)
+    trainer.run()
+    buf = {k: v.numpy() for k, v in trainer.buf.items()}
+    low, high = np.float32([-0.6, -8.0]), np.float32([0.6, 4.0])
+    sent = np.clip(buf["x"][..., -2:] + 0.5 * (high - low) / 2 * np.clip(buf["u"], -1, 1), low, high)
+    previous = buf["x"][..., 4:6] * np.array([0.6, 8.0], np.float32)
+    carried = buf["valid"][:-1] * buf["valid"][1:] > 0  # driven twice in a row, no reset between
+    assert carried.sum() > 10
+    np.testing.assert_allclose(previous[1:][carried], sent[:-1][carried], rtol=1e-5, atol=1e-5)
+    rows = list(range(config.validation_tracks))
+    mine = validate(trainer.policy, validation, config, trainer.crossing, rows, early_exit=False)
+    plugin = export_plugin(trainer.policy, config, tmp_path / "plugin")
+    episodes = sorted(run(load_plugin(plugin), validation, seed=config.seed, track_indices=rows).episodes,
+                      key=lambda e: e.world)
+    assert max(e.progress for e in mine) > 0.0
+    for a, b in zip(mine, episodes, strict=True):
+        assert dataclasses.replace(a, progress=b.progress) == b
+        assert a.progress == pytest.approx(b.progress, abs=1e-4)
+
+
 class ScriptedEnds:
     """A validation env whose steps end episodes on a script: world 0 laps
     at its 3rd call (12.5 s), world 1 leaves the track at its 1st; each then
@@ -458,6 +494,13 @@ def test_a_time_budget_stops_after_the_update_that_spends_it(env, tmp_path):
     assert trainer.overhead["validations"] == 0  # not due at update 1 (validate_every 2)
 
 
+def test_a_residual_on_the_prior_is_set_by_name():
+    config = TINY.override(["features.prior={}", "residual=0.5"])
+    assert config.features.prior == PursuitPrior() and config.residual == 0.5
+    assert config.override(["features.prior.preview_m=60.0"]).features.prior == PursuitPrior(preview_m=60.0)
+    assert PPOConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
+
+
 def test_settings_are_overridden_by_name_and_checked():
     config = TINY.override(["learning_rate=1e-4", "reward.off_track_penalty=5", "hidden=(32, 16)",
                             "tracks=None", "schedule='constant'", "init_log_std=(-1.0, -2.0)"])
@@ -471,7 +514,9 @@ def test_settings_are_overridden_by_name_and_checked():
                             (["reward=1"], "unknown setting 'reward'"),
                             (["learning_rate=fast"], "'fast' is not a Python literal"),
                             (["learning_rate=-1.0"], "learning_rate must be in"),
-                            (["hidden=3"], "bad settings"), (["features.points=0"], "points must be in")):
+                            (["hidden=3"], "bad settings"), (["features.points=0"], "points must be in"),
+                            (["residual=0.5"], "residual needs a prior"),
+                            (["features.prior={'speed': 1}"], "bad settings")):
         with pytest.raises(ValueError, match=match):
             TINY.override(settings)
 
@@ -512,6 +557,9 @@ def test_settings_are_overridden_by_name_and_checked():
     ({"crash_warmup_success": 1.5}, ValueError, "crash_warmup_success must be in \\[0, 1\\]"),
     ({"crash_warmup_success": math.nan}, ValueError, "crash_warmup_success must be in \\[0, 1\\]"),
     ({"crash_warmup_success": "0.5"}, TypeError, "crash_warmup_success must be a real number"),
+    ({"residual": 0.5}, ValueError, "residual needs a prior to correct: set features.prior"),
+    ({"residual": 2.5, "features": LocalTrack(prior={})}, ValueError, "residual must be in \\[0, 2\\]"),
+    ({"residual": math.nan, "features": LocalTrack(prior={})}, ValueError, "residual must be in \\[0, 2\\]"),
 ])
 def test_bad_settings_are_refused_by_name(kwargs, error, match):
     with pytest.raises(error, match=match):

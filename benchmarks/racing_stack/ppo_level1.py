@@ -38,6 +38,11 @@ wall time; Validation (1,000 tracks): success >= 99 % and the median of
 the per-track ratios of the learned lap to pure pursuit's <= 0.90 (10 %
 faster on the same tracks); unless ``--dev``, on Test: success >= pure
 pursuit's and the median lap faster.
+
+``recipe`` in the report says which policy it is: ``"end-to-end"``, or
+``"residual on pure pursuit"`` (``--set features.prior={} --set
+residual=R``: a correction on the reference controller's action, the
+second recipe the PPO page reports beside the first).
 A gate that is not met is reported with its margin. The report (JSON, its
 learning curve as PNG beside it) is written after every phase, so a run
 cut short keeps what it measured. Without CUDA it runs a tiny smoke (no
@@ -180,7 +185,9 @@ def main() -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
     pursuit = {e["track_id"]: e for e in json.loads(PURSUIT_VALIDATION.read_text())["episodes"]}
     report: dict[str, Any] = {"protocol": "PPO Level 1", "dev": args.dev, "environment": environment(),
-                              "source_sha256": source_hashes(__file__), "config": config.to_json(),
+                              "source_sha256": source_hashes(__file__),
+                              "recipe": "residual on pure pursuit" if config.residual else "end-to-end",
+                              "config": config.to_json(),
                               "train_seconds": args.train_seconds, "eval_tracks": args.eval_tracks,
                               "selection_rows": [0, config.validation_tracks],
                               "confirmation_rows": [config.validation_tracks, 2 * config.validation_tracks]}

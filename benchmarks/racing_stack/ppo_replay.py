@@ -55,7 +55,7 @@ class ClippedMean:
         self.policy = policy
 
     def mean_action(self, x: torch.Tensor) -> torch.Tensor:
-        return self.policy.env_action(self.policy.distribution(x).mean)
+        return self.policy.env_action(self.policy.distribution(x).mean, x)
 
 
 def main() -> None:

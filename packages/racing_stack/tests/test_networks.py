@@ -143,7 +143,7 @@ def test_the_initial_mean_action_is_neutral():
     x = torch.from_numpy(next(batches(np.random.default_rng(3), [50], FEATURES))[0])
     net.normalizer.update(x, torch.ones(50))
     with torch.no_grad():
-        centre = net.env_action(net.distribution(x).mean).numpy()
+        centre = net.env_action(net.distribution(x).mean, x).numpy()
         action = net.mean_action(x).numpy()
     assert action.shape == (50, 2) and action.dtype == np.float32
     assert np.all(np.abs(centre) < 0.05 * (HIGH - LOW)) and np.all(np.abs(action) < 0.05 * (HIGH - LOW))
@@ -322,3 +322,87 @@ def test_the_exported_plugin_keeps_every_feature_setting(tmp_path, interpolate):
     settings = tomllib.loads((plugin / "config.toml").read_text())
     assert LocalTrack(**settings["features"]) == features
     assert tuple(settings["hidden"]) == config.hidden
+
+
+def residual_network(residual=0.5, seed=0):
+    torch.manual_seed(seed)
+    return ActorCritic(FEATURES, (16, 8), (-0.5, -1.5), LOW, HIGH, residual)
+
+
+def test_a_residual_policy_corrects_the_prior_in_its_last_features():
+    """The env's action is clip(prior + residual x half range x clip(u)),
+    the prior the features' last two columns (at and inside the bounds);
+    the mean action adds the clipped draws' mean; untrained, the mean action
+    is the prior's within the last layer's small initial weights."""
+    rng = np.random.default_rng(12)
+    half = (HIGH - LOW) / 2
+    net = residual_network(0.5)
+    x = torch.from_numpy(next(batches(rng, [64]))[0])
+    prior = rng.uniform(LOW, HIGH, (64, 2)).astype(np.float32)
+    prior[:8] = LOW
+    prior[8:16] = HIGH
+    x[:, -2:] = torch.from_numpy(prior)
+    net.normalizer.update(x, torch.ones(64))
+    u = torch.from_numpy(rng.normal(0.0, 1.5, (64, 2)).astype(np.float32))
+    want = np.clip(prior + 0.5 * half * np.clip(u.numpy(), -1, 1), LOW, HIGH)
+    assert (want == LOW).any() and (want == HIGH).any() and (np.abs(u.numpy()) > 1).any()
+    with torch.no_grad():
+        np.testing.assert_allclose(net.env_action(u, x).numpy(), want, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(net.env_action(u[None], x[None]).numpy(), want[None], rtol=0, atol=1e-6)
+        mean, std = net.distribution(x).mean.double().numpy(), net.log_std.exp().double().numpy()
+        action = net.mean_action(x).numpy()
+    want = np.clip(prior + 0.5 * half * reference_clipped_mean(mean, np.broadcast_to(std, mean.shape)), LOW, HIGH)
+    np.testing.assert_allclose(action, want, rtol=0, atol=1e-5)
+    assert action.dtype == np.float32 and (np.abs(action - prior) < 0.5 * half * 0.05).all()
+
+
+def test_a_residual_travels_with_the_weights_and_must_match():
+    state = residual_network(0.5).state_dict()
+    assert float(state["residual"]) == 0.5
+    assert "action_low" not in state and "action_high" not in state  # the bounds come from the env, not the file
+    with pytest.raises(CorruptFile, match="trained as a residual of 0.5, not of 0.25"):
+        residual_network(0.25).load_checked(state, "w.pt")
+    with pytest.raises(CorruptFile, match="does not fit the network"):
+        network().load_checked(state, "w.pt")  # a policy that acts alone
+    with pytest.raises(CorruptFile, match="does not fit the network"):
+        residual_network(0.5).load_checked(network().state_dict(), "w.pt")
+    other = residual_network(0.5, seed=3)
+    other.load_checked(state, "w.pt")
+    x = torch.randn(4, FEATURES)
+    torch.testing.assert_close(other.mean_action(x), residual_network(0.5).mean_action(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("residual, features, match", [
+    (-0.1, FEATURES, r"residual must be a number in \[0, 2\]"), (2.5, FEATURES, "residual must be a number"),
+    (float("nan"), FEATURES, "residual must be a number"), (True, FEATURES, "residual must be a number"),
+    ("0.5", FEATURES, "residual must be a number"), (0.5, 2, "needs the prior's action among its features"),
+])
+def test_bad_residuals_are_refused(residual, features, match):
+    with pytest.raises(ValueError, match=match):
+        ActorCritic(features, (4,), 0.0, LOW, HIGH, residual)
+
+
+def test_the_exported_plugin_keeps_its_residual_and_prior(tmp_path):
+    """A residual policy's plugin gives back the network, its residual and
+    the prior's gains, and acts as the trained policy does."""
+    import dataclasses
+    import tomllib
+
+    from racing_stack.ppo import PRESETS
+    from racing_stack.ppo.export import export_plugin, load_policy
+    from racing_stack.prior import PursuitPrior
+    from racing_stack.wrappers import LocalTrack
+
+    features = LocalTrack(points=3, prior=PursuitPrior(max_speed_mps=26.0, lookahead_gain_s=0.0))
+    config = dataclasses.replace(PRESETS["cpu"], features=features, residual=0.75)
+    policy = ActorCritic(features.size, config.hidden, config.init_log_std, LOW, HIGH, 0.75)
+    policy.normalizer.update(torch.randn(9, features.size) * 3, torch.ones(9))
+    plugin = export_plugin(policy, config, tmp_path / "plugin")
+    settings = tomllib.loads((plugin / "config.toml").read_text())
+    assert settings["residual"] == 0.75 and LocalTrack(**settings["features"]) == features
+    loaded, got = load_policy(settings, plugin / "weights.pt", LOW, HIGH, torch.device("cpu"))
+    assert got == features
+    x = torch.randn(5, features.size)
+    torch.testing.assert_close(loaded.mean_action(x), policy.mean_action(x), rtol=0, atol=0)
+    with pytest.raises(CorruptFile, match="trained as a residual of 0.75, not of 0.5"):
+        load_policy({**settings, "residual": 0.5}, plugin / "weights.pt", LOW, HIGH, torch.device("cpu"))

@@ -217,3 +217,26 @@ def test_the_crash_weight_scales_the_crash_cost_only():
     assert crashed.any() and (~crashed).any()
     np.testing.assert_allclose(crash, np.where(crashed, 2.0 + 0.1 * speed**2, 0.0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(half), np.asarray(full) + crash / 2, rtol=1e-5, atol=1e-4)
+
+
+def test_a_prior_ends_the_features_with_its_action():
+    """With a prior the features are the same plus its action (env units),
+    from JAX and from NumPy; a mapping of gains becomes the prior."""
+    from racing_stack.prior import PursuitPrior
+
+    rng = np.random.default_rng(9)
+    obs = random_obs(rng, 7)
+    previous = rng.uniform([-0.6, -8.0], [0.6, 4.0], (7, 2)).astype(np.float32)
+    plain, prior = LocalTrack(points=4), PursuitPrior(preview_m=80.0)
+    wrapper = LocalTrack(points=4, prior={"preview_m": 80.0})
+    assert wrapper.prior == prior and wrapper.size == plain.size + 2
+    assert LocalTrack(**json.loads(json.dumps(dataclasses.asdict(wrapper)))) == wrapper  # as a config's JSON holds it
+    got = np.asarray(wrapper({k: jnp.asarray(v) for k, v in obs.items()}, jnp.asarray(previous)))
+    np.testing.assert_array_equal(got[:, :-2], np.asarray(plain({k: jnp.asarray(v) for k, v in obs.items()},
+                                                                  jnp.asarray(previous))))
+    np.testing.assert_allclose(got[:, -2:], prior.host(obs), rtol=1e-5, atol=1e-5)
+    host = wrapper.host(obs, previous)
+    np.testing.assert_array_equal(host[:, :-2], plain.host(obs, previous))
+    np.testing.assert_array_equal(host[:, -2:], prior.host(obs))
+    with pytest.raises(TypeError, match="prior must be a PursuitPrior, a mapping of its gains or None"):
+        LocalTrack(prior=1.0)

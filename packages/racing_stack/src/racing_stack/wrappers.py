@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from racing_env import TRACK_CAPACITY, ProjectConfig, TerminationReason, checks
+from racing_stack.prior import PursuitPrior
 
 __all__ = ["Endings", "LocalTrack", "ShapedReward", "road_geometry"]
 
@@ -128,19 +129,25 @@ class LocalTrack:
       the preview moves continuously with the car; without, the nearest
       centerline point, then every ``spacing_m`` rounded to whole points
       (the preview jumps by a point's spacing, about a metre, each time the
-      nearest point changes).
+      nearest point changes);
+    - with a ``prior``, last, its action: steering (rad) and acceleration
+      (m/s^2), in the env's units (a residual policy adds to it:
+      `racing_stack.ppo.networks.ActorCritic`).
 
     Attributes:
         points: places ahead, >= 1.
         spacing_m: centerline distance between places (m), > 0.
         scale_m: the distance scale of the point coordinates (m), > 0.
         interpolate: the continuous preview.
+        prior: the pure-pursuit prior whose action ends the features (a
+            mapping of its gains becomes one), or None.
     """
 
     points: int = 20
     spacing_m: float = 6.0
     scale_m: float = 25.0
     interpolate: bool = False
+    prior: PursuitPrior | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "points", checks.integer_in(self.points, "points", 1, TRACK_CAPACITY + 1))
@@ -149,24 +156,30 @@ class LocalTrack:
                                                           low_open=True, unit="m"))
         if not isinstance(self.interpolate, bool):
             raise TypeError(f"interpolate must be a bool, got {self.interpolate!r}")
+        if isinstance(self.prior, Mapping):  # as JSON and TOML hold it
+            object.__setattr__(self, "prior", PursuitPrior(**self.prior))
+        if self.prior is not None and not isinstance(self.prior, PursuitPrior):
+            raise TypeError(f"prior must be a PursuitPrior, a mapping of its gains or None, got {self.prior!r}")
 
     @property
     def size(self) -> int:
         """Features per world."""
-        return 14 + 6 * self.points
+        return 14 + 6 * self.points + (2 if self.prior is not None else 0)
 
     def __call__(self, obs: Mapping[str, jax.Array], previous_action: jax.Array) -> jax.Array:
         """float32 [E, size] from a vector observation of JAX arrays (on
         their device, jitted), with a leading [E], and the action of the
         step before (float32 [E, 2], env units; zero at an episode's start)."""
-        return _local_track_jax(self.points, float(self.spacing_m), float(self.scale_m), self.interpolate,
-                                *(obs[k] for k in _FIELDS), previous_action)
+        x = _local_track_jax(self.points, float(self.spacing_m), float(self.scale_m), self.interpolate,
+                             *(obs[k] for k in _FIELDS), previous_action)
+        return x if self.prior is None else jnp.concatenate([x, self.prior(obs)], axis=1)
 
     def host(self, obs: Mapping[str, np.ndarray], previous_action: np.ndarray) -> np.ndarray:
         """The same features from NumPy fields, computed in NumPy on the host
         (a controller's batch of one, without a device round trip)."""
-        return _local_track(np, self.points, float(self.spacing_m), float(self.scale_m), self.interpolate,
-                            *(np.asarray(obs[k]) for k in _FIELDS), np.asarray(previous_action, np.float32))
+        x = _local_track(np, self.points, float(self.spacing_m), float(self.scale_m), self.interpolate,
+                         *(np.asarray(obs[k]) for k in _FIELDS), np.asarray(previous_action, np.float32))
+        return x if self.prior is None else np.concatenate([x, self.prior.host(obs)], axis=1)
 
 
 _FIELDS = ("position", "yaw", "velocity_body", "yaw_rate", "steering_angle", "centerline", "left_boundary",

@@ -3,9 +3,10 @@
 It acts from the public observation alone: the same local-track features
 the policy was trained on (``racing_stack.wrappers.LocalTrack``, settings
 in config.toml; the previous action is its own, zero at the episode's
-start), normalised by the statistics trained with it, and the policy's
-mean action (no sampling: the mean of its draws clipped to the env's
-action bounds, `ActorCritic.mean_action`).
+start; a residual policy's end with the pure-pursuit prior's action),
+normalised by the statistics trained with it, and the policy's mean
+action (no sampling: the mean of its draws clipped to the env's action
+bounds, added to the prior's for a residual policy, `ActorCritic.mean_action`).
 ``weights.pt`` beside this file holds the network
 (a checked `racing_stack.checkpoints` file: a damaged, foreign or changed
 one is refused by name, and nothing but tensors is unpickled); ``device``

@@ -45,6 +45,9 @@ class PPOConfig:
         hidden: hidden layer widths of both networks.
         init_log_std: the initial log standard deviation of the normalised
             action, per dimension (steering, acceleration).
+        residual: 0, or the policy is a residual on ``features.prior`` (the
+            pure-pursuit prior) of this share of the action's half range, in
+            (0, 2] (`ActorCritic`).
         seed: the env's root reset seed and Torch's generator seed.
         max_episode_steps: the training Level's timeout (control steps).
         crash_warmup_updates: the crash cost (`ShapedReward`) is phased in
@@ -91,6 +94,7 @@ class PPOConfig:
     max_grad_norm: float = 1.0
     hidden: tuple[int, ...] = (256, 256)
     init_log_std: tuple[float, float] = (-1.6, -0.9)
+    residual: float = 0.0
     seed: int = 0
     max_episode_steps: int = 2500
     crash_warmup_updates: int = 0
@@ -127,7 +131,7 @@ class PPOConfig:
                                         ("max_learning_rate", 0.0, 1.0, False),
                                         ("max_grad_norm", 0.0, 1e6, False),
                                         ("value_coef", 0.0, 1e3, True), ("entropy_coef", 0.0, 1e3, True),
-                                        ("crash_warmup_success", 0.0, 1.0, True),
+                                        ("crash_warmup_success", 0.0, 1.0, True), ("residual", 0.0, 2.0, True),
                                         ("select_success_rate", 0.0, 1.0, False)):
             object.__setattr__(self, name, checks.real_in(getattr(self, name), name, low, high, low_open=not closed))
         if self.min_learning_rate > self.max_learning_rate:
@@ -145,6 +149,8 @@ class PPOConfig:
         object.__setattr__(self, "seed", checks.integer_in(self.seed, "seed", 0, 2**32, "2**32"))
         if not isinstance(self.features, LocalTrack) or not isinstance(self.reward, ShapedReward):
             raise TypeError("features must be a LocalTrack and reward a ShapedReward")
+        if self.residual and self.features.prior is None:
+            raise ValueError("residual needs a prior to correct: set features.prior (e.g. features.prior={})")
         if self.tracks is not None:
             object.__setattr__(self, "tracks", checks.integer_in(self.tracks, "tracks", 1))
 

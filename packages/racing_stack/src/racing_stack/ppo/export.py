@@ -2,7 +2,8 @@
 that the Runner loads like any other:
 
     DIR/controller.py   `racing_stack/learned/controller.py`: the policy's mean action
-    DIR/config.toml     the network's widths, the feature settings, the device
+    DIR/config.toml     the network's widths, its residual, the feature settings
+                        (the prior's gains, if any), the device
     DIR/weights.pt      the network with its feature statistics: a Torch
                         state dict in a checked `racing_stack.checkpoints`
                         file of kind "weights"
@@ -15,6 +16,7 @@ the trainer.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,15 +56,18 @@ def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, devic
     checkpoints.write_atomic(directory / "controller.py", CONTROLLER.read_bytes())
     checkpoints.save(directory / "weights.pt", "weights", {k: v.detach().cpu() for k, v in policy.state_dict().items()})
     f = config.features
+    prior = "" if f.prior is None else "\n[features.prior]\n" + "".join(
+        f"{k} = {float(v)!r}\n" for k, v in dataclasses.asdict(f.prior).items())
     checkpoints.write_atomic(directory / "config.toml", (
         "# A policy trained by racing_stack.ppo (see controller.py).\n"
         f'device = "{device}"\n'
-        f"hidden = [{', '.join(str(h) for h in config.hidden)}]\n\n"
+        f"hidden = [{', '.join(str(h) for h in config.hidden)}]\n"
+        f"residual = {float(config.residual)!r}\n\n"
         "[features]\n"
         f"points = {f.points}\n"
         f"spacing_m = {float(f.spacing_m)!r}\n"
         f"scale_m = {float(f.scale_m)!r}\n"
-        f"interpolate = {'true' if f.interpolate else 'false'}\n").encode())
+        f"interpolate = {'true' if f.interpolate else 'false'}\n" + prior).encode())
     return directory
 
 
@@ -72,8 +77,8 @@ def load_policy(settings: Mapping[str, Any], weights: Path, low: np.ndarray, hig
     evaluation mode on ``device``, and its features.
 
     Args:
-        settings: the plugin's config.toml, parsed (``hidden`` and the
-            ``features`` table are read).
+        settings: the plugin's config.toml, parsed (``hidden``,
+            ``residual`` (0 where absent) and the ``features`` table are read).
         weights: its weights.pt.
         low, high: the env's action bounds ([2] each).
 
@@ -84,7 +89,8 @@ def load_policy(settings: Mapping[str, Any], weights: Path, low: np.ndarray, hig
     from racing_stack.wrappers import LocalTrack  # JAX only when a plugin is loaded, not when one is exported
 
     features = LocalTrack(**settings["features"])
-    policy = ActorCritic(features.size, tuple(settings["hidden"]), 0.0, np.asarray(low), np.asarray(high))
+    policy = ActorCritic(features.size, tuple(settings["hidden"]), 0.0, np.asarray(low), np.asarray(high),
+                         settings.get("residual", 0.0))
     policy.load_checked(checkpoints.load(weights, "weights", map_location=device),
                         f"{weights} (for the network of config.toml)")
     return policy.to(device).eval(), features

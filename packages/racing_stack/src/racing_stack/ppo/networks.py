@@ -4,6 +4,7 @@ imports this module and nothing of the trainer)."""
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,16 +68,24 @@ class ActorCritic(nn.Module):
     features (one `Normalizer` for both). The initial mean action is the
     neutral one (zero steering and acceleration).
 
+    With a ``residual`` the policy corrects a prior instead: the last two
+    input features are the prior's action (env units: `LocalTrack` with a
+    prior puts them there), the env's action is that plus ``residual`` x
+    the half range x the normalised action clipped to [-1, 1], clipped to
+    the bounds, and the initial mean action is the prior's.
+
     Args:
         features: input features per world.
         hidden: hidden layer widths.
         init_log_std: the initial log standard deviation, per action
             dimension (a number: the same for both).
         low, high: the env's action bounds ([2] each), which [-1, 1] maps onto.
+        residual: 0 (the policy acts alone) or the residual's share of the
+            half range, in (0, 2] (then a buffer: its weights carry it).
     """
 
     def __init__(self, features: int, hidden: tuple[int, ...], init_log_std: float | Sequence[float],
-                 low: np.ndarray, high: np.ndarray) -> None:
+                 low: np.ndarray, high: np.ndarray, residual: float = 0.0) -> None:
         super().__init__()
 
         def mlp(out: int, gain: float) -> nn.Sequential:
@@ -98,14 +107,23 @@ class ActorCritic(nn.Module):
             raise ValueError(f"init_log_std must be a finite number or a pair of them, got {init_log_std!r}")
         low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
         middle, half = (low + high) / 2, (high - low) / 2
+        if isinstance(residual, bool) or not isinstance(residual, numbers.Real) or not 0.0 <= residual <= 2.0:
+            raise ValueError(f"residual must be a number in [0, 2], got {residual!r}")
+        if residual and features < 3:
+            raise ValueError(f"a residual policy needs the prior's action among its features, got {features}")
         self.normalizer = Normalizer(features)
         self.actor = mlp(2, 0.01)
-        with torch.no_grad():  # the initial mean action is the neutral one (no steering, no acceleration)
-            self.actor[-1].bias.copy_(torch.as_tensor(np.clip(-middle / half, -1.0, 1.0)))
+        if residual:
+            self.register_buffer("residual", torch.tensor(float(residual)))
+        else:
+            with torch.no_grad():  # the initial mean action is the neutral one (no steering, no acceleration)
+                self.actor[-1].bias.copy_(torch.as_tensor(np.clip(-middle / half, -1.0, 1.0)))
         self.critic = mlp(1, 1.0)
         self.log_std = nn.Parameter(torch.as_tensor(np.broadcast_to(std.astype(np.float32), (2,)).copy()))
         self.register_buffer("action_middle", torch.as_tensor(middle))
         self.register_buffer("action_half", torch.as_tensor(half))
+        self.register_buffer("action_low", torch.as_tensor(low), persistent=False)
+        self.register_buffer("action_high", torch.as_tensor(high), persistent=False)
 
     def actor_parameters(self) -> list[nn.Parameter]:
         """The policy's parameters (the mean network and the log standard deviation)."""
@@ -131,9 +149,18 @@ class ActorCritic(nn.Module):
         logp = -0.5 * noise.square().sum(-1) - (self.log_std.sum() + math.log(2.0 * math.pi))
         return u, logp, self.critic(z).squeeze(-1)
 
-    def env_action(self, u: torch.Tensor) -> torch.Tensor:
-        """The env's action (float32 [E, 2], physical units) of normalised ``u``."""
-        return (self.action_middle + self.action_half * u.clamp(-1.0, 1.0)).float()
+    def env_action(self, u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The env's action (float32 [..., 2], physical units) of normalised
+        ``u`` [..., 2] (clipped to [-1, 1]) in the worlds of features ``x``
+        [..., features] (read by a residual policy alone: its prior's action)."""
+        return self._to_env(u.clamp(-1.0, 1.0), x)
+
+    def _to_env(self, clipped: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The env's action of a normalised action already in [-1, 1]."""
+        if not hasattr(self, "residual"):
+            return (self.action_middle + self.action_half * clipped).float()
+        action = x[..., -2:] + self.residual * self.action_half * clipped
+        return torch.minimum(torch.maximum(action, self.action_low), self.action_high).float()
 
     def mean_action(self, x: torch.Tensor) -> torch.Tensor:
         """The env's mean action (no sampling): float32 [E, 2], the mean of
@@ -141,8 +168,10 @@ class ActorCritic(nn.Module):
         clipped to [-1, 1] (`clipped_mean`). Where the policy's mean lies
         near or past a bound (full throttle on a straight) this is what
         training drove with on average; the clipped mean itself would
-        drive harder than any training episode did."""
-        return self.env_action(clipped_mean(self.actor(self.normalizer(x)), self.log_std.exp()))
+        drive harder than any training episode did. (A residual policy's
+        action is clipped to the bounds once more, after the prior's is
+        added: this is the mean of its draws where that clip is idle.)"""
+        return self._to_env(clipped_mean(self.actor(self.normalizer(x)), self.log_std.exp()), x)
 
     def load_checked(self, weights: Any, source: str) -> None:
         """Load a state dict that must fit this network exactly (its layers
@@ -162,6 +191,9 @@ class ActorCritic(nn.Module):
             raise checkpoints.CorruptFile(f"{source} does not fit the network: its layers, shapes or types differ")
         if bool((weights["normalizer.var"] < 0).any()) or float(weights["normalizer.count"]) < 0:
             raise checkpoints.CorruptFile(f"{source} holds a negative variance or count")
+        if "residual" in mine and not torch.equal(weights["residual"], mine["residual"]):
+            raise checkpoints.CorruptFile(f"{source} was trained as a residual of {float(weights['residual'])}, "
+                                          f"not of {float(mine['residual'])}")
         self.load_state_dict(weights)
 
 

@@ -99,7 +99,7 @@ class Rollout:
                 # Driven: neither held nor a reset-only call (whose action the env ignores).
                 driven = torch.logical_or(held, self.pending).logical_not_().float()
                 buf["valid"][t] = driven
-                action = torch.where(held[:, None], self.brake, policy.env_action(u))
+                action = torch.where(held[:, None], self.brake, policy.env_action(u, x))
                 sent = cross.to_jax(action)
                 obs, reward, terminated, truncated, info = env.step(sent)
                 floats, ints, self.endings, self.previous_action, features = _after_step(

@@ -351,7 +351,8 @@ class Trainer:
     def _new_policy(self) -> ActorCritic:
         """A freshly initialised actor-critic for the config and the env's action bounds, on the device."""
         space, cfg = self.env.single_action_space, self.config
-        return ActorCritic(cfg.features.size, cfg.hidden, cfg.init_log_std, space.low, space.high).to(self.device)
+        return ActorCritic(cfg.features.size, cfg.hidden, cfg.init_log_std, space.low, space.high,
+                           cfg.residual).to(self.device)
 
     def validate_and_keep(self) -> dict[str, float]:
         """`validate`, keeping the policy if it is the best so far; returns

@@ -1,0 +1,106 @@
+"""The pure-pursuit prior against the reference controller it stands for
+(`racing_env`'s ``pursuit`` plugin, float64, one world at a time) on random
+poses and speeds on random tracks; NumPy and JAX alike; its settings."""
+
+import dataclasses
+import tomllib
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from racing_env import ProjectConfig
+from racing_env.plugins import PURSUIT, load_plugin
+from racing_stack.prior import PursuitPrior
+from test_wrappers import random_obs
+
+CAR = ProjectConfig()
+
+
+def reference_actions(obs, settings=None, targets=False):
+    """The pursuit plugin's action in each world, one world at a time (and
+    the speed it aimed at, with ``targets``)."""
+    plugin = load_plugin(PURSUIT)
+    cls = plugin.load_class()
+    controller_settings = dict(plugin.settings) if settings is None else settings
+    config = {"controller": controller_settings, "vehicle": dataclasses.asdict(CAR),
+              "action": {"low": [-CAR.max_steering_rad, CAR.min_acceleration_mps2],
+                         "high": [CAR.max_steering_rad, CAR.max_acceleration_mps2]}}
+    out, aimed = [], []
+    for e in range(len(obs["yaw"])):
+        one = {k: v[e] for k, v in obs.items()}
+        controller = cls(one, {}, config)
+        out.append(controller.compute_control(one))
+        aimed.append(controller.drawn[2])
+    return (np.asarray(out), np.asarray(aimed, np.float32)) if targets else np.asarray(out)
+
+
+def test_the_defaults_are_the_reference_controllers_gains():
+    gains = tomllib.loads((PURSUIT / "config.toml").read_text())
+    assert dataclasses.asdict(PursuitPrior()) == {k: v for k, v in gains.items() if k != "name"}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_prior_drives_as_the_reference_controller(seed):
+    rng = np.random.default_rng(seed)
+    obs = random_obs(rng, 24)
+    obs["velocity_body"][:, 0] = rng.uniform(-3.0, 30.0, 24)  # standing, slow, fast and over the top speed
+    want = reference_actions(obs)
+    prior = PursuitPrior()
+    host = prior.host(obs)
+    got = np.asarray(prior({k: jnp.asarray(v) for k, v in obs.items()}))
+    assert host.shape == got.shape == (24, 2) and host.dtype == got.dtype == np.float32
+    np.testing.assert_allclose(host, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, host, rtol=1e-5, atol=1e-5)
+    # The draws reach every regime: braking, full drive, steering either way.
+    assert (want[:, 1] < -1).any() and (want[:, 1] == 2.0).any()
+    assert (want[:, 0] > 0.1).any() and (want[:, 0] < -0.1).any()
+
+
+@pytest.mark.parametrize("preview", [120.0, 10.0])
+def test_the_speed_profile_is_the_reference_controllers(preview):
+    """At half a m/s under the reference's target speed the acceleration
+    is 1 m/s^2 off the target: any difference in the profile (the corners
+    within the preview, braking to them, the corner at the car) shows."""
+    rng = np.random.default_rng(11)
+    obs = random_obs(rng, 32)
+    settings = {"name": "pursuit", **dataclasses.asdict(PursuitPrior(preview_m=preview))}
+    _, target = reference_actions(obs, settings, targets=True)
+    assert (target < 22.0).mean() > 0.5 and np.unique(np.round(target, 1)).size > 16  # corners decide, not the cap
+    obs["velocity_body"][:, 0] = target - 0.5
+    want = reference_actions(obs, settings)
+    np.testing.assert_allclose(want[:, 1], 1.0, atol=1e-3)  # the target is the same at the new speed
+    np.testing.assert_allclose(PursuitPrior(preview_m=preview).host(obs), want, rtol=1e-4, atol=1e-4)
+
+
+def test_other_gains_drive_as_the_reference_with_them():
+    rng = np.random.default_rng(7)
+    obs = random_obs(rng, 12)
+    obs["velocity_body"][:, 0] = rng.uniform(0.0, 25.0, 12)
+    prior = PursuitPrior(max_speed_mps=30.0, lateral_accel_mps2=9.0, brake_accel_mps2=6.0, drive_accel_mps2=4.0,
+                         preview_m=60.0, lookahead_min_m=5.0, lookahead_gain_s=0.0)
+    want = reference_actions(obs, {"name": "pursuit", **dataclasses.asdict(prior)})
+    np.testing.assert_allclose(prior.host(obs), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_lookahead_beyond_the_lap_aims_at_the_last_point_ahead():
+    rng = np.random.default_rng(3)
+    obs = random_obs(rng, 6)
+    angle = rng.uniform(0, 2 * np.pi, 6)  # 8 m from the line: the points around the nearest one steer apart
+    obs["position"] = obs["position"] + (8 * np.stack([np.cos(angle), np.sin(angle)], 1)).astype(np.float32)
+    prior = PursuitPrior(lookahead_min_m=5000.0)
+    np.testing.assert_allclose(prior.host(obs), reference_actions(obs, {"name": "pursuit",
+                                                                        **dataclasses.asdict(prior)}),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name, value, error, match", [
+    ("max_speed_mps", 0.0, ValueError, r"max_speed_mps must be in \(0, 10000\]"),
+    ("lateral_accel_mps2", float("nan"), ValueError, "lateral_accel_mps2 must be in"),
+    ("preview_m", float("inf"), ValueError, "preview_m must be in"),
+    ("lookahead_gain_s", -0.1, ValueError, r"lookahead_gain_s must be in \[0, 100\]"),
+    ("drive_accel_mps2", "2", TypeError, "drive_accel_mps2"),
+])
+def test_bad_gains_are_refused_by_name(name, value, error, match):
+    with pytest.raises(error, match=match):
+        PursuitPrior(**{name: value})
