@@ -104,3 +104,31 @@ def test_a_lookahead_beyond_the_lap_aims_at_the_last_point_ahead():
 def test_bad_gains_are_refused_by_name(name, value, error, match):
     with pytest.raises(error, match=match):
         PursuitPrior(**{name: value})
+
+
+def test_degenerate_loops_and_far_cars_give_finite_actions_within_the_bounds():
+    """No valid point, repeated points, three points, huge coordinates, a
+    car far off its loop, speeds far out of range: finite actions in the
+    command ranges, the same from NumPy and JAX."""
+    from racing_env import TRACK_CAPACITY
+
+    rng = np.random.default_rng(0)
+    e = 6
+    obs = {"position": np.zeros((e, 2), np.float32), "yaw": rng.uniform(-4, 4, e).astype(np.float32),
+           "velocity_body": np.zeros((e, 2), np.float32),
+           "centerline": np.zeros((e, TRACK_CAPACITY, 2), np.float32),
+           "track_mask": np.zeros((e, TRACK_CAPACITY), np.int8)}
+    obs["track_mask"][1, :10], obs["centerline"][1, :10] = 1, 5.0
+    obs["track_mask"][2, :3], obs["centerline"][2, :3] = 1, [[0, 0], [10, 0], [0, 10]]
+    obs["track_mask"][3, :50], obs["centerline"][3, :50] = 1, rng.uniform(-1e6, 1e6, (50, 2))
+    obs["track_mask"][4], obs["centerline"][4, :, 0] = 1, np.arange(TRACK_CAPACITY)
+    obs["track_mask"][5, :20], obs["centerline"][5, :20] = 1, rng.normal(0, 10, (20, 2))
+    obs["position"][5] = [1e7, -1e7]
+    obs["velocity_body"][:, 0] = [0, 100, -50, 1e6, 30, 5]
+    prior = PursuitPrior()
+    host = prior.host(obs)
+    assert np.isfinite(host).all()
+    assert (np.abs(host[:, 0]) <= CAR.max_steering_rad).all()
+    assert (host[:, 1] >= CAR.min_acceleration_mps2).all() and (host[:, 1] <= CAR.max_acceleration_mps2).all()
+    np.testing.assert_allclose(np.asarray(prior({k: jnp.asarray(v) for k, v in obs.items()})), host,
+                               rtol=1e-5, atol=1e-6)
