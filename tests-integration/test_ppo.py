@@ -527,6 +527,13 @@ def test_a_residual_on_the_prior_is_set_by_name():
     config = TINY.override(["features.prior={}", "residual=0.5"])
     assert config.features.prior == PursuitPrior() and config.residual == 0.5
     assert config.override(["features.prior.preview_m=60.0"]).features.prior == PursuitPrior(preview_m=60.0)
+    # A table at once, then one of its names; replaced whole; cleared (with the residual that needs it).
+    assert TINY.override(["features.prior={'preview_m': 80.0}", "features.prior={}"]).features.prior == PursuitPrior()
+    assert TINY.override(["residual=1.0", "features.prior={}", "features.prior.preview_m=80.0"]).features.prior \
+        == PursuitPrior(preview_m=80.0)
+    assert config.override(["residual=0.0", "features.prior=None"]) == TINY
+    with pytest.raises(ValueError, match="residual needs a prior"):
+        config.override(["features.prior=None"])
     assert PPOConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
 
 
@@ -588,6 +595,7 @@ def test_settings_are_overridden_by_name_and_checked():
     ({"crash_warmup_success": "0.5"}, TypeError, "crash_warmup_success must be a real number"),
     ({"residual": 0.5}, ValueError, "residual needs a prior to correct: set features.prior"),
     ({"residual": 2.5, "features": LocalTrack(prior={})}, ValueError, "residual must be in \\[0, 2\\]"),
+    ({"residual": 1e-9, "features": LocalTrack(prior={})}, ValueError, "residual must be 0 or in \\[1e-6, 2\\]"),
     ({"residual": math.nan, "features": LocalTrack(prior={})}, ValueError, "residual must be in \\[0, 2\\]"),
 ])
 def test_bad_settings_are_refused_by_name(kwargs, error, match):

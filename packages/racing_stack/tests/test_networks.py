@@ -373,9 +373,10 @@ def test_a_residual_travels_with_the_weights_and_must_match():
 
 
 @pytest.mark.parametrize("residual, features, match", [
-    (-0.1, FEATURES, r"residual must be a number in \[0, 2\]"), (2.5, FEATURES, "residual must be a number"),
-    (float("nan"), FEATURES, "residual must be a number"), (True, FEATURES, "residual must be a number"),
-    ("0.5", FEATURES, "residual must be a number"), (0.5, 2, "needs the prior's action among its features"),
+    (-0.1, FEATURES, r"residual must be 0 or a number in \[1e-6, 2\]"), (2.5, FEATURES, "residual must be 0 or"),
+    (1e-50, FEATURES, "residual must be 0 or"),
+    (float("nan"), FEATURES, "residual must be 0 or"), (True, FEATURES, "residual must be 0 or"),
+    ("0.5", FEATURES, "residual must be 0 or"), (0.5, 2, "needs the prior's action among its features"),
 ])
 def test_bad_residuals_are_refused(residual, features, match):
     with pytest.raises(ValueError, match=match):
@@ -406,3 +407,10 @@ def test_the_exported_plugin_keeps_its_residual_and_prior(tmp_path):
     torch.testing.assert_close(loaded.mean_action(x), policy.mean_action(x), rtol=0, atol=0)
     with pytest.raises(CorruptFile, match="trained as a residual of 0.75, not of 0.5"):
         load_policy({**settings, "residual": 0.5}, plugin / "weights.pt", LOW, HIGH, torch.device("cpu"))
+    with pytest.raises(ValueError, match="the policy is a residual of 0.75, config.residual is 0.5"):
+        export_plugin(policy, dataclasses.replace(config, residual=0.5), tmp_path / "other")
+    with pytest.raises(ValueError, match="the policy is a residual of 0, config.residual is 0.75"):
+        export_plugin(ActorCritic(features.size, config.hidden, 0.0, LOW, HIGH), config, tmp_path / "other")
+    assert not (tmp_path / "other").exists()
+    tenth = dataclasses.replace(config, residual=0.1)  # not a float32: the policy's is the nearest one
+    export_plugin(ActorCritic(features.size, config.hidden, 0.0, LOW, HIGH, 0.1), tenth, tmp_path / "tenth")

@@ -132,3 +132,53 @@ def test_degenerate_loops_and_far_cars_give_finite_actions_within_the_bounds():
     assert (host[:, 1] >= CAR.min_acceleration_mps2).all() and (host[:, 1] <= CAR.max_acceleration_mps2).all()
     np.testing.assert_allclose(np.asarray(prior({k: jnp.asarray(v) for k, v in obs.items()})), host,
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def level1_loops():
+    """Level 1's first 16 Validation tracks (centerline, mask), float32."""
+    from racing_stack.pools import materialize_prefix
+
+    pool = materialize_prefix("validation", 16)
+    return np.asarray(pool.centerline, np.float32), np.asarray(pool.track_mask).astype(np.int8)
+
+
+def real_obs(rng, loops, worlds):
+    """Cars near the centerlines of real tracks, heading along them, at
+    half a m/s under pursuit's own target speed there (so the profile
+    decides the acceleration)."""
+    line, mask = loops
+    rows = rng.integers(len(line), size=worlds)
+    obs = {"centerline": line[rows], "track_mask": mask[rows], "velocity_body": np.zeros((worlds, 2), np.float32)}
+    count = mask[rows].astype(int).sum(1)
+    i = rng.integers(0, count)
+    ahead = obs["centerline"][np.arange(worlds), (i + 1) % count] - obs["centerline"][np.arange(worlds), i]
+    obs["position"] = (obs["centerline"][np.arange(worlds), i] + rng.normal(0.0, 1.5, (worlds, 2))).astype(np.float32)
+    obs["yaw"] = (np.arctan2(ahead[:, 1], ahead[:, 0]) + rng.normal(0.0, 0.2, worlds)).astype(np.float32)
+    return obs
+
+
+@pytest.mark.parametrize("repeat", [False, True], ids=["as_built", "a_point_repeated"])
+def test_the_prior_drives_as_the_reference_on_real_tracks(level1_loops, repeat):
+    """Level 1's loops (600-odd points, the arc length summed over a whole
+    lap) and the same loops with the point after the nearest one repeated
+    (a zero-length step: that point is 0 m ahead, not a lap)."""
+    rng = np.random.default_rng(4)
+    obs = real_obs(rng, level1_loops, 48)
+    if repeat:
+        line, mask = obs["centerline"].copy(), obs["track_mask"].copy()
+        for w in range(48):
+            n = int(mask[w].sum())
+            i = int(np.argmin(np.sum((line[w, :n] - obs["position"][w]) ** 2, axis=1)))
+            repeated = np.insert(line[w, :n], i + 1, line[w, i], axis=0)[: line.shape[1]]  # a full loop loses its last
+            line[w, : len(repeated)], mask[w, : len(repeated)] = repeated, 1
+        obs["centerline"], obs["track_mask"] = line, mask
+    _, target = reference_actions(obs, targets=True)
+    obs["velocity_body"][:, 0] = target - 0.5
+    want = reference_actions(obs)
+    assert np.median(want[:, 1]) == pytest.approx(1.0, abs=1e-3) and (target < 22.0).mean() > 0.3
+    prior = PursuitPrior()
+    host = prior.host(obs)
+    np.testing.assert_allclose(host, want, rtol=0, atol=3e-4)
+    np.testing.assert_allclose(np.asarray(prior({k: jnp.asarray(v) for k, v in obs.items()})), host, rtol=0,
+                               atol=3e-4)

@@ -149,6 +149,8 @@ class PPOConfig:
         object.__setattr__(self, "seed", checks.integer_in(self.seed, "seed", 0, 2**32, "2**32"))
         if not isinstance(self.features, LocalTrack) or not isinstance(self.reward, ShapedReward):
             raise TypeError("features must be a LocalTrack and reward a ShapedReward")
+        if 0.0 < self.residual < 1e-6:
+            raise ValueError(f"residual must be 0 or in [1e-6, 2], got {self.residual!r}")
         if self.residual and self.features.prior is None:
             raise ValueError("residual needs a prior to correct: set features.prior (e.g. features.prior={})")
         if self.tracks is not None:
@@ -167,7 +169,9 @@ class PPOConfig:
     def override(self, settings: list[str]) -> PPOConfig:
         """A copy with ``name=value`` settings replaced (``features.NAME`` and
         ``reward.NAME`` reach into the wrappers); a value is a Python literal
-        (``3e-4``, ``True``, ``(128, 128)``, ``None``).
+        (``3e-4``, ``True``, ``(128, 128)``, ``None``). A table's settings
+        may be given at once as a dict or None (``features.prior={}``: the
+        prior at its defaults, whose gains later settings can then name).
 
         Raises:
             ValueError: a setting that is not ``name=value``, an unknown
@@ -184,12 +188,19 @@ class PPOConfig:
                 if not isinstance(node.get(key), dict):
                     raise ValueError(f"unknown setting {name!r}")
                 node = node[key]
-            if path[-1] not in node or isinstance(node[path[-1]], dict):
+            if path[-1] not in node:
                 raise ValueError(f"unknown setting {name!r}; the settings are {sorted(_names(self.to_json()))}")
             try:
-                node[path[-1]] = ast.literal_eval(text.strip())
+                value = ast.literal_eval(text.strip())
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 raise ValueError(f"setting {name!r}: {text!r} is not a Python literal") from None
+            if isinstance(node[path[-1]], dict) and not (value is None or isinstance(value, dict)):
+                raise ValueError(f"unknown setting {name!r}; the settings are {sorted(_names(self.to_json()))}")
+            node[path[-1]] = value
+            try:  # a table given as a dict takes its defaults' every name (for the next settings)
+                data = PPOConfig.from_json(data).to_json()
+            except (ValueError, TypeError):
+                pass  # refused below, once every setting is in (one may need the next)
         try:
             return PPOConfig.from_json(data)
         except TypeError as error:  # e.g. hidden=3: not a sequence

@@ -81,7 +81,7 @@ class ActorCritic(nn.Module):
             dimension (a number: the same for both).
         low, high: the env's action bounds ([2] each), which [-1, 1] maps onto.
         residual: 0 (the policy acts alone) or the residual's share of the
-            half range, in (0, 2] (then a buffer: its weights carry it).
+            half range, in [1e-6, 2] (then a buffer: its weights carry it).
     """
 
     def __init__(self, features: int, hidden: tuple[int, ...], init_log_std: float | Sequence[float],
@@ -107,8 +107,9 @@ class ActorCritic(nn.Module):
             raise ValueError(f"init_log_std must be a finite number or a pair of them, got {init_log_std!r}")
         low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
         middle, half = (low + high) / 2, (high - low) / 2
-        if isinstance(residual, bool) or not isinstance(residual, numbers.Real) or not 0.0 <= residual <= 2.0:
-            raise ValueError(f"residual must be a number in [0, 2], got {residual!r}")
+        if (isinstance(residual, bool) or not isinstance(residual, numbers.Real)
+                or not (residual == 0.0 or 1e-6 <= residual <= 2.0)):
+            raise ValueError(f"residual must be 0 or a number in [1e-6, 2], got {residual!r}")
         if residual and features < 3:
             raise ValueError(f"a residual policy needs the prior's action among its features, got {features}")
         self.normalizer = Normalizer(features)
@@ -192,8 +193,8 @@ class ActorCritic(nn.Module):
         if bool((weights["normalizer.var"] < 0).any()) or float(weights["normalizer.count"]) < 0:
             raise checkpoints.CorruptFile(f"{source} holds a negative variance or count")
         if "residual" in mine and not torch.equal(weights["residual"], mine["residual"]):
-            raise checkpoints.CorruptFile(f"{source} was trained as a residual of {float(weights['residual'])}, "
-                                          f"not of {float(mine['residual'])}")
+            raise checkpoints.CorruptFile(f"{source} was trained as a residual of {float(weights['residual']):g}, "
+                                          f"not of {float(mine['residual']):g}")
         self.load_state_dict(weights)
 
 
