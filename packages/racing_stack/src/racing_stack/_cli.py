@@ -1,21 +1,25 @@
 """What the command lines share: the checks before any work (a bad number
 or an output file that cannot be written is a usage error, exit 2, naming
-its flag) and the end of a run that Ctrl-C stopped (its partial result,
-exit 130)."""
+its flag), the end of a run that Ctrl-C stopped (its partial result,
+exit 130) and a Ctrl-C that is not lost (`ctrl_c_not_lost`)."""
 
 from __future__ import annotations
 
+import _thread
 import argparse
+import contextlib
 import math
 import os
+import signal
 import sys
 import tempfile
-from collections.abc import Callable, Collection, Mapping
+import threading
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 __all__ = ["SEED_END", "INTERRUPTED_STATUS", "Interrupted", "int_in", "float_in", "check_outputs",
-           "add_verbose_argument", "quiet_warp", "report_interrupted"]
+           "add_verbose_argument", "quiet_warp", "report_interrupted", "ctrl_c_not_lost"]
 
 #: Reset seeds are one uint32 SeedSequence word: ``[0, 2**32)``.
 SEED_END = 2**32
@@ -38,6 +42,42 @@ def report_interrupted(prog: str, stop: Interrupted) -> tuple[dict[str, Any], in
     print(f"{prog}: interrupted; the result holds the episodes that had ended, {len(stop.result['episodes'])} "
           '("interrupted": true)', file=sys.stderr)
     return stop.result, INTERRUPTED_STATUS
+
+
+@contextlib.contextmanager
+def ctrl_c_not_lost(retry_s: float = 0.5) -> Iterator[None]:
+    """Within the block, Ctrl-C (SIGINT) raises `KeyboardInterrupt` as
+    Python's own handler does, and raises it again every ``retry_s``
+    seconds until the block has ended. Python raises it in whatever code
+    runs next, and one raised inside a garbage collector callback (JAX
+    registers one) is printed and ignored: without the retry the command
+    would run on as if the key had not been pressed. Once the block has
+    ended by a Ctrl-C, later ones are ignored (the command is on its way
+    out: its handler must not be cut short). Nothing changes where SIGINT
+    is not Python's default (ignored in a background job, or handled by
+    the caller) or off the main thread."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    pressed, ended = threading.Event(), threading.Event()
+
+    def again() -> None:
+        while not ended.wait(retry_s):
+            _thread.interrupt_main(signal.SIGINT)
+
+    def handler(signum: int, frame: Any) -> None:
+        if not pressed.is_set():
+            pressed.set()
+            threading.Thread(target=again, name="ctrl-c-again", daemon=True).start()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        ended.set()
+        signal.signal(signal.SIGINT, (lambda signum, frame: None) if pressed.is_set() else signal.default_int_handler)
 
 
 def int_in(low: int, end: int | None = None, end_text: str | None = None) -> Callable[[str], int]:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from racing_stack import checkpoints
-from racing_stack._cli import add_verbose_argument, quiet_warp
+from racing_stack._cli import add_verbose_argument, ctrl_c_not_lost, quiet_warp
 from racing_stack.ppo import distributed, train
 from racing_stack.ppo.config import PRESETS, PPOConfig
 from racing_stack.ppo.train import RUN_FILES, GuardError, Trainer, finish, make_env, make_validation_env, \
@@ -59,36 +59,37 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
         + (f", in each of {group.size} processes)" if group.size > 1 else ")"))
     trainer = None
     try:
-        try:
-            validation = make_validation_env(config) if config.validate_every and group.lead else None
-            trainer = Trainer(config, make_env(config, group), args.out, validation=validation, group=group)
-        except ValueError as error:  # a Train or Validation size beyond its split
-            parser.error(f"--set tracks or validation_tracks: {error}")
-        try:
-            trainer.run(resume=args.resume, overwrite=args.overwrite)
-        except ValueError as error:  # CorruptFile too
-            if not args.resume or trainer.saved_update is not None:
-                raise
-            parser.error(f"--resume: {error}")  # the checkpoint's fields, checked against the env
-        except GuardError as error:
-            say(str(error))
-            return 1
-        except OSError as error:
-            say(f"{error}; {trainer.last_checkpoint()}")
-            return 1
-        except RuntimeError as error:  # another process stopped: the collective failed or timed out
-            if group.size == 1:
-                raise
-            print(f"train-ppo: process {group.rank} of {group.size} stopped at update {trainer.update}: the "
-                  f"other processes stopped answering ({type(error).__name__}: {str(error)[:200]}); "
-                  f"{trainer.last_checkpoint()}", file=sys.stderr)
-            return 1
-        if group.lead:
-            if trainer.best is not None:
-                say(f"exporting update {trainer.best['update']}'s policy (validation success "
-                    f"{trainer.best['validation_success_rate']:.2f})")
-            for name, path in finish(trainer).items():
-                say(f"{name} {path}")
+        with ctrl_c_not_lost():  # a Ctrl-C raised inside a garbage collector callback is raised again
+            try:
+                validation = make_validation_env(config) if config.validate_every and group.lead else None
+                trainer = Trainer(config, make_env(config, group), args.out, validation=validation, group=group)
+            except ValueError as error:  # a Train or Validation size beyond its split
+                parser.error(f"--set tracks or validation_tracks: {error}")
+            try:
+                trainer.run(resume=args.resume, overwrite=args.overwrite)
+            except ValueError as error:  # CorruptFile too
+                if not args.resume or trainer.saved_update is not None:
+                    raise
+                parser.error(f"--resume: {error}")  # the checkpoint's fields, checked against the env
+            except GuardError as error:
+                say(str(error))
+                return 1
+            except OSError as error:
+                say(f"{error}; {trainer.last_checkpoint()}")
+                return 1
+            except RuntimeError as error:  # another process stopped: the collective failed or timed out
+                if group.size == 1:
+                    raise
+                print(f"train-ppo: process {group.rank} of {group.size} stopped at update {trainer.update}: the "
+                      f"other processes stopped answering ({type(error).__name__}: {str(error)[:200]}); "
+                      f"{trainer.last_checkpoint()}", file=sys.stderr)
+                return 1
+            if group.lead:
+                if trainer.best is not None:
+                    say(f"exporting update {trainer.best['update']}'s policy (validation success "
+                        f"{trainer.best['validation_success_rate']:.2f})")
+                for name, path in finish(trainer).items():
+                    say(f"{name} {path}")
     except KeyboardInterrupt:
         where = "before training" if trainer is None else f"at update {trainer.update}"
         print(f"train-ppo: interrupted {where}; --resume continues from the last checkpoint "

@@ -1,0 +1,77 @@
+"""What the command lines share: a Ctrl-C that is not lost
+(`ctrl_c_not_lost`), checked in a child process whose SIGINT lands inside
+a garbage collector callback, where Python prints and drops it."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+CHILD = """
+import contextlib, gc, os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from racing_stack._cli import ctrl_c_not_lost
+
+fired = []
+
+def swallow(phase, info):  # Ctrl-C arrives while a collection's callback runs
+    if not fired:
+        fired.append(phase)
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(10))  # the handler runs here: its KeyboardInterrupt is printed and dropped
+
+guarded = sys.argv[1] == "guarded"
+with ctrl_c_not_lost(0.1) if guarded else contextlib.nullcontext():
+    pass
+assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # a quiet block leaves Python's own
+gc.callbacks.append(swallow)
+try:
+    with ctrl_c_not_lost(0.1) if guarded else contextlib.nullcontext():
+        gc.collect()
+        deadline = time.monotonic() + 8.0
+        while time.monotonic() < deadline:
+            sum(range(1000))
+    print("ran on", flush=True)
+except KeyboardInterrupt:
+    os.kill(os.getpid(), signal.SIGINT)  # pressed again on the way out: ignored
+    time.sleep(0.3)
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def child(mode: str) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True, timeout=120)
+    return done, time.monotonic() - started
+
+
+def test_a_ctrl_c_dropped_in_a_gc_callback_is_lost_without_the_guard():
+    """The failure the guard is for: the run goes on to its end."""
+    done, _ = child("plain")
+    assert "Exception ignored in" in done.stderr and "KeyboardInterrupt" in done.stderr
+    assert done.returncode == 0 and done.stdout.strip() == "ran on"
+
+
+def test_the_guard_raises_a_dropped_ctrl_c_again_and_ignores_one_on_the_way_out():
+    done, seconds = child("guarded")
+    assert "Exception ignored in" in done.stderr  # the first one was dropped
+    assert done.returncode == 130 and done.stdout.strip() == "interrupted", done.stderr
+    assert seconds < 8.0  # stopped long before the block's 8 s
+    assert done.stderr.count("Traceback") == done.stderr.count("Exception ignored in")
+
+
+@pytest.mark.parametrize("handler", ["ignored", "the caller's"])
+def test_the_guard_leaves_a_sigint_it_does_not_own_alone(handler):
+    from racing_stack._cli import ctrl_c_not_lost
+
+    mine = signal.SIG_IGN if handler == "ignored" else (lambda signum, frame: None)
+    previous = signal.signal(signal.SIGINT, mine)
+    try:
+        with ctrl_c_not_lost():
+            assert signal.getsignal(signal.SIGINT) is mine
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, previous)
