@@ -71,6 +71,26 @@ def test_the_ppo_replay_drives_a_committed_plugin_under_both_rules(tmp_path):
         assert sum(result["off_track_progress_histogram"]) == result["off_track"]
 
 
+def test_the_prior_at_the_reference_gains_reproduces_pure_pursuits_laps(tmp_path):
+    """`prior_gains.py` on the first 3 Validation tracks: the prior (a
+    residual policy whose correction is zeroed, through the trainer's
+    validation) at the reference's gains laps each in the time the pursuit
+    plugin took there in the committed Runner run (its parity gate), and at
+    faster gains it laps faster."""
+    out = tmp_path / "gains.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/prior_gains.py"), "--tracks", "3",
+                          "--gains", "", "--gains", "lateral_accel_mps2=6.5", "--out", str(out)],
+                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    reference, faster = report["runs"]
+    assert report["passed"] is True and [g["name"] for g in report["gates"]] == [
+        "reference_gains_reproduce_pursuit_laps_s"]
+    assert reference["same_outcomes"] and reference["largest_lap_difference_s"] <= 0.021
+    assert reference["success_rate"] == faster["success_rate"] == 1.0 and reference["median_per_track_ratio"] == 1.0
+    assert faster["gains"]["lateral_accel_mps2"] == 6.5 and faster["median_per_track_ratio"] < 0.97
+
+
 def test_the_ppo_benchmark_gates_read_the_report():
     """The release gates on hand-built reports: a guard stop fails the
     integrity gate (and nothing else is measured), overhead at 10 % fails,

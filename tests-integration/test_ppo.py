@@ -386,35 +386,6 @@ def test_a_residual_run_sends_the_prior_plus_its_correction_and_validates_as_the
         assert a.progress == pytest.approx(b.progress, abs=1e-4)
 
 
-def test_a_residual_policy_whose_correction_is_zero_laps_as_pure_pursuit_does():
-    """The prior in training is the reference controller: a residual policy
-    with its last layer zeroed, validated on Validation rows 0-3 under
-    Level 1, laps each track in the time the pursuit plugin took there
-    in the committed reference run (to the 0.02 s step)."""
-    from pathlib import Path
-
-    from racing_env import LEVEL_1, ProjectConfig, VecCarRacingEnv
-
-    from racing_stack.interop import Handover
-    from racing_stack.pools import materialize_prefix
-    from racing_stack.ppo.networks import ActorCritic
-    from racing_stack.ppo.validation import validate
-
-    config = dataclasses.replace(TINY, features=LocalTrack(prior={}), residual=0.5, validation_tracks=4)
-    env = VecCarRacingEnv(4, config=ProjectConfig(), level=LEVEL_1, backend="mjx_warp",
-                          track_pool=materialize_prefix("validation", 4))
-    space = env.single_action_space
-    policy = ActorCritic(config.features.size, config.hidden, config.init_log_std, space.low, space.high, 0.5)
-    with torch.no_grad():
-        policy.actor[-1].weight.zero_()
-    mine = validate(policy, env, config, Handover(torch.device("cpu")), [0, 1, 2, 3], early_exit=False)
-    reference = Path(__file__).parents[1] / "benchmarks" / "v0.1" / "pursuit_level1_validation.json"
-    pursuit = {e["track_id"]: e for e in json.loads(reference.read_text())["episodes"]}
-    for episode in mine:
-        assert episode.termination_reason == pursuit[episode.track_id]["termination_reason"] == "success"
-        assert episode.lap_time_s == pytest.approx(pursuit[episode.track_id]["lap_time_s"], abs=0.011)
-
-
 class ScriptedEnds:
     """A validation env whose steps end episodes on a script: world 0 laps
     at its 3rd call (12.5 s), world 1 leaves the track at its 1st; each then

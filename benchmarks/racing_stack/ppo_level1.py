@@ -21,7 +21,10 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
    500-world validation env, against pure pursuit's committed per-track
    laps (``benchmarks/v0.1/pursuit_level1_validation.json``). Rows 500-999
    played no part in choosing the policy: they are also reported alone
-   (the confirmation).
+   (the confirmation). Unless ``--dev``, pure pursuit tuned by hand
+   (`TUNED_PURSUIT`) drives the same tracks (the prior of a residual
+   policy whose correction is zeroed): what tuning alone gives, beside
+   what learning gives (no gate).
 3. Phases: one more update timed phase by phase with the device
    synchronised between them, and an env-only run of the same worlds.
 4. Export the plugin (a ``--dev`` run's too, so its Validation failures
@@ -75,7 +78,10 @@ from racing_stack import evaluate  # noqa: E402
 from racing_stack.pools import SPLITS  # noqa: E402
 from racing_stack.ppo.export import export_plugin  # noqa: E402
 from racing_stack.ppo import PRESETS, Trainer, draw_curve, make_env, make_validation_env  # noqa: E402
+from racing_stack.ppo.networks import prior_alone  # noqa: E402
 from racing_stack.ppo.validation import validate  # noqa: E402
+from racing_stack.prior import PursuitPrior  # noqa: E402
+from racing_stack.wrappers import LocalTrack  # noqa: E402
 
 GATE_TPS = 1_000_000
 GATE_WORLDS = 4096
@@ -84,6 +90,9 @@ GATE_VALIDATION_LAP_RATIO = 0.90
 GATE_OVERHEAD_SHARE = 0.10
 #: Pure pursuit's committed laps on the 1,000 Validation tracks.
 PURSUIT_VALIDATION = Path(__file__).resolve().parents[1] / "v0.1" / "pursuit_level1_validation.json"
+#: Pure pursuit tuned by hand (`prior_gains.py`: 100 % of Validation at 0.89 of the reference's laps on the CPU),
+#: reported beside the learned policy on Validation (no gate): what tuning alone gives.
+TUNED_PURSUIT = PursuitPrior(lateral_accel_mps2=5.5, max_speed_mps=26.0, drive_accel_mps2=3.0)
 log = logger("ppo")
 
 
@@ -244,6 +253,13 @@ def main() -> None:
                                 "seconds": time.perf_counter() - t0}
     log(f"confirmation (rows {n}-{2 * n - 1}): {report['confirmation']['success_rate']:.3f} success")
     log(f"all {2 * n} Validation tracks: { {k: v for k, v in report['validation_all'].items() if k != 'failures'} }")
+    if not args.dev:
+        episodes = drive_prior(TUNED_PURSUIT, trainer.validation, config, trainer.crossing, trainer.device,
+                               list(range(2 * n)))
+        report["validation_all"]["tuned_pursuit"] = {"gains": dataclasses.asdict(TUNED_PURSUIT),
+                                                     **against_pursuit(episodes, pursuit)}
+        log(f"tuned pursuit on the same tracks: {report['validation_all']['tuned_pursuit']['success_rate']:.3f} "
+            f"success, median per-track ratio {report['validation_all']['tuned_pursuit']['median_per_track_ratio']}")
     write()
     stepper = EnvStepper(trainer.env)
     stepper.run(5)
@@ -271,6 +287,19 @@ def main() -> None:
     for g in report["gates"]:
         log(f"  {'PASS' if g['passed'] else 'FAIL'} {g['name']}: {g['value']} (gate {g['threshold']})"
             + (f", margin {g['margin']}" if "margin" in g else ""))
+
+
+def drive_prior(prior: PursuitPrior, env, config, crossing, device: torch.device, rows: list[int]) -> list:
+    """Pure pursuit at ``prior``'s gains alone (`prior_alone`: a residual
+    policy whose correction is zeroed) on the pool rows ``rows`` of the
+    validation ``env``, as many at a time as it has worlds, through the
+    trainer's validation under the full timeout; its episodes in ``rows``' order."""
+    drives = dataclasses.replace(config, features=LocalTrack(prior=prior), residual=1.0)
+    space = env.single_action_space
+    driver = prior_alone(drives.features.size, space.low, space.high).to(device)
+    n = env.num_envs
+    return [e for start in range(0, len(rows), n)
+            for e in validate(driver, env, drives, crossing, rows[start:start + n], early_exit=False)]
 
 
 def _finite(value: Any) -> Any:

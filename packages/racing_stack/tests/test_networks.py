@@ -414,3 +414,17 @@ def test_the_exported_plugin_keeps_its_residual_and_prior(tmp_path):
     assert not (tmp_path / "other").exists()
     tenth = dataclasses.replace(config, residual=0.1)  # not a float32: the policy's is the nearest one
     export_plugin(ActorCritic(features.size, config.hidden, 0.0, LOW, HIGH, 0.1), tenth, tmp_path / "tenth")
+
+
+def test_the_prior_alone_drives_the_prior_exactly():
+    from racing_stack.ppo.networks import prior_alone
+
+    rng = np.random.default_rng(2)
+    x = torch.from_numpy(next(batches(rng, [40]))[0])
+    prior = rng.uniform(LOW, HIGH, (40, 2)).astype(np.float32)
+    x[:, -2:] = torch.from_numpy(prior)
+    policy = prior_alone(FEATURES, LOW, HIGH)
+    policy.normalizer.update(x, torch.ones(40))  # whatever the statistics
+    assert float(policy.residual) == 1.0
+    with torch.no_grad():
+        np.testing.assert_array_equal(policy.mean_action(x).numpy(), prior)

@@ -15,7 +15,7 @@ from torch import nn
 from racing_stack import checkpoints
 from racing_stack.ppo.distributed import Group
 
-__all__ = ["ActorCritic", "Normalizer", "clipped_mean"]
+__all__ = ["ActorCritic", "Normalizer", "clipped_mean", "prior_alone"]
 
 
 class Normalizer(nn.Module):
@@ -196,6 +196,19 @@ class ActorCritic(nn.Module):
             raise checkpoints.CorruptFile(f"{source} was trained as a residual of {float(weights['residual']):g}, "
                                           f"not of {float(mine['residual']):g}")
         self.load_state_dict(weights)
+
+
+def prior_alone(features: int, low: np.ndarray, high: np.ndarray) -> ActorCritic:
+    """A residual policy (of 1) whose correction is 0: its mean action is
+    exactly the prior's, the last two of ``features`` (the actor's last
+    layer is zeroed, so its mean is 0, and its deviation is e^-10, so the
+    clipped draws' mean is 0 in float32 too). It drives the prior through
+    anything that drives a policy."""
+    policy = ActorCritic(features, (1,), -10.0, low, high, 1.0)
+    with torch.no_grad():
+        policy.actor[-1].weight.zero_()
+        policy.actor[-1].bias.zero_()
+    return policy
 
 
 def clipped_mean(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
