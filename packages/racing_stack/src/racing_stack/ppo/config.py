@@ -8,6 +8,7 @@ from typing import Any
 
 from racing_env import checks
 
+from racing_stack.ppo.networks import MIN_RESIDUAL
 from racing_stack.wrappers import LocalTrack, ShapedReward
 
 __all__ = ["MAX_WIDTH", "PRESETS", "SCHEDULES", "PPOConfig"]
@@ -47,7 +48,7 @@ class PPOConfig:
             action, per dimension (steering, acceleration).
         residual: 0, or the policy is a residual on ``features.prior`` (the
             pure-pursuit prior) of this share of the action's half range, in
-            (0, 2] (`ActorCritic`).
+            [1e-6, 2] (`ActorCritic`).
         seed: the env's root reset seed and Torch's generator seed.
         max_episode_steps: the training Level's timeout (control steps).
         crash_warmup_updates: the crash cost (`ShapedReward`) is phased in
@@ -149,7 +150,7 @@ class PPOConfig:
         object.__setattr__(self, "seed", checks.integer_in(self.seed, "seed", 0, 2**32, "2**32"))
         if not isinstance(self.features, LocalTrack) or not isinstance(self.reward, ShapedReward):
             raise TypeError("features must be a LocalTrack and reward a ShapedReward")
-        if 0.0 < self.residual < 1e-6:
+        if 0.0 < self.residual < MIN_RESIDUAL:
             raise ValueError(f"residual must be 0 or in [1e-6, 2], got {self.residual!r}")
         if self.residual and self.features.prior is None:
             raise ValueError("residual needs a prior to correct: set features.prior (e.g. features.prior={})")

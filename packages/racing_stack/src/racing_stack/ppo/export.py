@@ -50,9 +50,9 @@ def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, devic
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
-    residual = float(policy.residual) if hasattr(policy, "residual") else 0.0
-    if residual != float(np.float32(config.residual)):  # the policy keeps it in float32
-        raise ValueError(f"the policy is a residual of {residual:g}, config.residual is {config.residual:g}")
+    if policy.residual_share != float(np.float32(config.residual)):  # the policy keeps it in float32
+        raise ValueError(f"the policy is a residual of {policy.residual_share:g}, "
+                         f"config.residual is {config.residual:g}")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     for name in ("controller.py", "weights.pt", "config.toml"):

@@ -15,7 +15,10 @@ from torch import nn
 from racing_stack import checkpoints
 from racing_stack.ppo.distributed import Group
 
-__all__ = ["ActorCritic", "Normalizer", "clipped_mean", "prior_alone"]
+__all__ = ["MIN_RESIDUAL", "ActorCritic", "Normalizer", "clipped_mean", "prior_alone"]
+
+#: The smallest residual share above 0 (smaller ones round to 0 in float32's buffer, or nearly).
+MIN_RESIDUAL = 1e-6
 
 
 class Normalizer(nn.Module):
@@ -108,7 +111,7 @@ class ActorCritic(nn.Module):
         low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
         middle, half = (low + high) / 2, (high - low) / 2
         if (isinstance(residual, bool) or not isinstance(residual, numbers.Real)
-                or not (residual == 0.0 or 1e-6 <= residual <= 2.0)):
+                or not (residual == 0.0 or MIN_RESIDUAL <= residual <= 2.0)):
             raise ValueError(f"residual must be 0 or a number in [1e-6, 2], got {residual!r}")
         if residual and features < 3:
             raise ValueError(f"a residual policy needs the prior's action among its features, got {features}")
@@ -125,6 +128,11 @@ class ActorCritic(nn.Module):
         self.register_buffer("action_half", torch.as_tensor(half))
         self.register_buffer("action_low", torch.as_tensor(low), persistent=False)
         self.register_buffer("action_high", torch.as_tensor(high), persistent=False)
+
+    @property
+    def residual_share(self) -> float:
+        """The residual's share of the half range (0: the policy acts alone)."""
+        return float(self.residual) if "residual" in self._buffers else 0.0
 
     def actor_parameters(self) -> list[nn.Parameter]:
         """The policy's parameters (the mean network and the log standard deviation)."""
@@ -158,7 +166,7 @@ class ActorCritic(nn.Module):
 
     def _to_env(self, clipped: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The env's action of a normalised action already in [-1, 1]."""
-        if not hasattr(self, "residual"):
+        if "residual" not in self._buffers:
             return (self.action_middle + self.action_half * clipped).float()
         action = x[..., -2:] + self.residual * self.action_half * clipped
         return torch.minimum(torch.maximum(action, self.action_low), self.action_high).float()
