@@ -44,9 +44,8 @@ from racing_stack.prior import PursuitPrior  # noqa: E402
 
 #: The reference's gains, then two tunings: the corners' lateral acceleration and the top speed raised (the first
 #: is the release benchmark's tuned pursuit).
-DEFAULT_GAINS = ("", ",".join(f"{k}={v:g}" for k, v in dataclasses.asdict(TUNED_PURSUIT).items()
-                              if v != getattr(PursuitPrior(), k)),
-                 "lateral_accel_mps2=6.5,max_speed_mps=28,drive_accel_mps2=3.5")
+DEFAULT_PRIORS = (PursuitPrior(), TUNED_PURSUIT,
+                  PursuitPrior(lateral_accel_mps2=6.5, max_speed_mps=28.0, drive_accel_mps2=3.5))
 #: A lap of the reference's gains may differ from the plugin's by this much (s): one control step (0.02 s, with
 #: the float32 lap times' rounding), float32 against float64 deciding the step of a crossing.
 PARITY_S = 0.021
@@ -74,7 +73,7 @@ def main() -> None:
     if not 1 <= args.tracks <= 1000:
         parser.error(f"--tracks must be in [1, 1000], got {args.tracks}")
     try:
-        priors = [(text, parse_gains(text)) for text in (args.gains or DEFAULT_GAINS)]
+        priors = [parse_gains(text) for text in args.gains] if args.gains else list(DEFAULT_PRIORS)
     except ValueError as error:
         parser.error(str(error))
     out = args.out or Path("benchmarks/results/prior_gains.json" if args.publish else "benchmarks/out/prior_gains.json")
@@ -86,10 +85,10 @@ def main() -> None:
                               "source_sha256": source_hashes(__file__), "tracks": args.tracks, "runs": []}
     crossing = Handover(device)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for text, prior in priors:
+    for prior in priors:
         t0 = time.perf_counter()
         episodes = drive_prior(prior, env, probe, crossing, device, list(range(args.tracks)))
-        result = {"gains": dataclasses.asdict(prior), "given": text, **against_pursuit(episodes, pursuit),
+        result = {"gains": dataclasses.asdict(prior), **against_pursuit(episodes, pursuit),
                   "seconds": time.perf_counter() - t0}
         if prior == PursuitPrior():
             same = all(e.termination_reason == pursuit[e.track_id]["termination_reason"] for e in episodes)
@@ -99,7 +98,8 @@ def main() -> None:
             report.setdefault("gates", []).append(
                 gate("reference_gains_reproduce_pursuit_laps_s", worst, PARITY_S, same and worst <= PARITY_S))
         report["runs"].append(result)
-        log(f"{text or 'the reference gains'}: {result['success_rate']:.3f} success, {result['off_track']} off "
+        changed = {k: v for k, v in result["gains"].items() if v != getattr(PursuitPrior(), k)}
+        log(f"{changed or 'the reference gains'}: {result['success_rate']:.3f} success, {result['off_track']} off "
             f"track, median per-track ratio {result['median_per_track_ratio']}")
         report["passed"] = bool(report.get("gates")) and all(g["passed"] for g in report["gates"])
         out.write_text(json.dumps(report, indent=2) + "\n")
