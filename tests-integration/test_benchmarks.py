@@ -53,18 +53,23 @@ def test_the_ppo_benchmark_dev_smoke_runs_every_phase(tmp_path):
     assert report["phases"]["rollout_s"] > 0 and "evaluation" not in report  # dev: no Runner, no Test
 
 
-def test_the_ppo_replay_drives_a_committed_plugin_under_both_rules(tmp_path):
+def test_the_ppo_replay_drives_a_committed_plugin_under_every_rule(tmp_path):
     """The replay of round 10's E1 plugin on the first 2 Validation tracks:
     a result per rule, each track accounted for once, beside pure
-    pursuit's committed laps."""
+    pursuit's committed laps; for a policy that acts alone the inner rule
+    is the mean action."""
     out = tmp_path / "replay.json"
     plugin = ROOT / "benchmarks/results/ppo_experiments/round10/E1_plugin"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_replay.py"), str(plugin),
-                          "--tracks", "2", "--out", str(out)],
+                          "--tracks", "2", "--rules", "mean", "clipped", "inner", "--out", str(out)],
                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert set(report["rules"]) == {"mean", "clipped"} and report["tracks"] == 2 and len(report["log_std"]) == 2
+    assert set(report["rules"]) == {"mean", "clipped", "inner"} and report["tracks"] == 2
+    assert len(report["log_std"]) == 2
+    drop = ("seconds",)
+    assert ({k: v for k, v in report["rules"]["inner"].items() if k not in drop}
+            == {k: v for k, v in report["rules"]["mean"].items() if k not in drop})
     for result in report["rules"].values():
         assert result["tracks"] == 2 and result["pursuit_success_rate"] == 1.0
         assert result["success_rate"] * 2 + len(result["failures"]) == 2

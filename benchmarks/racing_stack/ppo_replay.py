@@ -7,9 +7,14 @@ rule's outcomes beside pure pursuit's committed laps.
         [--rules mean clipped] [--out FILE]
 
 Rules: ``mean`` is `ActorCritic.mean_action`, the mean of the clipped
-draws (E[clip(u, -1, 1)]: what the env got on average in training);
-``clipped`` is the policy's mean clipped to the bounds (the rule before
-it). ``--seed`` is the reset seed of the run that trained the plugin (a
+draws (E[clip(u, -1, 1)]: what the env got on average in training; a
+residual's draws clipped also where the sum with the prior's action
+passes a bound); ``clipped`` is the policy's mean clipped to the bounds
+(the rule before it); ``inner`` the mean of the draws clipped to
+[-1, 1] alone, mapped to the env's action as a draw is (for a residual,
+the prior added and the sum clipped to the bounds: its rule before
+``mean`` took both clips; for a policy that acts alone, ``mean``).
+``--seed`` is the reset seed of the run that trained the plugin (a
 ``--dev`` report's ``config.seed``), so that the episodes are the ones its
 validation drove. Runs on whatever JAX and Torch device there is (the CPU
 drives 1,000 tracks in minutes). The report (default
@@ -41,10 +46,10 @@ from protocol import environment, logger, source_hashes  # noqa: E402
 from racing_stack.interop import Handover  # noqa: E402
 from racing_stack.ppo import PPOConfig, make_validation_env  # noqa: E402
 from racing_stack.ppo.export import load_policy  # noqa: E402
-from racing_stack.ppo.networks import ActorCritic  # noqa: E402
+from racing_stack.ppo.networks import ActorCritic, clipped_mean  # noqa: E402
 from racing_stack.ppo.validation import validate  # noqa: E402
 
-RULES = ("mean", "clipped")
+RULES = ("mean", "clipped", "inner")
 log = logger("ppo_replay")
 
 
@@ -58,12 +63,27 @@ class ClippedMean:
         return self.policy.env_action(self.policy.distribution(x).mean, x)
 
 
+class InnerMean:
+    """A policy whose deterministic action is the mean of its draws clipped
+    to [-1, 1], mapped to the env's action as one draw is."""
+
+    def __init__(self, policy: ActorCritic) -> None:
+        self.policy = policy
+
+    def mean_action(self, x: torch.Tensor) -> torch.Tensor:
+        mean = self.policy.distribution(x).mean
+        return self.policy.env_action(clipped_mean(mean, self.policy.log_std.exp()), x)
+
+
+DRIVERS = {"mean": lambda policy: policy, "clipped": ClippedMean, "inner": InnerMean}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plugin", type=Path)
     parser.add_argument("--tracks", type=int, default=1000, help="Validation rows 0 to N-1")
     parser.add_argument("--seed", type=int, default=1, help="the training run's reset seed")
-    parser.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES))
+    parser.add_argument("--rules", nargs="+", choices=RULES, default=["mean", "clipped"])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/ppo_replay.json"))
     args = parser.parse_args()
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
@@ -82,7 +102,7 @@ def main() -> None:
     crossing = Handover(device)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for rule in args.rules:
-        driver = policy if rule == "mean" else ClippedMean(policy)
+        driver = DRIVERS[rule](policy)
         t0 = time.perf_counter()
         episodes = validate(driver, env, config, crossing, list(range(args.tracks)), early_exit=False)
         result = {**against_pursuit(episodes, pursuit), "seconds": time.perf_counter() - t0}

@@ -185,6 +185,24 @@ def test_the_mean_action_is_the_mean_of_the_clipped_draws():
         np.testing.assert_allclose(net.mean_action(x).numpy(), want, rtol=0, atol=1e-5)
 
 
+def test_the_clipped_mean_within_other_bounds():
+    """`clipped_mean` with per-element bounds (a residual's narrowed range,
+    one of them possibly 0) against a quadrature, random and at the edges."""
+    rng = np.random.default_rng(9)
+    low = np.concatenate([-rng.uniform(0, 1, 200), [0.0, -1.0, 0.0, -0.3]])
+    high = np.concatenate([rng.uniform(0, 1, 200), [1.0, 0.0, 0.0, 0.7]])
+    mean = np.concatenate([rng.uniform(-3, 3, 200), [0.0, 0.0, 0.2, 5.0]])
+    std = np.concatenate([np.exp(rng.uniform(-8, 1, 200)), [0.5, 0.5, 0.3, 1e-6]])
+    e = np.linspace(-12.0, 12.0, 24001)
+    density = np.exp(-0.5 * e * e) / np.sqrt(2.0 * np.pi)
+    want = np.trapezoid(np.clip(mean[:, None] + std[:, None] * e, low[:, None], high[:, None]) * density, e, axis=-1)
+    t = {k: torch.from_numpy(v).float() for k, v in dict(mean=mean, std=std, low=low, high=high).items()}
+    got = clipped_mean(t["mean"], t["std"], t["low"], t["high"]).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
+    assert (got >= low.astype(np.float32)).all() and (got <= high.astype(np.float32)).all()
+    assert got[-2] == 0.0 and abs(got[-1] - 0.7) < 1e-6
+
+
 def test_normalizer_buffers_travel_with_the_weights():
     """The statistics are in the state dict, and a network loaded from it
     answers as the one that saved them."""
@@ -329,11 +347,20 @@ def residual_network(residual=0.5, seed=0):
     return ActorCritic(FEATURES, (16, 8), (-0.5, -1.5), LOW, HIGH, residual)
 
 
+def reference_residual_mean(prior: np.ndarray, scale: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """E[clip(prior + scale clip(mean + std e, -1, 1), LOW, HIGH)], e standard normal, by the trapezoid rule."""
+    e = np.linspace(-12.0, 12.0, 24001)
+    density = np.exp(-0.5 * e * e) / np.sqrt(2.0 * np.pi)
+    draws = np.clip(mean[..., None] + std[..., None] * e, -1.0, 1.0)
+    values = np.clip(prior[..., None] + scale[:, None] * draws, LOW[:, None], HIGH[:, None]) * density
+    return np.trapezoid(values, e, axis=-1)
+
+
 def test_a_residual_policy_corrects_the_prior_in_its_last_features():
     """The env's action is clip(prior + residual x half range x clip(u)),
     the prior the features' last two columns (at and inside the bounds);
-    the mean action adds the clipped draws' mean; untrained, the mean action
-    is the prior's within the last layer's small initial weights."""
+    untrained, the mean action is the prior's within the last layer's
+    small initial weights."""
     rng = np.random.default_rng(12)
     half = (HIGH - LOW) / 2
     net = residual_network(0.5)
@@ -351,9 +378,46 @@ def test_a_residual_policy_corrects_the_prior_in_its_last_features():
         np.testing.assert_allclose(net.env_action(u[None], x[None]).numpy(), want[None], rtol=0, atol=1e-6)
         mean, std = net.distribution(x).mean.double().numpy(), net.log_std.exp().double().numpy()
         action = net.mean_action(x).numpy()
-    want = np.clip(prior + 0.5 * half * reference_clipped_mean(mean, np.broadcast_to(std, mean.shape)), LOW, HIGH)
+    want = reference_residual_mean(prior, 0.5 * half, mean, np.broadcast_to(std, mean.shape))
     np.testing.assert_allclose(action, want, rtol=0, atol=1e-5)
-    assert action.dtype == np.float32 and (np.abs(action - prior) < 0.5 * half * 0.05).all()
+    # Where no correction reaches a bound; at a bound the draws clipped there pull the mean inside.
+    inside = (prior - 0.5 * half >= LOW) & (prior + 0.5 * half <= HIGH)
+    assert inside.sum() >= 10 and action.dtype == np.float32
+    assert (np.abs(action - prior)[inside] < 0.5 * half[None].repeat(64, 0)[inside] * 0.05).all()
+
+
+@pytest.mark.parametrize("residual", [0.3, 1.0, 2.0])
+def test_a_residual_policys_mean_action_is_the_mean_of_its_twice_clipped_draws(residual):
+    """Where prior and correction add up past a bound (full throttle out of
+    the start), the env gets the bound from many draws: the mean action
+    is the mean of what the env gets, not the prior plus the clipped
+    draws' mean clipped once more (which drives harder); random means,
+    deviations and priors, on and inside the bounds, odd batch shapes."""
+    rng = np.random.default_rng(int(residual * 10))
+    half = (HIGH - LOW) / 2
+    net = residual_network(residual)
+    x = torch.from_numpy(next(batches(rng, [3 * 37]))[0]).reshape(3, 37, FEATURES)
+    prior = rng.uniform(LOW, HIGH, (3, 37, 2)).astype(np.float32)
+    prior[0, :9], prior[1, :9] = LOW, HIGH
+    prior[2, :9] = HIGH - rng.uniform(0, 0.2, (9, 2)) * half
+    x[..., -2:] = torch.from_numpy(prior)
+    with torch.no_grad():
+        net.actor[-1].bias.copy_(torch.tensor([0.3, 0.8]))
+        net.actor[-1].weight.mul_(20.0)  # means spread over and past [-1, 1]
+        net.log_std.copy_(torch.from_numpy(rng.uniform(-1.5, -0.5, 2).astype(np.float32)))
+        mean = net.distribution(x).mean.double().numpy()
+        std = np.broadcast_to(net.log_std.exp().double().numpy(), mean.shape)
+        action = net.mean_action(x).numpy()
+    want = reference_residual_mean(prior.reshape(-1, 2), residual * half, mean.reshape(-1, 2), std.reshape(-1, 2))
+    np.testing.assert_allclose(action.reshape(-1, 2) / half, want / half, rtol=0, atol=1e-5)
+    once = np.clip(prior.reshape(-1, 2) + residual * half * reference_clipped_mean(mean, std).reshape(-1, 2),
+                   LOW, HIGH)
+    assert (np.abs(once - want).max(0) / half > 0.01 * residual).all()  # the cases reach where the clips differ
+    # Monte Carlo through env_action, the training rollouts' own map.
+    u = torch.from_numpy(mean[None] + std[None] * rng.standard_normal((4000, *mean.shape))).float()
+    with torch.no_grad():
+        drawn = net.env_action(u, x.expand(4000, *x.shape)).double().mean(0).numpy()
+    np.testing.assert_allclose(action / half, drawn / half, rtol=0, atol=0.02 * residual)
 
 
 def test_a_residual_travels_with_the_weights_and_must_match():
@@ -422,6 +486,7 @@ def test_the_prior_alone_drives_the_prior_exactly():
     rng = np.random.default_rng(2)
     x = torch.from_numpy(next(batches(rng, [40]))[0])
     prior = rng.uniform(LOW, HIGH, (40, 2)).astype(np.float32)
+    prior[:5], prior[5:10] = LOW, HIGH  # where the correction's draws are clipped on one side
     x[:, -2:] = torch.from_numpy(prior)
     policy = prior_alone(FEATURES, LOW, HIGH)
     policy.normalizer.update(x, torch.ones(40))  # whatever the statistics

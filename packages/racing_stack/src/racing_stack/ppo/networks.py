@@ -177,10 +177,20 @@ class ActorCritic(nn.Module):
         clipped to [-1, 1] (`clipped_mean`). Where the policy's mean lies
         near or past a bound (full throttle on a straight) this is what
         training drove with on average; the clipped mean itself would
-        drive harder than any training episode did. (A residual policy's
-        action is clipped to the bounds once more, after the prior's is
-        added: this is the mean of its draws where that clip is idle.)"""
-        return self._to_env(clipped_mean(self.actor(self.normalizer(x)), self.log_std.exp()), x)
+        drive harder than any training episode did.
+
+        A residual policy's action is clipped twice: its draw to [-1, 1],
+        and the sum with the prior's action to the bounds. For a prior
+        within the bounds (as `PursuitPrior` keeps it) both clips are one,
+        of the draw to [-1, 1] narrowed to where the sum stays within the
+        bounds, so this is the mean of the draws clipped there."""
+        mean, std = self.actor(self.normalizer(x)), self.log_std.exp()
+        if "residual" not in self._buffers:
+            return self._to_env(clipped_mean(mean, std), x)
+        prior, scale = x[..., -2:], self.residual * self.action_half
+        low = ((self.action_low - prior) / scale).clamp(-1.0, 1.0)
+        high = ((self.action_high - prior) / scale).clamp(-1.0, 1.0)
+        return self._to_env(clipped_mean(mean, std, low, high), x)
 
     def load_checked(self, weights: Any, source: str) -> None:
         """Load a state dict that must fit this network exactly (its layers
@@ -209,25 +219,28 @@ class ActorCritic(nn.Module):
 def prior_alone(features: int, low: np.ndarray, high: np.ndarray) -> ActorCritic:
     """A residual policy (of 1) whose correction is 0: its mean action is
     exactly the prior's, the last two of ``features`` (the actor's last
-    layer is zeroed, so its mean is 0, and its deviation is e^-10, so the
-    clipped draws' mean is 0 in float32 too). It drives the prior through
-    anything that drives a policy."""
-    policy = ActorCritic(features, (1,), -10.0, low, high, 1.0)
+    layer is zeroed, so its mean is 0, and its deviation is e^-100, so the
+    clipped draws' mean is 0 in float32, or, with the prior on a bound,
+    below float32's resolution of the prior's action). It drives the
+    prior through anything that drives a policy."""
+    policy = ActorCritic(features, (1,), -100.0, low, high, 1.0)
     with torch.no_grad():
         policy.actor[-1].weight.zero_()
         policy.actor[-1].bias.zero_()
     return policy
 
 
-def clipped_mean(mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """E[clip(u, -1, 1)] for u ~ Normal(``mean``, ``std``), elementwise
-    (broadcast; ``std`` >= 0), in closed form: with a = (-1 - mean) / std
-    and b = (1 - mean) / std, mean (Φ(b) - Φ(a)) + std (φ(a) - φ(b)) - Φ(a)
-    + 1 - Φ(b). It tends to clip(mean, -1, 1) as ``std`` shrinks; a
-    deviation that underflowed to 0 counts as the least positive one (so a
-    mean exactly on a bound gives the bound, not 0 / 0)."""
+def clipped_mean(mean: torch.Tensor, std: torch.Tensor, low: float | torch.Tensor = -1.0,
+                 high: float | torch.Tensor = 1.0) -> torch.Tensor:
+    """E[clip(u, low, high)] for u ~ Normal(``mean``, ``std``), elementwise
+    (broadcast; ``std`` >= 0, ``low`` <= ``high``), in closed form: with
+    a = (low - mean) / std and b = (high - mean) / std, mean (Φ(b) - Φ(a))
+    + std (φ(a) - φ(b)) + low Φ(a) + high (1 - Φ(b)). It tends to
+    clip(mean, low, high) as ``std`` shrinks; a deviation that underflowed
+    to 0 counts as the least positive one (so a mean exactly on a bound
+    gives the bound, not 0 / 0)."""
     std = std.clamp(min=torch.finfo(std.dtype).tiny)
-    a, b = (-1.0 - mean) / std, (1.0 - mean) / std
+    a, b = (low - mean) / std, (high - mean) / std
     cdf_a, cdf_b = torch.special.ndtr(a), torch.special.ndtr(b)
     density = (torch.exp(-0.5 * a * a) - torch.exp(-0.5 * b * b)) / math.sqrt(2.0 * math.pi)
-    return (mean * (cdf_b - cdf_a) + std * density - cdf_a + (1.0 - cdf_b)).clamp(-1.0, 1.0)
+    return (mean * (cdf_b - cdf_a) + std * density + low * cdf_a + high * (1.0 - cdf_b)).clamp(low, high)
