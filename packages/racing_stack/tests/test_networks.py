@@ -201,6 +201,10 @@ def test_the_clipped_mean_within_other_bounds():
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
     assert (got >= low.astype(np.float32)).all() and (got <= high.astype(np.float32)).all()
     assert got[-2] == 0.0 and abs(got[-1] - 0.7) < 1e-6
+    # A number for one bound and a tensor for the other.
+    mixed = clipped_mean(t["mean"], t["std"], -1.0, t["high"]).numpy()
+    np.testing.assert_array_equal(mixed, clipped_mean(t["mean"], t["std"], torch.full_like(t["mean"], -1.0),
+                                                      t["high"]).numpy())
 
 
 def test_normalizer_buffers_travel_with_the_weights():

@@ -5,8 +5,9 @@ the policy was trained on (``racing_stack.wrappers.LocalTrack``, settings
 in config.toml; the previous action is its own, zero at the episode's
 start; a residual policy's end with the pure-pursuit prior's action),
 normalised by the statistics trained with it, and the policy's mean
-action (no sampling: the mean of its draws clipped to the env's action
-bounds, added to the prior's for a residual policy, `ActorCritic.mean_action`).
+action (no sampling: the mean of the actions its draws give the env,
+`ActorCritic.mean_action`; for a residual policy, of the prior's action
+plus the correction, clipped to the bounds).
 ``weights.pt`` beside this file holds the network
 (a checked `racing_stack.checkpoints` file: a damaged, foreign or changed
 one is refused by name, and nothing but tensors is unpickled); ``device``

@@ -219,10 +219,11 @@ class ActorCritic(nn.Module):
 def prior_alone(features: int, low: np.ndarray, high: np.ndarray) -> ActorCritic:
     """A residual policy (of 1) whose correction is 0: its mean action is
     exactly the prior's, the last two of ``features`` (the actor's last
-    layer is zeroed, so its mean is 0, and its deviation is e^-100, so the
-    clipped draws' mean is 0 in float32, or, with the prior on a bound,
-    below float32's resolution of the prior's action). It drives the
-    prior through anything that drives a policy."""
+    layer is zeroed, so its mean is 0, and its deviation is e^-100, which
+    `clipped_mean` takes as float32's smallest normal number: the clipped
+    draws' mean is 0, or, with the prior on a bound, far below float32's
+    resolution of the prior's action). It drives the prior through
+    anything that drives a policy."""
     policy = ActorCritic(features, (1,), -100.0, low, high, 1.0)
     with torch.no_grad():
         policy.actor[-1].weight.zero_()
@@ -233,13 +234,16 @@ def prior_alone(features: int, low: np.ndarray, high: np.ndarray) -> ActorCritic
 def clipped_mean(mean: torch.Tensor, std: torch.Tensor, low: float | torch.Tensor = -1.0,
                  high: float | torch.Tensor = 1.0) -> torch.Tensor:
     """E[clip(u, low, high)] for u ~ Normal(``mean``, ``std``), elementwise
-    (broadcast; ``std`` >= 0, ``low`` <= ``high``), in closed form: with
-    a = (low - mean) / std and b = (high - mean) / std, mean (Φ(b) - Φ(a))
-    + std (φ(a) - φ(b)) + low Φ(a) + high (1 - Φ(b)). It tends to
-    clip(mean, low, high) as ``std`` shrinks; a deviation that underflowed
-    to 0 counts as the least positive one (so a mean exactly on a bound
-    gives the bound, not 0 / 0)."""
+    (broadcast; ``std`` >= 0, ``low`` <= ``high``, each bound a number or a
+    tensor), in closed form: with a = (low - mean) / std and
+    b = (high - mean) / std, mean (Φ(b) - Φ(a)) + std (φ(a) - φ(b))
+    + low Φ(a) + high (1 - Φ(b)). It tends to clip(mean, low, high) as
+    ``std`` shrinks; a deviation below the dtype's smallest normal number
+    (one that underflowed to 0 among them) counts as that number (so a
+    mean exactly on a bound gives the bound, not 0 / 0)."""
     std = std.clamp(min=torch.finfo(std.dtype).tiny)
+    if isinstance(low, torch.Tensor) != isinstance(high, torch.Tensor):  # clamp takes two numbers or two tensors
+        low, high = (b if isinstance(b, torch.Tensor) else torch.full_like(mean, b) for b in (low, high))
     a, b = (low - mean) / std, (high - mean) / std
     cdf_a, cdf_b = torch.special.ndtr(a), torch.special.ndtr(b)
     density = (torch.exp(-0.5 * a * a) - torch.exp(-0.5 * b * b)) / math.sqrt(2.0 * math.pi)
