@@ -76,6 +76,25 @@ def test_the_ppo_replay_drives_a_committed_plugin_under_every_rule(tmp_path):
         assert sum(result["off_track_progress_histogram"]) == result["off_track"]
 
 
+def test_the_ledger_rows_of_a_committed_round(tmp_path):
+    """`ppo_ledger.py` on round 14's reports prints the PPO page's rows for
+    them (the settings against the GPU preset at this checkout), and
+    refuses a folder without reports by name."""
+    script = ROOT / "benchmarks/racing_stack/ppo_ledger.py"
+    run = subprocess.run([sys.executable, str(script), str(ROOT / "benchmarks/results/ppo_experiments/round14"),
+                          "--round", "14"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [line for line in run.stdout.splitlines() if line.startswith("|")]
+    assert [r.split(" | ")[1] for r in rows] == ["R0", "R1", "W0", "W1"]
+    assert ("| 14 | W0 | updates=500; validate_every=125 | 500, 131 | 99.4 / 99.8 / 99.3 % | 7, 0 "
+            "| 24.20 s (0.71) |") in rows
+    assert rows[0].startswith("| 14 | R0 | features.prior={}; crash_warmup_success=0.0; crash_warmup_updates=0; "
+                              "residual=1.0; updates=500; validate_every=125 | 475, 125 | 95.6 / 95.0 / 95.0 %")
+    assert "1,403,637" not in run.stdout and "407,687 transitions/s" in run.stdout
+    empty = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert empty.returncode == 2 and "folder: no reports" in empty.stderr
+
+
 def test_the_prior_at_the_reference_gains_reproduces_pure_pursuits_laps(tmp_path):
     """`prior_gains.py` on the first 3 Validation tracks: the prior (a
     residual policy whose correction is zeroed, through the trainer's

@@ -7,7 +7,8 @@
 #
 # e.g. ppo_experiments.sh out 300 base 'margin2:reward.edge_margin_m=2.0;--seed=1' \
 #          'noise:init_log_std=(-1.6, -0.5)'
-# writes OUT_DIR/NAME.json, .png, .out and NAME/log.csv per experiment. A
+# writes OUT_DIR/NAME.json, .png, .out and NAME/log.csv per experiment, and
+# prints their ledger rows at the end (ppo_ledger.py). A
 # setting that starts with -- is passed to the benchmark as it is; any other
 # becomes --set SETTING.
 set -euo pipefail
@@ -30,4 +31,5 @@ for spec in "$@"; do
 done
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+python "$(dirname "$0")/ppo_ledger.py" "$out" || status=1
 exit $status
