@@ -39,11 +39,12 @@ def settings(config: dict[str, Any]) -> str:
     """The report's settings that differ from the GPU preset's, ``name=value; ...``
     (a table the preset leaves out, as ``features.prior``, shows as
     ``name={}`` and then its fields that differ from their defaults)."""
-    base, mine = PRESETS["gpu"], flat(config)
-    tables = sorted({name for name, value in flat(json.loads(json.dumps(base.to_json()))).items()
-                     if value is None and any(key.startswith(name + ".") for key in mine)})
-    base = base.override([f"{name}={{}}" for name in tables])
-    preset = flat(json.loads(json.dumps(base.to_json())))
+    mine = flat(config)
+    preset = flat(json.loads(json.dumps(PRESETS["gpu"].to_json())))  # as a report holds it: tuples as lists
+    tables = sorted(name for name, value in preset.items()
+                    if value is None and any(key.startswith(name + ".") for key in mine))
+    if tables:
+        preset = flat(json.loads(json.dumps(PRESETS["gpu"].override([f"{name}={{}}" for name in tables]).to_json())))
     changed = [f"{name}={mine[name]!r}" for name in sorted(mine) if preset.get(name, object()) != mine[name]]
     return "; ".join([f"{name}={{}}" for name in tables] + changed) or "the preset"
 
