@@ -22,17 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from racing_stack.ppo import PRESETS
-
-
-def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A config's JSON as ``{dotted name: value}``."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
+from racing_stack.ppo.config import flat
 
 
 def settings(config: dict[str, Any]) -> str:

@@ -190,13 +190,13 @@ class PPOConfig:
                     raise ValueError(f"unknown setting {name!r}")
                 node = node[key]
             if path[-1] not in node:
-                raise ValueError(f"unknown setting {name!r}; the settings are {sorted(_names(self.to_json()))}")
+                raise ValueError(f"unknown setting {name!r}; the settings are {sorted(flat(self.to_json()))}")
             try:
                 value = ast.literal_eval(text.strip())
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
                 raise ValueError(f"setting {name!r}: {text!r} is not a Python literal") from None
             if isinstance(node[path[-1]], dict) and not (value is None or isinstance(value, dict)):
-                raise ValueError(f"unknown setting {name!r}; the settings are {sorted(_names(self.to_json()))}")
+                raise ValueError(f"unknown setting {name!r}; the settings are {sorted(flat(self.to_json()))}")
             node[path[-1]] = value
             try:  # a table given as a dict takes its defaults' every name (for the next settings)
                 data = PPOConfig.from_json(data).to_json()
@@ -218,11 +218,14 @@ class PPOConfig:
         return cls(**data)
 
 
-def _names(tree: dict[str, Any], prefix: str = "") -> list[str]:
-    """The dotted setting names of a config's JSON."""
-    out = []
+def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A config's JSON (or any nested dict) as ``{dotted setting name: value}``."""
+    out: dict[str, Any] = {}
     for key, value in tree.items():
-        out += _names(value, f"{prefix}{key}.") if isinstance(value, dict) else [prefix + key]
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
     return out
 
 
