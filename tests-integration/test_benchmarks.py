@@ -50,6 +50,11 @@ def test_the_ppo_benchmark_dev_smoke_runs_every_phase(tmp_path):
     assert every["pursuit_success_rate"] == 1.0
     assert every["success_rate"] * 4 + len(every["failures"]) == 4
     assert all(f["reason"] in ("off_track", "timeout", "invalid_action") for f in every["failures"])
+    edge = report["validation_edge"]  # the same 4 tracks under 1 % action noise, twice
+    assert edge["tracks"] == 4 and [p["noise_seed"] for p in edge["passes"]] == [1, 2]
+    failed = [{f["track_id"] for f in every["failures"]}] + [set(p["failed_tracks"]) for p in edge["passes"]]
+    assert all(p["success_rate"] * 4 + len(p["failed_tracks"]) == 4 for p in edge["passes"])
+    assert edge["failed_in_any"] == len(set.union(*failed)) and edge["failed_in_all"] == len(set.intersection(*failed))
     assert report["phases"]["rollout_s"] > 0 and "evaluation" not in report  # dev: no Runner, no Test
 
 
@@ -86,10 +91,11 @@ def test_the_ledger_rows_of_a_committed_round(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     rows = [line for line in run.stdout.splitlines() if line.startswith("|")]
     assert [r.split(" | ")[1] for r in rows] == ["R0", "R1", "W0", "W1"]
-    assert ("| 14 | W0 | updates=500; validate_every=125 | 500, 131 | 99.4 / 99.8 / 99.3 % | 7, 0 "
-            "| 24.20 s (0.71) |") in rows
+    assert ("| 14 | W0 | reward.crash_energy_cost=0.3; updates=500; validate_every=125 | 500, 131 "
+            "| 99.4 / 99.8 / 99.3 % | 7, 0 | 24.20 s (0.71) |") in rows
     assert rows[0].startswith("| 14 | R0 | features.prior={}; crash_warmup_success=0.0; crash_warmup_updates=0; "
-                              "residual=1.0; updates=500; validate_every=125 | 475, 125 | 95.6 / 95.0 / 95.0 %")
+                              "residual=1.0; reward.crash_energy_cost=0.3; updates=500; validate_every=125 "
+                              "| 475, 125 | 95.6 / 95.0 / 95.0 %")
     assert "1,403,637" not in run.stdout and "407,687 transitions/s" in run.stdout
     empty = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert empty.returncode == 2 and "folder: no reports" in empty.stderr

@@ -386,6 +386,66 @@ def test_a_residual_run_sends_the_prior_plus_its_correction_and_validates_as_the
         assert a.progress == pytest.approx(b.progress, abs=1e-4)
 
 
+class RecordedActions:
+    """A validation env that keeps every action it is sent."""
+
+    def __init__(self, real):
+        self.real, self.num_envs, self.actions = real, real.num_envs, []
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def step(self, actions):
+        self.actions.append(np.asarray(actions).copy())
+        return self.real.step(actions)
+
+
+def test_validation_under_action_noise_sends_the_mean_plus_seeded_noise_clipped(env, validation, tmp_path,
+                                                                                 monkeypatch):
+    """``action_noise`` s adds s x half range x N(0, 1) from a Torch
+    generator seeded with ``noise_seed`` to every call's action, clipped to
+    the bounds: checked call by call against draws of an independent
+    generator, on a constant mean near the upper bounds (so the clip acts).
+    The same seed drives the same episodes; a refused argument changes
+    nothing."""
+    from racing_stack.ppo.validation import validate
+
+    trainer = Trainer(TINY, env, tmp_path)
+    constant = np.float32([0.55, 3.5])
+    monkeypatch.setattr(trainer.policy, "mean_action",
+                        lambda x: torch.as_tensor(constant).expand(x.shape[0], 2).clone())
+    rows = list(range(TINY.validation_tracks))
+    low, high = np.float32([-0.6, -8.0]), np.float32([0.6, 4.0])
+    recorded = RecordedActions(validation)
+    noisy = validate(trainer.policy, recorded, TINY, trainer.crossing, rows, early_exit=True, action_noise=0.2,
+                     noise_seed=7)
+    reference = torch.Generator().manual_seed(7)
+    expected = [np.clip(constant + 0.2 * (high - low) / 2 * torch.randn((2, 2), generator=reference).numpy(), low,
+                        high) for _ in recorded.actions]
+    assert len(recorded.actions) == TINY.validation_steps
+    np.testing.assert_allclose(np.stack(recorded.actions), np.stack(expected), rtol=1e-6, atol=1e-6)
+    sent = np.stack(recorded.actions)
+    assert (sent == high).any() and (sent < high).any()  # the clip acted, and not on every call
+    again = RecordedActions(validation)
+    assert validate(trainer.policy, again, TINY, trainer.crossing, rows, early_exit=True, action_noise=0.2,
+                    noise_seed=7) == noisy
+    np.testing.assert_array_equal(np.stack(again.actions), sent)
+    clean = RecordedActions(validation)
+    validate(trainer.policy, clean, TINY, trainer.crossing, rows, early_exit=True)
+    assert all((a == constant).all() for a in clean.actions)  # no noise: the mean itself
+    for bad, match in [({"action_noise": -0.1}, "action_noise must be a number in"),
+                       ({"action_noise": float("nan")}, "action_noise must be a number in"),
+                       ({"action_noise": 1.5}, "action_noise must be a number in"),
+                       ({"action_noise": True}, "action_noise must be a number in"),
+                       ({"action_noise": "0.1"}, "action_noise must be a number in"),
+                       ({"action_noise": 0.1, "noise_seed": -1}, "noise_seed must be an integer >= 0"),
+                       ({"action_noise": 0.1, "noise_seed": 1.5}, "noise_seed must be an integer >= 0")]:
+        untouched = RecordedActions(validation)
+        with pytest.raises(ValueError, match=match):
+            validate(trainer.policy, untouched, TINY, trainer.crossing, rows, early_exit=True, **bad)
+        assert untouched.actions == []
+
+
 class ScriptedEnds:
     """A validation env whose steps end episodes on a script: world 0 laps
     at its 3rd call (12.5 s), world 1 leaves the track at its 1st; each then

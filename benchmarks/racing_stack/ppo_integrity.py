@@ -108,7 +108,7 @@ from racing_stack.interop import Handover, HostCopy, to_jax, to_torch  # noqa: E
 from racing_stack.ppo import PRESETS, GuardError, Trainer, make_env  # noqa: E402
 
 log = logger("ppo-integrity")
-COMMITTED_TPS = 1_399_209  # benchmarks/results/ppo_level1.json at 8,192 worlds
+COMMITTED_TPS = 1_399_209  # benchmarks/results/ppo_v0.1/ppo_level1.json at 8,192 worlds
 
 
 class Unheld(Handover):

@@ -21,7 +21,11 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
    500-world validation env, against pure pursuit's committed per-track
    laps (``benchmarks/v0.1/pursuit_level1_validation.json``). Rows 500-999
    played no part in choosing the policy: they are also reported alone
-   (the confirmation). Unless ``--dev``, pure pursuit tuned by hand
+   (the confirmation). The edge check drives the same tracks twice more
+   with Gaussian noise of 1 % of each action's half range on every call
+   (two noise seeds): the tracks that fail in any of the three passes were
+   driven at the edge, where another float path (the Runner's) may fail
+   them too (no gate). Unless ``--dev``, pure pursuit tuned by hand
    (`TUNED_PURSUIT`) drives the same tracks (the prior of a residual
    policy whose correction is zeroed): what tuning alone gives, beside
    what learning gives (no gate).
@@ -77,8 +81,8 @@ from racing_env.plugins import PURSUIT  # noqa: E402
 from racing_stack import evaluate  # noqa: E402
 from racing_stack.pools import SPLITS  # noqa: E402
 from racing_stack.ppo.export import export_plugin  # noqa: E402
-from racing_stack.ppo import PRESETS, Trainer, draw_curve, make_env, make_validation_env  # noqa: E402
-from racing_stack.ppo.networks import prior_alone  # noqa: E402
+from racing_stack.ppo import PRESETS, PPOConfig, Trainer, draw_curve, make_env, make_validation_env  # noqa: E402
+from racing_stack.ppo.networks import ActorCritic, prior_alone  # noqa: E402
 from racing_stack.ppo.validation import validate  # noqa: E402
 from racing_stack.prior import PursuitPrior  # noqa: E402
 from racing_stack.wrappers import LocalTrack  # noqa: E402
@@ -93,6 +97,10 @@ PURSUIT_VALIDATION = Path(__file__).resolve().parents[1] / "v0.1" / "pursuit_lev
 #: Pure pursuit tuned by hand (`prior_gains.py`: 100 % of Validation at 0.89 of the reference's laps on the CPU),
 #: reported beside the learned policy on Validation (no gate): what tuning alone gives.
 TUNED_PURSUIT = PursuitPrior(lateral_accel_mps2=5.5, max_speed_mps=26.0, drive_accel_mps2=3.0)
+#: The edge check: the chosen policy drives the Validation tracks again with Gaussian noise of this fraction
+#: of each action dimension's half range on every call, once per seed (no gate).
+EDGE_NOISE = 0.01
+EDGE_SEEDS = (1, 2)
 log = logger("ppo")
 
 
@@ -131,6 +139,30 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     return {"episodes": s["episodes"], "success_rate": s["success_rate"], "off_track_rate": s["off_track_rate"],
             "timeout_rate": s["timeout_rate"], "lap_time_s": s["lap_time_s"], "seconds": result["seconds"],
             "controller_errors": s["controller_errors"]}
+
+
+def edge_check(policy: ActorCritic, trainer: Trainer, config: PPOConfig, clean: list) -> dict[str, Any]:
+    """The tracks of ``clean`` (the policy's episodes on Validation rows
+    0 to 2 x ``validation_tracks`` - 1) driven again under action noise
+    (`EDGE_NOISE`, once per seed of `EDGE_SEEDS`): a lap that noise of 1 %
+    ends was driven at the edge, where a rounding difference (another
+    device, the Runner's float path) may end it too. Returns each pass's
+    success rate and failed tracks, and how many tracks failed in any
+    pass (the clean one included) and in all of them."""
+    n = config.validation_tracks
+    t0 = time.perf_counter()
+    failed = [{e.track_id for e in clean if not e.lap_completed}]
+    passes = []
+    for seed in EDGE_SEEDS:
+        episodes = [e for rows in (range(n), range(n, 2 * n))
+                    for e in validate(policy, trainer.validation, config, trainer.crossing, list(rows),
+                                      early_exit=False, action_noise=EDGE_NOISE, noise_seed=seed)]
+        failed.append({e.track_id for e in episodes if not e.lap_completed})
+        passes.append({"noise_seed": seed, "success_rate": float(np.mean([e.lap_completed for e in episodes])),
+                       "failed_tracks": sorted(failed[-1])})
+    return {"action_noise": EDGE_NOISE, "tracks": len(clean), "passes": passes,
+            "failed_in_any": len(set.union(*failed)), "failed_in_all": len(set.intersection(*failed)),
+            "seconds": time.perf_counter() - t0}
 
 
 def against_pursuit(episodes: list, pursuit: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -253,6 +285,10 @@ def main() -> None:
                                 "seconds": time.perf_counter() - t0}
     log(f"confirmation (rows {n}-{2 * n - 1}): {report['confirmation']['success_rate']:.3f} success")
     log(f"all {2 * n} Validation tracks: { {k: v for k, v in report['validation_all'].items() if k != 'failures'} }")
+    report["validation_edge"] = edge_check(chosen, trainer, config, selection + confirmation)
+    edge = report["validation_edge"]
+    log(f"edge check (action noise {EDGE_NOISE}): success {[p['success_rate'] for p in edge['passes']]}, "
+        f"{edge['failed_in_any']} tracks failed in any pass, {edge['failed_in_all']} in all")
     if not args.dev:
         episodes = drive_prior(TUNED_PURSUIT, trainer.validation, config, trainer.crossing, trainer.device,
                                list(range(2 * n)))

@@ -39,7 +39,7 @@ VALIDATION_FIELDS = ("validation_success_rate", "validation_median_lap_time_s", 
 
 
 def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, rows: list[int],
-             early_exit: bool) -> list[EpisodeResult]:
+             early_exit: bool, action_noise: float = 0.0, noise_seed: int = 0) -> list[EpisodeResult]:
     """Drive world w of ``env`` on its pool row ``rows[w]`` once (reset
     with ``config.seed``: the same episodes every time), on the device.
 
@@ -50,13 +50,32 @@ def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, ro
         rows: the pool row of each world.
         early_exit: give up on a world after ``config.validation_steps``
             calls or `STALL_S` without progress (a ``"timeout"``).
+        action_noise: 0 (the default) drives the mean action itself; s > 0
+            adds Gaussian noise of s x each action dimension's half range
+            to every call's action (then clipped to the bounds), drawn from
+            a Torch generator seeded with ``noise_seed``: a lap that noise
+            of 1 % ends was driven at the edge (a robustness check, not
+            the Runner's episodes).
+        noise_seed: the noise's seed (>= 0): the same noise every time.
 
     Returns:
         One `racing_env.episodes.EpisodeResult` per world, in world order.
+
+    Raises:
+        ValueError: ``rows`` does not have one row per world, or
+            ``action_noise`` is not finite and in [0, 1], or ``noise_seed``
+            is not an integer >= 0.
     """
     n = env.num_envs
     if len(rows) != n:
         raise ValueError(f"rows has {len(rows)} entries, the validation env {n} worlds")
+    if isinstance(action_noise, bool) or not isinstance(action_noise, (int, float)) or \
+            not 0.0 <= action_noise <= 1.0:
+        raise ValueError(f"action_noise must be a number in [0, 1] (a fraction of the half range), "
+                         f"got {action_noise!r}")
+    if isinstance(noise_seed, bool) or not isinstance(noise_seed, int) or noise_seed < 0:
+        raise ValueError(f"noise_seed must be an integer >= 0, got {noise_seed!r}")
+    generator = torch.Generator(device=policy.action_half.device).manual_seed(noise_seed) if action_noise else None
     obs, info = env.reset(seed=config.seed, options={"track_indices": list(rows)})
     ids = {k: np.asarray(info[k]) for k in ("episode_seed", "controller_seed", "track_id")}  # before a step donates
     endings, still = FirstEndings.start(n), jnp.zeros(n, jnp.int32)
@@ -66,6 +85,8 @@ def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, ro
     with torch.no_grad():
         for step in range(limit):
             mean = policy.mean_action(crossing.to_torch(features))
+            if generator is not None:
+                mean = _perturbed(policy, mean, float(action_noise), generator)
             crossing.fence()  # Torch has read the last step's outputs, which came after JAX read its action
             action = crossing.to_jax(mean)
             obs, _, terminated, truncated, info = env.step(action)
@@ -77,6 +98,15 @@ def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, ro
         crossing.to_torch(features)  # read after the last step's action: its crossing can be released
         crossing.fence()
     return endings.results(ids)
+
+
+def _perturbed(policy: ActorCritic, action: torch.Tensor, scale: float,
+               generator: torch.Generator) -> torch.Tensor:
+    """``action`` [n, 2] plus Gaussian noise of ``scale`` x the half range of
+    each dimension, clipped to the policy's action bounds."""
+    draw = torch.randn(action.shape, generator=generator, device=action.device)
+    noisy = action + scale * policy.action_half * draw
+    return torch.minimum(torch.maximum(noisy, policy.action_low), policy.action_high)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
