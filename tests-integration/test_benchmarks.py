@@ -81,6 +81,27 @@ def test_the_ppo_replay_drives_a_committed_plugin_under_every_rule(tmp_path):
         assert sum(result["off_track_progress_histogram"]) == result["off_track"]
 
 
+def test_the_ppo_replay_under_action_noise(tmp_path):
+    """Every rule drives under the edge check's noise (the clipped mean's
+    driver too: it lends the policy's bounds); a noise out of [0, 1] is
+    refused by name before anything is driven."""
+    script, plugin = ROOT / "benchmarks/racing_stack/ppo_replay.py", ROOT / "benchmarks/results/ppo_level1/plugin"
+    out = tmp_path / "noisy.json"
+    run = subprocess.run([sys.executable, str(script), str(plugin), "--tracks", "2", "--seed", "0", "--rules",
+                          "clipped", "--action-noise", "0.3", "--noise-seed", "3", "--out", str(out)],
+                         capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert (report["action_noise"], report["noise_seed"], list(report["rules"])) == (0.3, 3, ["clipped"])
+    result = report["rules"]["clipped"]
+    assert result["tracks"] == 2 and result["success_rate"] * 2 + len(result["failures"]) == 2
+    for bad, match in [(["--action-noise", "1.5"], "--action-noise must be in"),
+                       (["--noise-seed", "-1"], "--noise-seed must be >= 0")]:
+        refused = subprocess.run([sys.executable, str(script), str(plugin), *bad, "--out", str(tmp_path / "x.json")],
+                                 capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert refused.returncode == 2 and match in refused.stderr and not (tmp_path / "x.json").exists()
+
+
 def test_the_ledger_rows_of_a_committed_round(tmp_path):
     """`ppo_ledger.py` on round 14's reports prints the PPO page's rows for
     them (the settings against the GPU preset at this checkout), and

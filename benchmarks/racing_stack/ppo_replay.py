@@ -4,7 +4,7 @@ episodes the Runner drives, under Level 1's full timeout), and report each
 rule's outcomes beside pure pursuit's committed laps.
 
     python benchmarks/racing_stack/ppo_replay.py PLUGIN_DIR [--tracks 1000] [--seed 1]
-        [--rules mean clipped] [--out FILE]
+        [--rules mean clipped] [--action-noise 0.01 --noise-seed 1] [--out FILE]
 
 Rules: ``mean`` is `ActorCritic.mean_action`, the mean of the clipped
 draws (E[clip(u, -1, 1)]: what the env got on average in training; a
@@ -14,6 +14,8 @@ passes a bound); ``clipped`` is the policy's mean clipped to the bounds
 [-1, 1] alone, mapped to the env's action as a draw is (for a residual,
 the prior added and the sum clipped to the bounds: its rule before
 ``mean`` took both clips; for a policy that acts alone, ``mean``).
+``--action-noise S`` (with ``--noise-seed``) drives each rule under the
+benchmark's edge-check noise instead (S of each action's half range).
 ``--seed`` is the reset seed of the run that trained the plugin (a
 ``--dev`` report's ``config.seed``), so that the episodes are the ones its
 validation drove. Runs on whatever JAX and Torch device there is (the CPU
@@ -62,6 +64,9 @@ class ClippedMean:
     def mean_action(self, x: torch.Tensor) -> torch.Tensor:
         return self.policy.env_action(self.policy.distribution(x).mean, x)
 
+    def __getattr__(self, name: str) -> Any:  # the bounds, for action noise
+        return getattr(self.policy, name)
+
 
 class InnerMean:
     """A policy whose deterministic action is the mean of its draws clipped
@@ -74,6 +79,9 @@ class InnerMean:
         mean = self.policy.distribution(x).mean
         return self.policy.env_action(clipped_mean(mean, self.policy.log_std.exp()), x)
 
+    def __getattr__(self, name: str) -> Any:  # the bounds, for action noise
+        return getattr(self.policy, name)
+
 
 DRIVERS = {"mean": lambda policy: policy, "clipped": ClippedMean, "inner": InnerMean}
 
@@ -84,8 +92,16 @@ def main() -> None:
     parser.add_argument("--tracks", type=int, default=1000, help="Validation rows 0 to N-1")
     parser.add_argument("--seed", type=int, default=1, help="the training run's reset seed")
     parser.add_argument("--rules", nargs="+", choices=RULES, default=["mean", "clipped"])
+    parser.add_argument("--action-noise", type=float, default=0.0,
+                        help="Gaussian noise on every action, a fraction of its half range (the benchmark's edge "
+                             "check: 0.01)")
+    parser.add_argument("--noise-seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/ppo_replay.json"))
     args = parser.parse_args()
+    if not 0.0 <= args.action_noise <= 1.0:
+        parser.error(f"--action-noise must be in [0, 1], got {args.action_noise}")
+    if args.noise_seed < 0:
+        parser.error(f"--noise-seed must be >= 0, got {args.noise_seed}")
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     probe = PPOConfig(validation_tracks=args.tracks, seed=args.seed)
     env = make_validation_env(probe, args.tracks)
@@ -98,13 +114,15 @@ def main() -> None:
         "protocol": "PPO plugin replay", "environment": environment(), "source_sha256": source_hashes(__file__),
         "plugin": str(args.plugin),
         "weights_sha256": hashlib.sha256((args.plugin / "weights.pt").read_bytes()).hexdigest(),
-        "log_std": policy.log_std.detach().cpu().tolist(), "tracks": args.tracks, "seed": args.seed, "rules": {}}
+        "log_std": policy.log_std.detach().cpu().tolist(), "tracks": args.tracks, "seed": args.seed,
+        "action_noise": args.action_noise, "noise_seed": args.noise_seed, "rules": {}}
     crossing = Handover(device)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for rule in args.rules:
         driver = DRIVERS[rule](policy)
         t0 = time.perf_counter()
-        episodes = validate(driver, env, config, crossing, list(range(args.tracks)), early_exit=False)
+        episodes = validate(driver, env, config, crossing, list(range(args.tracks)), early_exit=False,
+                            action_noise=args.action_noise, noise_seed=args.noise_seed)
         result = {**against_pursuit(episodes, pursuit), "seconds": time.perf_counter() - t0}
         off = [f["progress"] for f in result["failures"] if f["reason"] == "off_track"]
         result["off_track_progress_histogram"] = np.histogram(off, bins=10, range=(0.0, 1.0))[0].tolist()
