@@ -118,7 +118,15 @@ def test_the_ledger_rows_of_a_committed_round(tmp_path):
                               "residual=1.0; reward.crash_energy_cost=0.3; updates=500; validate_every=125 "
                               "| 475, 125 | 95.6 / 95.0 / 95.0 %")
     assert "1,403,637" not in run.stdout and "407,687 transitions/s" in run.stdout
-    empty = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert "edge check" not in run.stdout  # round 14's reports predate it
+    report = json.loads((ROOT / "benchmarks/results/ppo_experiments/round14/W0.json").read_text())
+    report["validation_edge"] = {"passes": [{"success_rate": 0.996}, {"success_rate": 1.0}], "failed_in_any": 9}
+    (tmp_path / "E0.json").write_text(json.dumps(report))
+    edged = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert edged.returncode == 0, edged.stderr[-2000:]
+    assert "overhead 10.1 %; edge check 99.6 / 100.0 %, 9 tracks failed in any of 3 passes" in edged.stdout
+    empty = subprocess.run([sys.executable, str(script), str(tmp_path / "none")], capture_output=True, text=True,
+                           timeout=300)
     assert empty.returncode == 2 and "folder: no reports" in empty.stderr
 
 

@@ -10,8 +10,10 @@ transitions, select / confirm / 1,000 (the chosen policy's validation on
 rows 0-499, the confirmation on rows 500-999, all 1,000 Validation tracks),
 off track and timeouts of the 1,000, and the median lap with the median
 per-track ratio to pure pursuit. Each row is followed by a line with the
-run's validations (update: success / median lap) and its training rate and
-overhead share. A report cut short shows what it has.
+run's validations (update: success / median lap), its training rate and
+overhead share, and where the report has one its edge check (success under
+action noise per pass, and the tracks that failed in any pass, the clean
+one included). A report cut short shows what it has.
 """
 
 from __future__ import annotations
@@ -59,9 +61,13 @@ def row(name: str, report: dict[str, Any], label: str) -> str:
                      f"{v['validation_median_lap_time_s'] or 0:.1f} s" for v in training.get("validations", []))
     rate = training.get("median_transitions_per_s_after_2")
     share = training.get("overhead_share")
+    edge = report.get("validation_edge")
     extra = (f"  validations {curve or 'none'}; "
              + (f"{rate:,.0f} transitions/s" if rate is not None else "no rate")
-             + (f", overhead {100 * share:.1f} %" if share is not None else ""))
+             + (f", overhead {100 * share:.1f} %" if share is not None else "")
+             + (f"; edge check {' / '.join(percent(p['success_rate']) for p in edge['passes'])} %, "
+                f"{edge['failed_in_any']} tracks failed in any of {len(edge['passes']) + 1} passes"
+                if edge else ""))
     return line + "\n" + extra
 
 
