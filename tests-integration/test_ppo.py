@@ -435,11 +435,13 @@ def test_validation_under_action_noise_sends_the_mean_plus_seeded_noise_clipped(
     assert all((a == constant).all() for a in clean.actions)  # no noise: the mean itself
     for bad, match in [({"action_noise": -0.1}, "action_noise must be a number in"),
                        ({"action_noise": float("nan")}, "action_noise must be a number in"),
+                       ({"action_noise": float("inf")}, "action_noise must be a number in"),
                        ({"action_noise": 1.5}, "action_noise must be a number in"),
                        ({"action_noise": True}, "action_noise must be a number in"),
                        ({"action_noise": "0.1"}, "action_noise must be a number in"),
                        ({"action_noise": 0.1, "noise_seed": -1}, "noise_seed must be an integer >= 0"),
-                       ({"action_noise": 0.1, "noise_seed": 1.5}, "noise_seed must be an integer >= 0")]:
+                       ({"action_noise": 0.1, "noise_seed": 1.5}, "noise_seed must be an integer >= 0"),
+                       ({"action_noise": 0.1, "noise_seed": 2**64}, "noise_seed must be an integer >= 0 and < 2")]:
         untouched = RecordedActions(validation)
         with pytest.raises(ValueError, match=match):
             validate(trainer.policy, untouched, TINY, trainer.crossing, rows, early_exit=True, **bad)

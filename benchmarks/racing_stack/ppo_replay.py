@@ -49,38 +49,37 @@ from racing_stack.interop import Handover  # noqa: E402
 from racing_stack.ppo import PPOConfig, make_validation_env  # noqa: E402
 from racing_stack.ppo.export import load_policy  # noqa: E402
 from racing_stack.ppo.networks import ActorCritic, clipped_mean  # noqa: E402
-from racing_stack.ppo.validation import validate  # noqa: E402
+from racing_stack.ppo.validation import check_noise, validate  # noqa: E402
 
 RULES = ("mean", "clipped", "inner")
 log = logger("ppo_replay")
 
 
-class ClippedMean:
-    """A policy whose deterministic action is its mean clipped to the bounds."""
+class Driver:
+    """A policy with another rule for its deterministic action; everything
+    else (the bounds, for action noise) is the policy's."""
 
     def __init__(self, policy: ActorCritic) -> None:
         self.policy = policy
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.policy, name)
+
+
+class ClippedMean(Driver):
+    """A policy whose deterministic action is its mean clipped to the bounds."""
 
     def mean_action(self, x: torch.Tensor) -> torch.Tensor:
         return self.policy.env_action(self.policy.distribution(x).mean, x)
 
-    def __getattr__(self, name: str) -> Any:  # the bounds, for action noise
-        return getattr(self.policy, name)
 
-
-class InnerMean:
+class InnerMean(Driver):
     """A policy whose deterministic action is the mean of its draws clipped
     to [-1, 1], mapped to the env's action as one draw is."""
-
-    def __init__(self, policy: ActorCritic) -> None:
-        self.policy = policy
 
     def mean_action(self, x: torch.Tensor) -> torch.Tensor:
         mean = self.policy.distribution(x).mean
         return self.policy.env_action(clipped_mean(mean, self.policy.log_std.exp()), x)
-
-    def __getattr__(self, name: str) -> Any:  # the bounds, for action noise
-        return getattr(self.policy, name)
 
 
 DRIVERS = {"mean": lambda policy: policy, "clipped": ClippedMean, "inner": InnerMean}
@@ -98,10 +97,10 @@ def main() -> None:
     parser.add_argument("--noise-seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/ppo_replay.json"))
     args = parser.parse_args()
-    if not 0.0 <= args.action_noise <= 1.0:
-        parser.error(f"--action-noise must be in [0, 1], got {args.action_noise}")
-    if args.noise_seed < 0:
-        parser.error(f"--noise-seed must be >= 0, got {args.noise_seed}")
+    try:
+        check_noise(args.action_noise, args.noise_seed)
+    except ValueError as error:
+        parser.error(f"--action-noise, --noise-seed: {error}")
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     probe = PPOConfig(validation_tracks=args.tracks, seed=args.seed)
     env = make_validation_env(probe, args.tracks)

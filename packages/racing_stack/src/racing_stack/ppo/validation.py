@@ -30,7 +30,7 @@ from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.networks import ActorCritic
 from racing_stack.wrappers import LocalTrack
 
-__all__ = ["STALL_S", "VALIDATION_FIELDS", "result_row", "validate"]
+__all__ = ["STALL_S", "VALIDATION_FIELDS", "check_noise", "result_row", "validate"]
 
 #: Seconds without legal progress after which an early-exit validation gives a world up.
 STALL_S = 5.0
@@ -63,18 +63,12 @@ def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, ro
 
     Raises:
         ValueError: ``rows`` does not have one row per world, or
-            ``action_noise`` is not finite and in [0, 1], or ``noise_seed``
-            is not an integer >= 0.
+            `check_noise` refuses ``action_noise`` or ``noise_seed``.
     """
     n = env.num_envs
     if len(rows) != n:
         raise ValueError(f"rows has {len(rows)} entries, the validation env {n} worlds")
-    if isinstance(action_noise, bool) or not isinstance(action_noise, (int, float)) or \
-            not 0.0 <= action_noise <= 1.0:
-        raise ValueError(f"action_noise must be a number in [0, 1] (a fraction of the half range), "
-                         f"got {action_noise!r}")
-    if isinstance(noise_seed, bool) or not isinstance(noise_seed, int) or noise_seed < 0:
-        raise ValueError(f"noise_seed must be an integer >= 0, got {noise_seed!r}")
+    check_noise(action_noise, noise_seed)
     generator = torch.Generator(device=policy.action_half.device).manual_seed(noise_seed) if action_noise else None
     obs, info = env.reset(seed=config.seed, options={"track_indices": list(rows)})
     ids = {k: np.asarray(info[k]) for k in ("episode_seed", "controller_seed", "track_id")}  # before a step donates
@@ -98,6 +92,18 @@ def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, ro
         crossing.to_torch(features)  # read after the last step's action: its crossing can be released
         crossing.fence()
     return endings.results(ids)
+
+
+def check_noise(action_noise: float, noise_seed: int) -> None:
+    """Refuse what `validate` cannot use as its action noise (a number in
+    [0, 1]) or noise seed (an integer in [0, 2**64), a Torch generator's
+    range), with a ValueError naming the argument."""
+    if isinstance(action_noise, bool) or not isinstance(action_noise, (int, float)) or \
+            not 0.0 <= action_noise <= 1.0:
+        raise ValueError(f"action_noise must be a number in [0, 1] (a fraction of the half range), "
+                         f"got {action_noise!r}")
+    if isinstance(noise_seed, bool) or not isinstance(noise_seed, int) or not 0 <= noise_seed < 2**64:
+        raise ValueError(f"noise_seed must be an integer >= 0 and < 2**64, got {noise_seed!r}")
 
 
 def _perturbed(policy: ActorCritic, action: torch.Tensor, scale: float,
