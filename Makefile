@@ -127,7 +127,8 @@ benchmark-ppo-integrity: $(STAMP) ## PPO's zero-copy rollouts checked against a 
 	$(PY) benchmarks/racing_stack/ppo_integrity.py $(ARGS)
 
 # Each package installed alone in its own environment, with its own tests:
-# proves that its pyproject.toml declares everything it needs.
+# proves that its pyproject.toml declares everything it needs. Each
+# environment (2-4 GB) is removed once its tests pass, so a run holds one.
 matrix: ## each package installed alone, with its own tests
 	@set -e; for p in $(PACKAGES); do \
 		env=$(abspath .venv-matrix)/$$p; rm -rf $$env; $(PYTHON) -m venv $$env; \
@@ -143,6 +144,7 @@ matrix: ## each package installed alone, with its own tests
 		else \
 			(cd packages/$$p && $$env/bin/python -m pytest -q -m 'not gpu'); \
 		fi; \
+		rm -rf $$env; \
 	done
 
 clean: ## remove .venv, .venv-matrix and site
