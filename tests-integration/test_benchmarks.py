@@ -55,6 +55,12 @@ def test_the_ppo_benchmark_dev_smoke_runs_every_phase(tmp_path):
     failed = [{f["track_id"] for f in every["failures"]}] + [set(p["failed_tracks"]) for p in edge["passes"]]
     assert all(p["success_rate"] * 4 + len(p["failed_tracks"]) == 4 for p in edge["passes"])
     assert edge["failed_in_any"] == len(set.union(*failed)) and edge["failed_in_all"] == len(set.intersection(*failed))
+    starts = report["standing_starts"]  # the chosen policy's first action on the same 4 tracks
+    lowest = [s["acceleration_mps2"] for s in starts["lowest"]]
+    assert starts["tracks"] == 4 and len(lowest) == 4 and lowest == sorted(lowest)
+    assert starts["holding"] == sum(a <= 0 for a in lowest) and lowest[0] <= starts["median_mps2"] <= lowest[-1]
+    held = {s["track_id"] for s in starts["lowest"] if s["acceleration_mps2"] <= 0}
+    assert held <= {f["track_id"] for f in every["failures"]}  # a car held at the start never laps
     assert report["phases"]["rollout_s"] > 0 and "evaluation" not in report  # dev: no Runner, no Test
 
 
@@ -125,10 +131,12 @@ def test_the_ledger_rows_of_a_committed_round(tmp_path):
     assert "edge check" not in run.stdout  # round 14's reports predate it
     report = json.loads((ROOT / "benchmarks/results/ppo_experiments/round14/W0.json").read_text())
     report["validation_edge"] = {"passes": [{"success_rate": 0.996}, {"success_rate": 1.0}], "failed_in_any": 9}
+    report["standing_starts"] = {"tracks": 1000, "holding": 11, "median_mps2": 4.0, "lowest": []}
     (tmp_path / "E0.json").write_text(json.dumps(report))
     edged = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert edged.returncode == 0, edged.stderr[-2000:]
-    assert "overhead 10.1 %; edge check 99.6 / 100.0 %, 9 tracks failed in any of 3 passes" in edged.stdout
+    assert ("overhead 10.1 %; edge check 99.6 / 100.0 %, 9 tracks failed in any of 3 passes; 11 of 1,000 standing "
+            "starts hold the car") in edged.stdout
     empty = subprocess.run([sys.executable, str(script), str(tmp_path / "none")], capture_output=True, text=True,
                            timeout=300)
     assert empty.returncode == 2 and "folder: no reports" in empty.stderr

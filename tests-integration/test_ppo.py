@@ -672,3 +672,31 @@ def test_the_guard_passes_every_reward_the_wrapper_can_produce(env, tmp_path, se
         with pytest.raises(GuardError, match="update 1: 1 of 32 reward values are not in"):
             trainer.guard(zeros, zeros, losses)
         trainer.buf["reward"][3, 1] = float(extremes[0])
+
+
+def test_standing_starts_are_the_first_actions_validation_sends(env, validation, tmp_path):
+    """`standing_starts` gives, without driving, the action each episode
+    of `validate` gets at its first call (the same resets, rows in any
+    order), with the episodes' track ids; a car whose start holds it (an
+    acceleration not above 0) never moves in that episode; bad rows are
+    refused by name before the env is reset."""
+    from racing_stack.ppo.validation import standing_starts, validate
+
+    trainer = Trainer(TINY, env, tmp_path)
+    for rows in ([0, 1], [3, 2]):
+        recorded = RecordedActions(validation)
+        episodes = validate(trainer.policy, recorded, TINY, trainer.crossing, rows, early_exit=False)
+        ids, actions = standing_starts(trainer.policy, validation, TINY, trainer.crossing, rows)
+        np.testing.assert_array_equal(actions, recorded.actions[0])
+        assert ids.tolist() == [e.track_id for e in episodes]
+        assert actions.dtype == np.float32 and actions.shape == (2, 2)
+    for bias, holds in ((0.2, True), (1.0, False)):  # a mean of -0.8 and +4 m/s2 before the clipped mean
+        with torch.no_grad():
+            trainer.policy.actor[-1].weight.zero_()
+            trainer.policy.actor[-1].bias.copy_(torch.tensor([0.0, bias]))
+        _, actions = standing_starts(trainer.policy, validation, TINY, trainer.crossing, [0, 1])
+        episodes = validate(trainer.policy, validation, TINY, trainer.crossing, [0, 1], early_exit=False)
+        assert ((actions[:, 1] <= 0) == holds).all()
+        assert all((e.progress < 1e-4) == holds for e in episodes)  # held where it stands, or away
+    with pytest.raises(ValueError, match="rows has 3 entries, the validation env 2 worlds"):
+        standing_starts(trainer.policy, validation, TINY, trainer.crossing, [0, 1, 2])

@@ -13,7 +13,8 @@ per-track ratio to pure pursuit. Each row is followed by a line with the
 run's validations (update: success / median lap), its training rate and
 overhead share, and where the report has one its edge check (success under
 action noise per pass, and the tracks that failed in any pass, the clean
-one included). A report cut short shows what it has.
+one included), and where it has them how many of its standing starts
+hold the car. A report cut short shows what it has.
 """
 
 from __future__ import annotations
@@ -62,12 +63,14 @@ def row(name: str, report: dict[str, Any], label: str) -> str:
     rate = training.get("median_transitions_per_s_after_2")
     share = training.get("overhead_share")
     edge = report.get("validation_edge")
+    starts = report.get("standing_starts")
     extra = (f"  validations {curve or 'none'}; "
              + (f"{rate:,.0f} transitions/s" if rate is not None else "no rate")
              + (f", overhead {100 * share:.1f} %" if share is not None else "")
              + (f"; edge check {' / '.join(percent(p['success_rate']) for p in edge['passes'])} %, "
                 f"{edge['failed_in_any']} tracks failed in any of {len(edge['passes']) + 1} passes"
-                if edge else ""))
+                if edge else "")
+             + (f"; {starts['holding']} of {starts['tracks']:,} standing starts hold the car" if starts else ""))
     return line + "\n" + extra
 
 

@@ -25,7 +25,10 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
    with Gaussian noise of 1 % of each action's half range on every call
    (two noise seeds): the tracks that fail in any of the three passes were
    driven at the edge, where another float path (the Runner's) may fail
-   them too (no gate). Unless ``--dev``, pure pursuit tuned by hand
+   them too (no gate). The standing starts: the chosen policy's
+   acceleration at each of those tracks' first call, and how many hold
+   the car (not above 0: a brake at a standstill holds it) (no gate).
+   Unless ``--dev``, pure pursuit tuned by hand
    (`TUNED_PURSUIT`) drives the same tracks (the prior of a residual
    policy whose correction is zeroed): what tuning alone gives, beside
    what learning gives (no gate).
@@ -83,7 +86,7 @@ from racing_stack.pools import SPLITS  # noqa: E402
 from racing_stack.ppo.export import export_plugin  # noqa: E402
 from racing_stack.ppo import PRESETS, PPOConfig, Trainer, draw_curve, make_env, make_validation_env  # noqa: E402
 from racing_stack.ppo.networks import ActorCritic, prior_alone  # noqa: E402
-from racing_stack.ppo.validation import validate  # noqa: E402
+from racing_stack.ppo.validation import standing_starts, validate  # noqa: E402
 from racing_stack.prior import PursuitPrior  # noqa: E402
 from racing_stack.wrappers import LocalTrack  # noqa: E402
 
@@ -163,6 +166,21 @@ def edge_check(policy: ActorCritic, trainer: Trainer, config: PPOConfig, clean: 
     return {"action_noise": EDGE_NOISE, "tracks": len(clean), "passes": passes,
             "failed_in_any": len(set.union(*failed)), "failed_in_all": len(set.intersection(*failed)),
             "seconds": time.perf_counter() - t0}
+
+
+def starts(policy: ActorCritic, trainer: Trainer, config: PPOConfig) -> dict[str, Any]:
+    """The chosen policy's acceleration at the standing start of each of
+    Validation rows 0 to 2 x ``validation_tracks`` - 1 (`standing_starts`:
+    the first call of the episodes it is validated on): how many starts
+    hold the car (not above 0 m/s²: it never pulls away), their median and
+    the five lowest with their tracks."""
+    n = config.validation_tracks
+    ids, actions = zip(*(standing_starts(policy, trainer.validation, config, trainer.crossing, list(rows))
+                         for rows in (range(n), range(n, 2 * n))))
+    track, accel = np.concatenate(ids), np.concatenate(actions)[:, 1]
+    return {"tracks": len(track), "holding": int((accel <= 0).sum()), "median_mps2": float(np.median(accel)),
+            "lowest": [{"track_id": int(track[i]), "acceleration_mps2": float(accel[i])}
+                       for i in np.argsort(accel, kind="stable")[:5]]}
 
 
 def against_pursuit(episodes: list, pursuit: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -285,6 +303,9 @@ def main() -> None:
                                 "seconds": time.perf_counter() - t0}
     log(f"confirmation (rows {n}-{2 * n - 1}): {report['confirmation']['success_rate']:.3f} success")
     log(f"all {2 * n} Validation tracks: { {k: v for k, v in report['validation_all'].items() if k != 'failures'} }")
+    report["standing_starts"] = starts(chosen, trainer, config)
+    log(f"standing starts: {report['standing_starts']['holding']} of {2 * n} hold the car, median "
+        f"{report['standing_starts']['median_mps2']:.2f} m/s2")
     report["validation_edge"] = edge_check(chosen, trainer, config, selection + confirmation)
     edge = report["validation_edge"]
     log(f"edge check (action noise {EDGE_NOISE}): success {[p['success_rate'] for p in edge['passes']]}, "

@@ -30,7 +30,7 @@ from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.networks import ActorCritic
 from racing_stack.wrappers import LocalTrack
 
-__all__ = ["STALL_S", "VALIDATION_FIELDS", "check_noise", "result_row", "validate"]
+__all__ = ["STALL_S", "VALIDATION_FIELDS", "check_noise", "result_row", "standing_starts", "validate"]
 
 #: Seconds without legal progress after which an early-exit validation gives a world up.
 STALL_S = 5.0
@@ -66,16 +66,12 @@ def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, ro
             `check_noise` refuses ``action_noise`` or ``noise_seed``.
     """
     n = env.num_envs
-    if len(rows) != n:
-        raise ValueError(f"rows has {len(rows)} entries, the validation env {n} worlds")
     check_noise(action_noise, noise_seed)
     generator = torch.Generator(device=policy.action_half.device).manual_seed(noise_seed) if action_noise else None
-    obs, info = env.reset(seed=config.seed, options={"track_indices": list(rows)})
-    ids = {k: np.asarray(info[k]) for k in ("episode_seed", "controller_seed", "track_id")}  # before a step donates
+    ids, features = _start(env, config, rows)
     endings, still = FirstEndings.start(n), jnp.zeros(n, jnp.int32)
     stall = round(STALL_S / env.config.control_dt_s) if early_exit else None
     limit = min(config.validation_steps, env.level.max_episode_steps) if early_exit else env.level.max_episode_steps
-    features = config.features(obs, jnp.zeros((n, 2), jnp.float32))
     with torch.no_grad():
         for step in range(limit):
             mean = policy.mean_action(crossing.to_torch(features))
@@ -92,6 +88,39 @@ def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, ro
         crossing.to_torch(features)  # read after the last step's action: its crossing can be released
         crossing.fence()
     return endings.results(ids)
+
+
+def standing_starts(policy: ActorCritic, env, config: PPOConfig, crossing: Handover,
+                    rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The action `validate` sends at the first call of each of its
+    episodes (the same resets: the car at a standstill on the start line),
+    without driving them. A start whose acceleration is not above 0 holds
+    the car where it stands: a brake at a standstill holds, and there is
+    no reverse.
+
+    Args and Raises: as `validate`'s (``rows``: the pool row of each world).
+
+    Returns:
+        (track ids uint32 [n], the actions float32 [n, 2]: steering in
+        rad, acceleration in m/s²), in world order.
+    """
+    ids, features = _start(env, config, rows)
+    with torch.no_grad():
+        action = policy.mean_action(crossing.to_torch(features)).cpu().numpy()
+    crossing.fence()
+    return ids["track_id"], action
+
+
+def _start(env, config: PPOConfig, rows: list[int]) -> tuple[dict[str, np.ndarray], jax.Array]:
+    """Reset ``env``'s world w on pool row ``rows[w]`` with ``config.seed``;
+    returns the episodes' ids (episode and controller seeds, track ids)
+    and the first call's features."""
+    n = env.num_envs
+    if len(rows) != n:
+        raise ValueError(f"rows has {len(rows)} entries, the validation env {n} worlds")
+    obs, info = env.reset(seed=config.seed, options={"track_indices": list(rows)})
+    ids = {k: np.asarray(info[k]) for k in ("episode_seed", "controller_seed", "track_id")}  # before a step donates
+    return ids, config.features(obs, jnp.zeros((n, 2), jnp.float32))
 
 
 def check_noise(action_noise: float, noise_seed: int) -> None:
