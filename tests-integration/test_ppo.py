@@ -698,5 +698,11 @@ def test_standing_starts_are_the_first_actions_validation_sends(env, validation,
         episodes = validate(trainer.policy, validation, TINY, trainer.crossing, [0, 1], early_exit=False)
         assert ((actions[:, 1] <= 0) == holds).all()
         assert all((e.progress < 1e-4) == holds for e in episodes)  # held where it stands, or away
+    resets = []
+    counted = RecordedActions(validation)
+    counted.reset = lambda **kwargs: resets.append(kwargs) or validation.reset(**kwargs)
     with pytest.raises(ValueError, match="rows has 3 entries, the validation env 2 worlds"):
-        standing_starts(trainer.policy, validation, TINY, trainer.crossing, [0, 1, 2])
+        standing_starts(trainer.policy, counted, TINY, trainer.crossing, [0, 1, 2])
+    assert resets == []
+    standing_starts(trainer.policy, counted, TINY, trainer.crossing, [1, 0])
+    assert [r["options"]["track_indices"] for r in resets] == [[1, 0]]  # the counter sees a reset
