@@ -120,12 +120,12 @@ def test_the_ledger_rows_of_a_committed_round(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     rows = [line for line in run.stdout.splitlines() if line.startswith("|")]
     assert [r.split(" | ")[1] for r in rows] == ["R0", "R1", "W0", "W1"]
-    assert ("| 14 | W0 | reward.crash_energy_cost=0.3; reward.stall_progress_m=0.0; updates=500; validate_every=125 "
-            "| 500, 131 "
+    assert ("| 14 | W0 | init_log_std=[-1.6, -0.9]; reward.crash_energy_cost=0.3; reward.stall_progress_m=0.0; "
+            "updates=500; validate_every=125 | 500, 131 "
             "| 99.4 / 99.8 / 99.3 % | 7, 0 | 24.20 s (0.71) |") in rows
     assert rows[0].startswith("| 14 | R0 | features.prior={}; crash_warmup_success=0.0; crash_warmup_updates=0; "
-                              "residual=1.0; reward.crash_energy_cost=0.3; reward.stall_progress_m=0.0; updates=500; "
-                              "validate_every=125 "
+                              "init_log_std=[-1.6, -0.9]; residual=1.0; reward.crash_energy_cost=0.3; "
+                              "reward.stall_progress_m=0.0; updates=500; validate_every=125 "
                               "| 475, 125 | 95.6 / 95.0 / 95.0 %")
     assert "1,403,637" not in run.stdout and "407,687 transitions/s" in run.stdout
     assert "edge check" not in run.stdout  # round 14's reports predate it
