@@ -2,7 +2,8 @@
 an exit, a crash or a memory blow-up of the child ends its episode as a
 recorded controller error and the run goes on; the child reaches nothing of
 the parent (the env, the results, its builtins); a deterministic controller
-gives the same results in both modes, its drawing included."""
+gives the same results in both modes, its drawing included; the worlds'
+children are called at once."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import textwrap
 import pytest
 
 from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track
-from racing_env.isolation import Isolation, check_plugin
-from racing_env.plugins import PURSUIT, PluginError, load_plugin
+from racing_env.isolation import ChildControllers, ControllerFailed, Isolation, check_plugin
+from racing_env.plugins import PURSUIT, PluginError, challenge_values, load_plugin
 from racing_env.runner import run
 
 SHORT = Level(level_id=0, name="short", max_episode_steps=4)
@@ -199,3 +200,65 @@ def test_bad_limits_are_refused(kwargs, error, match):
 def test_run_refuses_an_isolation_of_the_wrong_type(env):
     with pytest.raises(TypeError, match="isolation must be an Isolation or None"):
         run(load_plugin(PURSUIT), env, episodes=1, isolation=5.0)
+
+
+# Every call waits at a gate until the same call of every world's controller
+# has reached it (a fresh process per episode, so a name's arrivals come in
+# threes: the n-th arrival waits for 3 x ceil(n / 3)); alone for 20 s, it fails.
+GATE = """
+    import math, os, time
+    from pathlib import Path
+    def meet(name):
+        gate = Path({gate!r}) / name
+        gate.mkdir(parents=True, exist_ok=True)
+        (gate / str(os.getpid())).write_text("")
+        need = 3 * math.ceil(len(list(gate.iterdir())) / 3)
+        deadline = time.monotonic() + 20.0
+        while len(list(gate.iterdir())) < need:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{{name}}: alone at the gate")
+            time.sleep(0.005)
+    class Gate(Controller):
+        def __init__(self, obs, info, config):
+            super().__init__(obs, info, config)
+            self.calls = 0
+            meet("init")
+        def compute_control(self, obs, info=None):
+            self.calls += 1
+            meet(f"act-{{self.calls}}")
+            return np.zeros(2, np.float32)
+        def step_callback(self, action, obs, reward, terminated, truncated, info):
+            meet(f"step-{{self.calls}}")
+        def episode_callback(self):
+            meet("episode")
+"""
+
+
+def test_isolated_worlds_are_called_at_once(tmp_path, mjx_pool_env):
+    """Three worlds, two episodes each: every start, action, step callback
+    and episode callback of a world's controller waits until the other two
+    worlds' controllers have made the same call, which can only happen when
+    the Runner calls the children at once (called one after another, the
+    first would wait past its 5 s limit). Every episode ends at the Level's
+    timeout with no controller error."""
+    plugin = make_plugin(tmp_path, "gate", GATE.format(gate=str(tmp_path / "gates")))
+    result = run(plugin, mjx_pool_env, episodes=6, seed=0,
+                 isolation=Isolation(call_timeout_s=5.0, start_timeout_s=60.0))
+    assert [e.error for e in result.episodes] == [None] * 6
+    assert [e.termination_reason for e in result.episodes] == ["timeout"] * 6
+    assert sorted(p.name for p in (tmp_path / "gates").iterdir()) == ["act-1", "act-2", "act-3", "act-4", "episode",
+                                                                       "init", "step-1", "step-2", "step-3", "step-4"]
+    assert all(len(list(d.iterdir())) == 6 for d in (tmp_path / "gates").iterdir())
+
+
+def test_no_child_starts_once_the_children_are_closed(env):
+    """A start that races the end of a run (a caller thread still starting a
+    world when the run is left) gets an error, not a process nobody kills."""
+    obs, info = env.reset(seed=0)
+    one = {k: v if isinstance(v, str) else v[0] for k, v in obs.items()}
+    one_info = {k: v if isinstance(v, str) else v[0] for k, v in info.items()}
+    children = ChildControllers(PURSUIT, challenge_values(env), FAST, spares=0)
+    children.close()
+    with pytest.raises(ControllerFailed, match="the run has ended"):
+        children.start(0, one, one_info)
+    assert children._worlds == {} and children._spares == []

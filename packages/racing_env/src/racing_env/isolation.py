@@ -32,6 +32,7 @@ import resource
 import signal
 import socket
 import struct
+import threading
 import traceback
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
@@ -203,7 +204,9 @@ class ChildController(Controller):
 
 class ChildControllers:
     """The children of one run (a context manager: leaving it kills every
-    child still running).
+    child still running). `start` and `release` may be called from several
+    threads at once, for different worlds; once `close` has run, `start`
+    raises `ControllerFailed`.
 
     Args:
         directory: the plugin directory (`racing_env.plugins.Plugin.directory`).
@@ -220,6 +223,8 @@ class ChildControllers:
         self._spares: list[_Child] = []
         self._spare_count = spares
         self._worlds: dict[int, _Child] = {}
+        self._lock = threading.Lock()  # guards the three above and _closed
+        self._closed = False
 
     def __enter__(self) -> ChildControllers:
         return self
@@ -231,24 +236,31 @@ class ChildControllers:
         """``world``'s next episode's controller, in a fresh child (the
         world's previous child is killed)."""
         self.release(world)
-        child = self._spares.pop(0) if self._spares else _Child(*self._args)
-        self._worlds[world] = child
-        while len(self._spares) < self._spare_count:
-            self._spares.append(_Child(*self._args))
+        with self._lock:  # starting a process returns at once; its import runs in the child
+            if self._closed:
+                raise ControllerFailed("the run has ended; no controller starts")
+            child = self._spares.pop(0) if self._spares else _Child(*self._args)
+            self._worlds[world] = child
+            while len(self._spares) < self._spare_count:
+                self._spares.append(_Child(*self._args))
         return ChildController(child, obs, info)
 
     def release(self, world: int) -> None:
         """Kill ``world``'s child, if it has one."""
-        child = self._worlds.pop(world, None)
+        with self._lock:
+            child = self._worlds.pop(world, None)
         if child is not None:
             child.close()
 
     def close(self) -> None:
         """Kill every child."""
-        for world in list(self._worlds):
-            self.release(world)
-        while self._spares:
-            self._spares.pop().close()
+        with self._lock:
+            self._closed = True
+            children = [*self._worlds.values(), *self._spares]
+            self._worlds.clear()
+            self._spares.clear()
+        for child in children:
+            child.close()
 
 
 def check_plugin(directory: Path, isolation: Isolation) -> None:

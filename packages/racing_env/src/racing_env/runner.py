@@ -18,7 +18,10 @@ In-process (the default), controllers are trusted code that can reach
 anything in this process, the env and the results included. With
 ``isolation`` (`racing_env.isolation.Isolation`), each episode's controller
 runs in its own child process behind the same interface, with a wall-clock
-limit per call; the episodes are accounted here alike.
+limit per call; the episodes are accounted here alike. The worlds' children
+are called at once (a thread per world waits on each child's answer), so a
+step costs about one controller call, not one per world; in-process
+controllers are called one after another.
 
 With a view (`racing_env.render.EpisodeView`), world 0's episodes are
 drawn: at every frame the view wants, the controller's ``render_callback``
@@ -32,8 +35,9 @@ import contextlib
 import dataclasses
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
@@ -54,6 +58,12 @@ __all__ = ["REASONS", "EpisodeResult", "RunInterrupted", "RunResult", "run", "su
 _CONTROLLER_ERRORS = (Exception, SystemExit)
 #: Builds an episode's controller: ``make(world, obs, info)`` (one world's values).
 _Make = Callable[[int, Mapping[str, Any], Mapping[str, Any]], Controller]
+#: The most threads that wait on isolated controllers at once.
+MAX_CALLERS = 256
+_T = TypeVar("_T")
+#: Calls a function on each world of a list and returns the results in order:
+#: one after another, or at once on a thread pool (isolated controllers).
+_Each = Callable[[Callable[[int], _T], Sequence[int]], list[_T]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,22 +184,27 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
 
     try:
         with contextlib.ExitStack() as stack:
+            each: _Each = _in_turn
             if isolation is None:
                 def make(world: int, obs: Mapping[str, Any], info: Mapping[str, Any]) -> Controller:
                     return plugin.load_class()(obs, info, config)
             else:
+                # The pool is left after the children are killed (an exit stack
+                # unwinds in reverse), so no thread still waits on a child then.
+                pool = stack.enter_context(ThreadPoolExecutor(min(env.num_envs, MAX_CALLERS)))
+                each = _at_once(pool)
                 children = ChildControllers(plugin.directory, challenge, isolation, min(env.num_envs, total))
                 make = stack.enter_context(children).start
             if track_indices is None:
                 obs, info = env.reset(seed=seed)
-                _drive(make, env, obs, info, episodes, ended, end, frames)
+                _drive(make, env, obs, info, episodes, ended, end, frames, each)
             else:
                 for first in range(0, total, env.num_envs):
                     wave = rows[first:first + env.num_envs]
                     # Idle worlds (a last, partial wave) drive wave[0] and are never read.
                     options = {"track_indices": wave + [wave[0]] * (env.num_envs - len(wave))}
                     obs, info = env.reset(seed=seed, options=options) if first == 0 else env.reset(options=options)
-                    _drive(make, env, obs, info, len(wave), ended, end, frames)
+                    _drive(make, env, obs, info, len(wave), ended, end, frames, each)
     except KeyboardInterrupt as stop:
         raise RunInterrupted(result(True)) from stop
     except SystemError as error:
@@ -211,17 +226,19 @@ def _row(value: object, env: VecCarRacingEnv) -> int:
 
 def _drive(make: _Make, env: VecCarRacingEnv, obs: Mapping[str, Any], info: Mapping[str, Any],
            count: int, ended: list[EpisodeResult], end: Callable[[EpisodeResult], None],
-           frames: _Frames | None) -> None:
+           frames: _Frames | None, each: _Each) -> None:
     """End ``count`` more episodes from a fresh reset's ``obs``/``info``,
-    handing each to ``end`` (which appends it to ``ended``): worlds start
-    episodes in world order and again as they free up, until ``count`` have
-    started; the others idle."""
+    handing each to ``end`` (which appends it to ``ended``, in world order
+    within a call): worlds start episodes in world order and again as they
+    free up, until ``count`` have started; the others idle. Each world's
+    controller calls of one phase (start, action, callbacks) go through
+    ``each``."""
     target = len(ended) + count
     host_obs, host_info = _host(obs), _host(info)
     started = min(env.num_envs, count)
-    worlds: list[_World | None] = [
-        _start(make, host_obs, host_info, w) if w < started else None for w in range(env.num_envs)
-    ]
+    worlds: list[_World | None] = [None] * env.num_envs
+    for w, world in zip(range(started), each(lambda w: _start(make, host_obs, host_info, w), range(started))):
+        worlds[w] = world
     pending = np.zeros(env.num_envs, bool)  # the last call ended the world's episode
     if frames is not None:
         frames.offer(None, worlds[0], host_obs, None)
@@ -229,39 +246,61 @@ def _drive(make: _Make, env: VecCarRacingEnv, obs: Mapping[str, Any], info: Mapp
         # float64: the env itself converts, clipping finite values beyond
         # float32's range as it does for any host action.
         actions = np.zeros((env.num_envs, 2), np.float64)
-        for w, world in enumerate(worlds):
-            if world is not None and not pending[w]:
-                actions[w] = _act(world, _one(host_obs, w), _one(host_info, w))
+        acting = [w for w, world in enumerate(worlds) if world is not None and not pending[w]]
+        for w, action in zip(acting, each(lambda w: _act(worlds[w], _one(host_obs, w), _one(host_info, w)),
+                                          acting)):
+            actions[w] = action
         obs, reward, terminated, truncated, info = env.step(actions)
         host_obs, host_info = _host(obs), _host(info)
         reward, terminated, truncated = (np.asarray(x) for x in (reward, terminated, truncated))
+        done = terminated | truncated
         before, reason = worlds[0], None
+        starting, stepped = [], []
         for w in range(env.num_envs):
             if pending[w]:  # this call was the world's NEXT_STEP reset
                 pending[w] = False
-                more = started < count
-                worlds[w] = _start(make, host_obs, host_info, w) if more else None
-                started += more
-                continue
+                worlds[w] = None
+                if started < count:
+                    starting.append(w)
+                    started += 1
+            elif worlds[w] is not None:
+                stepped.append(w)
+
+        def notify(w: int) -> None:
             world = worlds[w]
-            if world is None:
-                continue
             world.steps += 1
             world.progress = float(host_obs["track_progress"][w])
-            done = bool(terminated[w] or truncated[w])
             if world.controller is not None:
                 _callback(world, "step_callback", actions[w], _one(host_obs, w), float(reward[w]),
                           bool(terminated[w]), bool(truncated[w]), _one(host_info, w))
-            if not done:
-                continue
-            if world.controller is not None:
+            if done[w] and world.controller is not None:
                 _callback(world, "episode_callback")
-            end(_result(w, world, host_info))
-            worlds[w] = None
-            pending[w] = True
-            reason = ended[-1].termination_reason if w == 0 else reason
+
+        each(notify, stepped)
+        for w, world in zip(starting, each(lambda w: _start(make, host_obs, host_info, w), starting)):
+            worlds[w] = world
+        for w in stepped:
+            if done[w]:
+                end(_result(w, worlds[w], host_info))
+                worlds[w] = None
+                pending[w] = True
+                reason = ended[-1].termination_reason if w == 0 else reason
         if frames is not None:
             frames.offer(before, worlds[0], host_obs, reason)
+
+
+def _in_turn(function: Callable[[int], _T], worlds: Iterable[int]) -> list[_T]:
+    """``function`` on each world, one after another."""
+    return [function(w) for w in worlds]
+
+
+def _at_once(pool: ThreadPoolExecutor) -> _Each:
+    """``function`` on each world at once on ``pool``; results in order."""
+    def each(function: Callable[[int], _T], worlds: Sequence[int]) -> list[_T]:
+        if len(worlds) < 2:
+            return [function(w) for w in worlds]
+        return list(pool.map(function, worlds))
+    return each
 
 
 class _Frames:
