@@ -39,7 +39,7 @@ from protocol import environment, gate, source_hashes  # noqa: E402
 from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track  # noqa: E402
 from racing_env.isolation import ChildControllers, Isolation  # noqa: E402
 from racing_env.plugins import PURSUIT, challenge_values, load_plugin  # noqa: E402
-from racing_env.runner import MAX_CALLERS, _at_once, _in_turn, run  # noqa: E402
+from racing_env.runner import MAX_CALLERS, _each, run  # noqa: E402
 
 #: The most the isolated mode may add to a control step (s).
 GATE_OVERHEAD_S = 1e-3
@@ -75,17 +75,18 @@ def replay(controller, trace) -> np.ndarray:
     return times
 
 
-def replay_worlds(controllers, trace, each) -> np.ndarray:
+def replay_worlds(controllers, trace, pool) -> np.ndarray:
     """Seconds per step of every controller's ``compute_control`` +
-    ``step_callback`` over ``trace``, the worlds' calls of a phase through
-    ``each`` (the Runner's `_in_turn` or `_at_once`)."""
+    ``step_callback`` over ``trace``, the worlds' calls of a phase one
+    after another (``pool`` None) or at once on ``pool``, as the Runner
+    calls them (`racing_env.runner._each`)."""
     times = np.empty(len(trace))
     worlds = range(len(controllers))
     for k, (obs, info, nxt, reward, terminated, truncated, nxt_info) in enumerate(trace):
         start = time.perf_counter()
-        actions = each(lambda w: controllers[w].compute_control(obs, info), worlds)
-        each(lambda w: controllers[w].step_callback(actions[w], nxt, reward, terminated, truncated, nxt_info),
-             worlds)
+        actions = _each(pool, lambda w: controllers[w].compute_control(obs, info), worlds)
+        _each(pool, lambda w: controllers[w].step_callback(actions[w], nxt, reward, terminated, truncated, nxt_info),
+              worlds)
         times[k] = time.perf_counter() - start
     return times
 
@@ -134,17 +135,16 @@ def main() -> int:
           ThreadPoolExecutor(args.worlds) as pool):
         controllers = [children.start(w, obs, info) for w in range(args.worlds)]
         for _ in range(args.rounds):
-            in_turn.append(replay_worlds(controllers, trace, _in_turn))
-            at_once.append(replay_worlds(controllers, trace, _at_once(pool)))
+            in_turn.append(replay_worlds(controllers, trace, None))
+            at_once.append(replay_worlds(controllers, trace, pool))
     in_turn_s, at_once_s = (float(np.median(np.concatenate(t))) for t in (in_turn, at_once))
     starts = {"in_turn": [], "at_once": []}
     for _ in range(2):
         for name in starts:
             with (ChildControllers(plugin.directory, challenge, isolation, spares=0) as children,
                   ThreadPoolExecutor(args.worlds) as pool):
-                each = _in_turn if name == "in_turn" else _at_once(pool)
                 start = time.perf_counter()
-                each(lambda w: children.start(w, obs, info), range(args.worlds))
+                _each(None if name == "in_turn" else pool, lambda w: children.start(w, obs, info), range(args.worlds))
                 starts[name].append(time.perf_counter() - start)
 
     episodes = {}

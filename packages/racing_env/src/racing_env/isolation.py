@@ -98,6 +98,8 @@ class _Child:
 
     def __init__(self, directory: Path, challenge: Mapping[str, Any], isolation: Isolation) -> None:
         self.isolation = isolation
+        self._closing = threading.Lock()
+        self._closed = False
         self.conn, theirs = _SPAWN.Pipe()
         self.process = _SPAWN.Process(target=_serve, args=(theirs, directory, dict(challenge),
                                                             isolation.memory_limit_mb), daemon=True)
@@ -146,7 +148,13 @@ class _Child:
         return f"the controller's process exited with status {code} during {method}"
 
     def close(self) -> None:
-        """Kill the process (if it still runs) and close the pipe."""
+        """Kill the process (if it still runs) and close the pipe; once,
+        whichever thread asks first (a caller whose call failed, or the run
+        ending), the others return at once."""
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True
         if self.process.exitcode is None:
             self.process.kill()
         self.process.join()
@@ -259,8 +267,14 @@ class ChildControllers:
             children = [*self._worlds.values(), *self._spares]
             self._worlds.clear()
             self._spares.clear()
-        for child in children:
-            child.close()
+        errors = []
+        for child in children:  # every child is killed, whatever one of them raises
+            try:
+                child.close()
+            except OSError as error:
+                errors.append(error)
+        if errors:
+            raise errors[0]
 
 
 def check_plugin(directory: Path, isolation: Isolation) -> None:

@@ -35,7 +35,7 @@ import contextlib
 import dataclasses
 import time
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -61,9 +61,6 @@ _Make = Callable[[int, Mapping[str, Any], Mapping[str, Any]], Controller]
 #: The most threads that wait on isolated controllers at once.
 MAX_CALLERS = 256
 _T = TypeVar("_T")
-#: Calls a function on each world of a list and returns the results in order:
-#: one after another, or at once on a thread pool (isolated controllers).
-_Each = Callable[[Callable[[int], _T], Sequence[int]], list[_T]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,7 +181,7 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
 
     try:
         with contextlib.ExitStack() as stack:
-            each: _Each = _in_turn
+            pool = None
             if isolation is None:
                 def make(world: int, obs: Mapping[str, Any], info: Mapping[str, Any]) -> Controller:
                     return plugin.load_class()(obs, info, config)
@@ -192,19 +189,18 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
                 # The pool is left after the children are killed (an exit stack
                 # unwinds in reverse), so no thread still waits on a child then.
                 pool = stack.enter_context(ThreadPoolExecutor(min(env.num_envs, MAX_CALLERS)))
-                each = _at_once(pool)
                 children = ChildControllers(plugin.directory, challenge, isolation, min(env.num_envs, total))
                 make = stack.enter_context(children).start
             if track_indices is None:
                 obs, info = env.reset(seed=seed)
-                _drive(make, env, obs, info, episodes, ended, end, frames, each)
+                _drive(make, env, obs, info, episodes, ended, end, frames, pool)
             else:
                 for first in range(0, total, env.num_envs):
                     wave = rows[first:first + env.num_envs]
                     # Idle worlds (a last, partial wave) drive wave[0] and are never read.
                     options = {"track_indices": wave + [wave[0]] * (env.num_envs - len(wave))}
                     obs, info = env.reset(seed=seed, options=options) if first == 0 else env.reset(options=options)
-                    _drive(make, env, obs, info, len(wave), ended, end, frames, each)
+                    _drive(make, env, obs, info, len(wave), ended, end, frames, pool)
     except KeyboardInterrupt as stop:
         raise RunInterrupted(result(True)) from stop
     except SystemError as error:
@@ -226,18 +222,20 @@ def _row(value: object, env: VecCarRacingEnv) -> int:
 
 def _drive(make: _Make, env: VecCarRacingEnv, obs: Mapping[str, Any], info: Mapping[str, Any],
            count: int, ended: list[EpisodeResult], end: Callable[[EpisodeResult], None],
-           frames: _Frames | None, each: _Each) -> None:
+           frames: _Frames | None, pool: ThreadPoolExecutor | None) -> None:
     """End ``count`` more episodes from a fresh reset's ``obs``/``info``,
     handing each to ``end`` (which appends it to ``ended``, in world order
     within a call): worlds start episodes in world order and again as they
-    free up, until ``count`` have started; the others idle. Each world's
-    controller calls of one phase (start, action, callbacks) go through
-    ``each``."""
+    free up, until ``count`` have started; the others idle. Without a
+    ``pool`` the controllers are called world by world; with one (isolated
+    controllers), every world's calls of a phase at once: the actions, then
+    the callbacks (and the ended episodes handed on), then the starts."""
     target = len(ended) + count
     host_obs, host_info = _host(obs), _host(info)
     started = min(env.num_envs, count)
     worlds: list[_World | None] = [None] * env.num_envs
-    for w, world in zip(range(started), each(lambda w: _start(make, host_obs, host_info, w), range(started))):
+    for w, world in zip(range(started), _each(pool, lambda w: _start(make, host_obs, host_info, w),
+                                              range(started))):
         worlds[w] = world
     pending = np.zeros(env.num_envs, bool)  # the last call ended the world's episode
     if frames is not None:
@@ -247,15 +245,15 @@ def _drive(make: _Make, env: VecCarRacingEnv, obs: Mapping[str, Any], info: Mapp
         # float32's range as it does for any host action.
         actions = np.zeros((env.num_envs, 2), np.float64)
         acting = [w for w, world in enumerate(worlds) if world is not None and not pending[w]]
-        for w, action in zip(acting, each(lambda w: _act(worlds[w], _one(host_obs, w), _one(host_info, w)),
-                                          acting)):
+        for w, action in zip(acting, _each(pool, lambda w: _act(worlds[w], _one(host_obs, w), _one(host_info, w)),
+                                           acting)):
             actions[w] = action
         obs, reward, terminated, truncated, info = env.step(actions)
         host_obs, host_info = _host(obs), _host(info)
         reward, terminated, truncated = (np.asarray(x) for x in (reward, terminated, truncated))
-        done = terminated | truncated
         before, reason = worlds[0], None
-        starting, stepped = [], []
+        starting: list[int] = []
+        stepped: list[int] = []
         for w in range(env.num_envs):
             if pending[w]:  # this call was the world's NEXT_STEP reset
                 pending[w] = False
@@ -273,34 +271,41 @@ def _drive(make: _Make, env: VecCarRacingEnv, obs: Mapping[str, Any], info: Mapp
             if world.controller is not None:
                 _callback(world, "step_callback", actions[w], _one(host_obs, w), float(reward[w]),
                           bool(terminated[w]), bool(truncated[w]), _one(host_info, w))
-            if done[w] and world.controller is not None:
+            if (terminated[w] or truncated[w]) and world.controller is not None:
                 _callback(world, "episode_callback")
 
-        each(notify, stepped)
-        for w, world in zip(starting, each(lambda w: _start(make, host_obs, host_info, w), starting)):
-            worlds[w] = world
-        for w in stepped:
-            if done[w]:
+        def finish(w: int) -> None:
+            if terminated[w] or truncated[w]:
                 end(_result(w, worlds[w], host_info))
                 worlds[w] = None
                 pending[w] = True
-                reason = ended[-1].termination_reason if w == 0 else reason
+
+        if pool is None:  # world by world: a start, or the callbacks and the end
+            starts = set(starting)
+            for w in sorted(starting + stepped):
+                if w in starts:
+                    worlds[w] = _start(make, host_obs, host_info, w)
+                else:
+                    notify(w)
+                    finish(w)
+        else:
+            _each(pool, notify, stepped)
+            for w in stepped:
+                finish(w)
+            for w, world in zip(starting, _each(pool, lambda w: _start(make, host_obs, host_info, w), starting)):
+                worlds[w] = world
+        if pending[0] and 0 in stepped:  # world 0's episode ended in this call
+            reason = next(e.termination_reason for e in reversed(ended) if e.world == 0)
         if frames is not None:
             frames.offer(before, worlds[0], host_obs, reason)
 
 
-def _in_turn(function: Callable[[int], _T], worlds: Iterable[int]) -> list[_T]:
-    """``function`` on each world, one after another."""
-    return [function(w) for w in worlds]
-
-
-def _at_once(pool: ThreadPoolExecutor) -> _Each:
-    """``function`` on each world at once on ``pool``; results in order."""
-    def each(function: Callable[[int], _T], worlds: Sequence[int]) -> list[_T]:
-        if len(worlds) < 2:
-            return [function(w) for w in worlds]
-        return list(pool.map(function, worlds))
-    return each
+def _each(pool: ThreadPoolExecutor | None, function: Callable[[int], _T], worlds: Sequence[int]) -> list[_T]:
+    """``function`` on each world, one after another without a pool (or for
+    one world), else at once on ``pool``; the results in the worlds' order."""
+    if pool is None or len(worlds) < 2:
+        return [function(w) for w in worlds]
+    return list(pool.map(function, worlds))
 
 
 class _Frames:
