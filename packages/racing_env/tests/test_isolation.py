@@ -156,6 +156,21 @@ def test_the_pursuit_reference_gives_the_same_results_and_drawings_in_both_modes
     assert sum(bool(commands) for _, commands in isolated.shown) >= 2 * 60  # its aim point, once it has one
 
 
+
+def test_worlds_called_at_once_give_the_in_process_results_and_drawings(mjx_pool_env):
+    """Three mjx_warp worlds, seven episodes (the last wave partly idle):
+    isolated, the worlds' children called at once, the episodes (their
+    order included), the summary and world 0's frames are those of the
+    in-process run, whose controllers are called one after another."""
+    plugin = load_plugin(PURSUIT)
+    trusted, isolated = Frames(), Frames()
+    a = run(plugin, mjx_pool_env, episodes=7, seed=5, view=trusted)
+    b = run(plugin, mjx_pool_env, episodes=7, seed=5, view=isolated, isolation=FAST)
+    assert [e.world for e in a.episodes] == [0, 1, 2, 0, 1, 2, 0]
+    assert a.episodes == b.episodes and a.summary == b.summary
+    # World 0 drove episodes 1, 4 and 7: each its start's frame and one a call.
+    assert trusted.shown == isolated.shown and len(trusted.shown) == 3 * (1 + 4)
+
 def test_bad_draw_commands_from_the_child_are_checked_in_the_parent(tmp_path, env):
     plugin = make_plugin(tmp_path, "draws", """
         class Draws(Controller):
