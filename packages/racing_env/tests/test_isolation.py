@@ -156,7 +156,6 @@ def test_the_pursuit_reference_gives_the_same_results_and_drawings_in_both_modes
     assert sum(bool(commands) for _, commands in isolated.shown) >= 2 * 60  # its aim point, once it has one
 
 
-
 def test_worlds_called_at_once_give_the_in_process_results_and_drawings(mjx_pool_env):
     """Three mjx_warp worlds, seven episodes (the last wave partly idle):
     isolated, the worlds' children called at once, the episodes (their
@@ -170,6 +169,7 @@ def test_worlds_called_at_once_give_the_in_process_results_and_drawings(mjx_pool
     assert a.episodes == b.episodes and a.summary == b.summary
     # World 0 drove episodes 1, 4 and 7: each its start's frame and one a call.
     assert trusted.shown == isolated.shown and len(trusted.shown) == 3 * (1 + 4)
+
 
 def test_bad_draw_commands_from_the_child_are_checked_in_the_parent(tmp_path, env):
     plugin = make_plugin(tmp_path, "draws", """
@@ -268,12 +268,10 @@ def test_isolated_worlds_are_called_at_once(tmp_path, mjx_pool_env):
 
 def test_no_child_starts_once_the_children_are_closed(env):
     """A start that races the end of a run (a caller thread still starting a
-    world when the run is left) gets an error, not a process nobody kills."""
-    obs, info = env.reset(seed=0)
-    one = {k: v if isinstance(v, str) else v[0] for k, v in obs.items()}
-    one_info = {k: v if isinstance(v, str) else v[0] for k, v in info.items()}
+    world when the run is left) gets an error, not a process nobody kills
+    (it is refused before the observation is read)."""
     children = ChildControllers(PURSUIT, challenge_values(env), FAST, spares=0)
     children.close()
     with pytest.raises(ControllerFailed, match="the run has ended"):
-        children.start(0, one, one_info)
+        children.start(0, {}, {})
     assert children._worlds == {} and children._spares == []

@@ -234,9 +234,7 @@ def _drive(make: _Make, env: VecCarRacingEnv, obs: Mapping[str, Any], info: Mapp
     host_obs, host_info = _host(obs), _host(info)
     started = min(env.num_envs, count)
     worlds: list[_World | None] = [None] * env.num_envs
-    for w, world in zip(range(started), _each(pool, lambda w: _start(make, host_obs, host_info, w),
-                                              range(started))):
-        worlds[w] = world
+    worlds[:started] = _each(pool, lambda w: _start(make, host_obs, host_info, w), range(started))
     pending = np.zeros(env.num_envs, bool)  # the last call ended the world's episode
     if frames is not None:
         frames.offer(None, worlds[0], host_obs, None)
@@ -251,6 +249,7 @@ def _drive(make: _Make, env: VecCarRacingEnv, obs: Mapping[str, Any], info: Mapp
         obs, reward, terminated, truncated, info = env.step(actions)
         host_obs, host_info = _host(obs), _host(info)
         reward, terminated, truncated = (np.asarray(x) for x in (reward, terminated, truncated))
+        done = terminated | truncated
         before, reason = worlds[0], None
         starting: list[int] = []
         stepped: list[int] = []
@@ -271,11 +270,11 @@ def _drive(make: _Make, env: VecCarRacingEnv, obs: Mapping[str, Any], info: Mapp
             if world.controller is not None:
                 _callback(world, "step_callback", actions[w], _one(host_obs, w), float(reward[w]),
                           bool(terminated[w]), bool(truncated[w]), _one(host_info, w))
-            if (terminated[w] or truncated[w]) and world.controller is not None:
+            if done[w] and world.controller is not None:
                 _callback(world, "episode_callback")
 
         def finish(w: int) -> None:
-            if terminated[w] or truncated[w]:
+            if done[w]:
                 end(_result(w, worlds[w], host_info))
                 worlds[w] = None
                 pending[w] = True
