@@ -78,7 +78,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "racing_env"))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from protocol import EnvStepper, environment, gate, logger, source_hashes  # noqa: E402
+from protocol import EnvStepper, environment, gate, logger, process_seconds, source_hashes  # noqa: E402
 
 from racing_env.plugins import PURSUIT  # noqa: E402
 from racing_stack import evaluate  # noqa: E402
@@ -252,6 +252,7 @@ def main() -> None:
                               "confirmation_rows": [config.validation_tracks, 2 * config.validation_tracks]}
 
     def write() -> None:
+        report["command_wall_s"] = process_seconds()  # so far: the last write's is the whole command's
         report["gates"] = gates(report, config, args.dev) if gpu else []
         report["passed"] = gpu and len(report["gates"]) == (5 if args.dev else 7) and \
             all(g["passed"] for g in report["gates"])
@@ -341,6 +342,8 @@ def main() -> None:
             report["evaluation"].setdefault("test", {})[name] = summary(result)
             log(f"{name} on test: {report['evaluation']['test'][name]}")
             write()
+    if report["command_wall_s"] is not None:
+        log(f"the command took {report['command_wall_s']:.0f} s (setup {report['setup_s']:.0f} s)")
     for g in report["gates"]:
         log(f"  {'PASS' if g['passed'] else 'FAIL'} {g['name']}: {g['value']} (gate {g['threshold']})"
             + (f", margin {g['margin']}" if "margin" in g else ""))
