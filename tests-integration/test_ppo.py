@@ -638,12 +638,13 @@ def test_bad_settings_are_refused_by_name(kwargs, error, match):
 
 @pytest.mark.parametrize("settings", [[], ["reward.step_cost=0.01", "reward.off_track_penalty=0.2"],
                                       ["reward.crash_energy_cost=0.05", "reward.stall_penalty=3.0"],
-                                      ["reward.metres_scale=0.3", "reward.step_cost=0.02"]])
+                                      ["reward.metres_scale=0.3", "reward.step_cost=0.02"],
+                                      ["reward.slip_cost=0.01", "reward.slip_free_mps=2.0"]])
 def test_the_guard_passes_every_reward_the_wrapper_can_produce(env, tmp_path, settings):
     """Both bounds reached exactly (float32 rounding included) pass: a
     whole lap in one step on the longest track, and a stall that leaves
-    the track at the capped speed; a reward a little beyond either is
-    stopped."""
+    the track at the capped speed, sliding sideways beyond it; a reward a
+    little beyond either is stopped."""
     from racing_env import TerminationReason
 
     from racing_stack.guard import GuardError
@@ -654,7 +655,7 @@ def test_the_guard_passes_every_reward_the_wrapper_can_produce(env, tmp_path, se
     longest = float(np.max(np.asarray(env.track_pool.track_length)))
     obs = {k: v[:2] for k, v in trainer.rollout.obs.items()}
     obs["track_length"] = jnp.full(2, longest, jnp.float32)
-    obs["velocity_body"] = jnp.asarray([[150.0, 0.0], [0.0, 0.0]], jnp.float32)
+    obs["velocity_body"] = jnp.asarray([[150.0, 150.0], [0.0, 0.0]], jnp.float32)
     reason = jnp.asarray([TerminationReason.OFF_TRACK, TerminationReason.NONE], jnp.int32)
     memory = Endings(jnp.zeros(2, bool), jnp.full(2, config.reward.stall_steps - 1, jnp.int32),
                      jnp.zeros(2, jnp.float32))

@@ -428,6 +428,12 @@ def crash(shaper, speed):
     return shaper.off_track_penalty + shaper.crash_energy_cost * min(speed, MAX_CRASH_SPEED_MPS) ** 2
 
 
+def slide(shaper, speed):
+    """The lateral speed (m/s) beyond the free one of a `road_obs` car at
+    ``speed``: its body's lateral speed is 0.6 x ``speed``."""
+    return max(min(0.6 * speed, MAX_CRASH_SPEED_MPS) - shaper.slip_free_mps, 0.0)
+
+
 def test_progress_is_metres_less_the_step_cost():
     rng = np.random.default_rng(1)
     challenge = rng.uniform(0.0, 0.02, (3, WORLDS)).astype(np.float32)
@@ -570,13 +576,15 @@ def reference_step(shaper, memory, reward, lateral, speed, off, done, active):
     shaped = shaper.metres_scale * reward * LENGTH - shaper.step_cost
     shaped -= crash(shaper, speed) if (off or entered) else 0.0
     shaped -= shaper.stall_penalty if stalled else 0.0
+    shaped -= shaper.slip_cost * slide(shaper, speed) ** 2
     ending = MARGIN if entered else STALL if stalled else NO_ENDING
     fresh = done or not active
     return shaped, ending, (inside and not fresh, 0 if (fresh or stalled) else still,
                             0.0 if (fresh or stalled or moved) else float(progress))
 
 
-@pytest.mark.parametrize("shaper", [SHAPER, dataclasses.replace(SHAPER, stall_progress_m=2.0)])
+@pytest.mark.parametrize("shaper", [SHAPER, dataclasses.replace(SHAPER, stall_progress_m=2.0),
+                                    dataclasses.replace(SHAPER, slip_cost=0.002, slip_free_mps=20.0)])
 def test_random_timelines_match_a_plain_python_reference(shaper):
     rng = np.random.default_rng(5)
     steps, t = [], 60
@@ -603,24 +611,48 @@ def test_random_timelines_match_a_plain_python_reference(shaper):
 
 
 def test_bounds_are_the_extremes_a_step_can_reach():
-    """The least: a capped-speed crash that is also a stall; the greatest: a
-    whole lap in one step."""
+    """The least: a capped-speed crash sliding sideways at the cap that is
+    also a stall; the greatest: a whole lap in one step."""
     shaper = ShapedReward(metres_scale=0.2, step_cost=0.05, off_track_penalty=3.0, crash_energy_cost=0.02,
-                          stall_steps=1, stall_penalty=4.0)
+                          stall_steps=1, stall_penalty=4.0, slip_cost=0.001, slip_free_mps=1.5)
     low, high = shaper.bounds(LENGTH)
-    assert (low, high) == pytest.approx((-0.05 - 3.0 - 0.02 * MAX_CRASH_SPEED_MPS**2 - 4.0, 0.2 * LENGTH - 0.05))
+    assert (low, high) == pytest.approx((-0.05 - 3.0 - 0.02 * MAX_CRASH_SPEED_MPS**2 - 0.001 * 98.5**2 - 4.0,
+                                         0.2 * LENGTH - 0.05))
     rewards, _, _ = run(shaper, [{"lateral": [BAND, CENTRE, CENTRE, CENTRE], "reward": [0.0, 1.0, 0.5, 0.0],
                                   "speed": [1e4, 0.0, 0.0, 0.0]}])
     np.testing.assert_allclose(rewards[0, :2], [low, high], rtol=1e-6)
 
 
-FIELDS_OF_SHAPER = ("metres_scale", "step_cost", "off_track_penalty", "crash_energy_cost", "stall_penalty")
+def test_a_slide_costs_its_lateral_speed_beyond_the_free_one_squared_shared_with_the_crash_weight():
+    """Cars on the centre of the road (no crash, no ending) sliding at
+    0.6 x speed sideways: nothing up to ``slip_free_mps``, then ``slip_cost``
+    x the excess squared, the lateral speed capped at `MAX_CRASH_SPEED_MPS`;
+    the crash weight scales it; without a slide cost a slide costs nothing."""
+    shaper = dataclasses.replace(SHAPER, slip_cost=0.02, slip_free_mps=1.5)
+    speeds = np.float32([2.0, 2.5, 10.0, 400.0])  # lateral 1.2 (free), 1.5 (the edge), 6.0, 240 (capped at 100)
+    obs = road_obs(CENTRE, speeds)
+    step = [shaper.start(WORLDS), jnp.full(WORLDS, 0.01, jnp.float32), obs,
+            {"termination_reason": jnp.zeros(WORLDS, jnp.int32)}, jnp.zeros(WORLDS, bool), jnp.ones(WORLDS)]
+    progress = 0.1 * 0.01 * LENGTH - 0.01
+    excess = np.array([0.0, 0.0, 4.5, 98.5])
+    for weight in (1.0, 0.25, 0.0):
+        reward, ending, _ = shaper(*step, crash_weight=weight)
+        np.testing.assert_allclose(reward, progress - weight * 0.02 * excess**2, rtol=1e-5, atol=1e-6)
+        assert (np.asarray(ending) == NO_ENDING).all()
+    assert np.asarray(shaper(*step)[0])[3] == pytest.approx(shaper.bounds(LENGTH)[0] + 0.01 + 2.0 + 0.05 * 100**2
+                                                            + 7.0 + progress, rel=1e-5)  # the bound's slide
+    np.testing.assert_allclose(SHAPER(*step)[0], progress, rtol=1e-6)
+
+
+FIELDS_OF_SHAPER = ("metres_scale", "step_cost", "off_track_penalty", "crash_energy_cost", "stall_penalty",
+                    "slip_cost")
 
 
 @pytest.mark.parametrize("name, bad", [(name, bad) for name in FIELDS_OF_SHAPER
                                        for bad in (-1.0, float("nan"), float("inf"), 1e7, True, "1", None)]
                          + [(name, bad) for name in ("edge_margin_m", "stall_progress_m")
                             for bad in (-0.1, float("nan"), 1e5, True, "0.5")]
+                         + [("slip_free_mps", bad) for bad in (-0.1, float("nan"), float("inf"), 100.5, True, "1")]
                          + [("stall_steps", bad) for bad in (0, -3, 2.0, True, 2**31, None)])
 def test_bad_shaper_settings_are_refused_by_name(name, bad):
     wrong_type = isinstance(bad, (bool, str)) or bad is None or (isinstance(bad, float) and name == "stall_steps")
@@ -631,4 +663,5 @@ def test_bad_shaper_settings_are_refused_by_name(name, bad):
 
 def test_largest_allowed_settings_are_accepted():
     ShapedReward(metres_scale=1e6, step_cost=0, off_track_penalty=1e6, crash_energy_cost=0.0,
-                 edge_margin_m=1e4, stall_steps=2**31 - 1, stall_penalty=0, stall_progress_m=1e4)
+                 edge_margin_m=1e4, stall_steps=2**31 - 1, stall_penalty=0, stall_progress_m=1e4, slip_cost=1e6,
+                 slip_free_mps=100.0)

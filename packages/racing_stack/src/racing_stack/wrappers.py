@@ -255,7 +255,12 @@ class ShapedReward:
     in m/s, capped at `MAX_CRASH_SPEED_MPS`) when the step leaves the track
     or first enters the band ``edge_margin_m`` inside the edge (once if
     both), less ``stall_penalty`` when the car has made no legal progress
-    for ``stall_steps`` steps (driving the wrong way makes none).
+    for ``stall_steps`` steps (driving the wrong way makes none), less the
+    slide cost ``slip_cost x (|v_y| - slip_free_mps)²`` where the body's
+    lateral speed |v_y| (m/s, capped at `MAX_CRASH_SPEED_MPS`) exceeds
+    ``slip_free_mps``: a car that slides has lost grip, and slides come
+    before crashes (a dense signal of the near misses of a rare event).
+    A trainer's crash weight scales the crash and slide costs alike.
 
     Entering the band and stalling *end the training episode*: the return
     is cut there (a termination for GAE), while the env drives on; a stall's
@@ -277,6 +282,10 @@ class ShapedReward:
             count, >= 0: over ``stall_steps`` steps it is the least average
             speed the car must keep (6 m in 150 steps of 20 ms: 2 m/s), so
             a crawl stalls too.
+        slip_cost: the slide cost per step per (m/s)² of lateral speed
+            beyond ``slip_free_mps``, >= 0 (0: none).
+        slip_free_mps: the lateral speed (m/s) a step may have at no
+            cost, in [0, `MAX_CRASH_SPEED_MPS`].
     """
 
     metres_scale: float = 0.1
@@ -287,21 +296,27 @@ class ShapedReward:
     stall_steps: int = 150
     stall_penalty: float = 10.0
     stall_progress_m: float = 0.0
+    slip_cost: float = 0.0
+    slip_free_mps: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("metres_scale", "step_cost", "off_track_penalty", "crash_energy_cost", "stall_penalty"):
+        for name in ("metres_scale", "step_cost", "off_track_penalty", "crash_energy_cost", "stall_penalty",
+                     "slip_cost"):
             object.__setattr__(self, name, checks.real_in(getattr(self, name), name, 0.0, MAX_REWARD_TERM))
         for name in ("edge_margin_m", "stall_progress_m"):
             object.__setattr__(self, name, checks.real_in(getattr(self, name), name, 0.0, MAX_LENGTH_M, unit="m"))
+        object.__setattr__(self, "slip_free_mps", checks.real_in(self.slip_free_mps, "slip_free_mps", 0.0,
+                                                                 MAX_CRASH_SPEED_MPS, unit="m/s"))
         object.__setattr__(self, "stall_steps", checks.integer_in(self.stall_steps, "stall_steps", 1, 2**31, "2**31"))
 
     def bounds(self, track_length_m: float) -> tuple[float, float]:
         """The least and the greatest reward a step can earn on tracks of at
-        most ``track_length_m`` metres: a crash at the capped speed that is
-        also a stall, and a whole lap of progress in one step (the Challenge
-        reward is the lap fraction gained, in [0, 1])."""
+        most ``track_length_m`` metres: a crash at the capped speed, sliding
+        sideways at it, that is also a stall, and a whole lap of progress in
+        one step (the Challenge reward is the lap fraction gained, in [0, 1])."""
         crash = float(self.off_track_penalty) + float(self.crash_energy_cost) * MAX_CRASH_SPEED_MPS**2
-        return (-float(self.step_cost) - crash - float(self.stall_penalty),
+        slide = float(self.slip_cost) * (MAX_CRASH_SPEED_MPS - float(self.slip_free_mps))**2
+        return (-float(self.step_cost) - crash - slide - float(self.stall_penalty),
                 float(self.metres_scale) * float(track_length_m) - float(self.step_cost))
 
     def start(self, worlds: int) -> Endings:
@@ -319,9 +334,10 @@ class ShapedReward:
             done: bool [E], the env ended the episode in this step.
             active: [E], nonzero where the world is driven (zero: held at
                 the start; its memory stays fresh and it never ends).
-            crash_weight: what share of the crash cost is paid, in [0, 1]
-                (a trainer's warm-up; the endings stay): a number, or a
-                float32 scalar on the device (no transfer per call).
+            crash_weight: what share of the crash and slide costs is
+                paid, in [0, 1] (a trainer's warm-up; the endings stay): a
+                number, or a float32 scalar on the device (no transfer per
+                call).
 
         Returns:
             (reward float32 [E], ending int32 [E]: `NO_ENDING`, `MARGIN` or
@@ -329,16 +345,17 @@ class ShapedReward:
         """
         return _shaped(float(self.metres_scale), float(self.step_cost), float(self.off_track_penalty),
                        float(self.crash_energy_cost), float(self.edge_margin_m), int(self.stall_steps),
-                       float(self.stall_penalty), float(self.stall_progress_m), endings, reward, obs["track_length"],
+                       float(self.stall_penalty), float(self.stall_progress_m), float(self.slip_cost),
+                       float(self.slip_free_mps), endings, reward, obs["track_length"],
                        info["termination_reason"], obs["velocity_body"], obs["position"], obs["yaw"],
                        obs["centerline"], obs["left_boundary"], obs["track_mask"], done, active,
                        crash_weight if isinstance(crash_weight, jax.Array) else jnp.float32(crash_weight))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6, 7))
+@functools.partial(jax.jit, static_argnums=tuple(range(10)))
 def _shaped(metres_scale, step_cost, off_track_penalty, crash_energy_cost, edge_margin_m, stall_steps,
-            stall_penalty, stall_progress_m, endings, reward, length, reason, velocity, position, yaw, centerline,
-            left, mask, done, active, crash_weight):
+            stall_penalty, stall_progress_m, slip_cost, slip_free_mps, endings, reward, length, reason, velocity,
+            position, yaw, centerline, left, mask, done, active, crash_weight):
     active = active != 0
     off = reason == TerminationReason.OFF_TRACK
     count = jnp.maximum(jnp.sum(mask.astype(jnp.int32), axis=1), 1)
@@ -356,6 +373,9 @@ def _shaped(metres_scale, step_cost, off_track_penalty, crash_energy_cost, edge_
     shaped = (metres_scale * reward * length - step_cost
               - jnp.where(crashed, crash_weight * (off_track_penalty + crash_energy_cost * speed**2), 0.0)
               - jnp.where(stalled, stall_penalty, 0.0))
+    if slip_cost:  # static: without a slide cost the reward is computed as it always was
+        slide = jnp.maximum(jnp.minimum(jnp.abs(velocity[:, 1]), MAX_CRASH_SPEED_MPS) - slip_free_mps, 0.0)
+        shaped = shaped - crash_weight * slip_cost * slide**2
     ending = jnp.where(entered, MARGIN, jnp.where(stalled, STALL, NO_ENDING)).astype(jnp.int32)
     fresh = done | ~active  # the next call starts a new episode, or the world is not driven yet
     restart = fresh | stalled | moved
