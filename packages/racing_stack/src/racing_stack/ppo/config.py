@@ -51,7 +51,7 @@ class PPOConfig:
             [1e-6, 2] (`ActorCritic`).
         seed: the env's root reset seed and Torch's generator seed.
         max_episode_steps: the training Level's timeout (control steps).
-        crash_warmup_updates: the crash cost (`ShapedReward`) is phased in
+        crash_warmup_updates: the crash and slide costs (`ShapedReward`) are phased in
             linearly over this many counted updates (0: paid in full from
             the start), so that steering is learned before caution.
         crash_warmup_success: an update counts towards the warm-up only if

@@ -83,7 +83,7 @@ class Rollout:
         step's outputs back packed in two arrays (one jitted function makes
         them and the next features), then fences
         (`racing_stack.interop.Handover`). ``crash_weight``: the share of
-        the crash cost paid (`ShapedReward`)."""
+        the crash and slide costs paid (`ShapedReward`)."""
         env, buf, cfg, cross = self.env, self.buf, self.config, self.crossing
         weight = jax.device_put(np.float32(crash_weight))  # once a rollout: no transfer inside the loop
         features = cfg.features(self.obs, self.previous_action)

@@ -163,11 +163,11 @@ class Trainer:
 
     def collect(self) -> None:
         """One rollout into the buffers (`racing_stack.ppo.rollout.Rollout.collect`),
-        paying the crash cost's share of `crash_weight`."""
+        paying the crash and slide costs' share of `crash_weight`."""
         self.rollout.collect(self.policy, self.generator, self.crash_weight())
 
     def crash_weight(self) -> float:
-        """The share of the crash cost the next rollout pays: it rises
+        """The share of the crash and slide costs the next rollout pays: it rises
         linearly from 0 to 1 over ``config.crash_warmup_updates`` counted
         updates (`crash_clock`; 1 without a warm-up)."""
         warmup = self.config.crash_warmup_updates
