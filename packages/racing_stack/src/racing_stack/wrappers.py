@@ -343,39 +343,36 @@ class ShapedReward:
             (reward float32 [E], ending int32 [E]: `NO_ENDING`, `MARGIN` or
             `STALL`, the memory for the next step).
         """
-        return _shaped(float(self.metres_scale), float(self.step_cost), float(self.off_track_penalty),
-                       float(self.crash_energy_cost), float(self.edge_margin_m), int(self.stall_steps),
-                       float(self.stall_penalty), float(self.stall_progress_m), float(self.slip_cost),
-                       float(self.slip_free_mps), endings, reward, obs["track_length"],
-                       info["termination_reason"], obs["velocity_body"], obs["position"], obs["yaw"],
-                       obs["centerline"], obs["left_boundary"], obs["track_mask"], done, active,
-                       crash_weight if isinstance(crash_weight, jax.Array) else jnp.float32(crash_weight))
+        return _shaped(self, endings, reward, obs["track_length"], info["termination_reason"], obs["velocity_body"],
+                       obs["position"], obs["yaw"], obs["centerline"], obs["left_boundary"], obs["track_mask"], done,
+                       active, crash_weight if isinstance(crash_weight, jax.Array) else jnp.float32(crash_weight))
 
 
-@functools.partial(jax.jit, static_argnums=tuple(range(10)))
-def _shaped(metres_scale, step_cost, off_track_penalty, crash_energy_cost, edge_margin_m, stall_steps,
-            stall_penalty, stall_progress_m, slip_cost, slip_free_mps, endings, reward, length, reason, velocity,
-            position, yaw, centerline, left, mask, done, active, crash_weight):
+@functools.partial(jax.jit, static_argnums=0)
+def _shaped(shaper: ShapedReward, endings, reward, length, reason, velocity, position, yaw, centerline, left, mask,
+            done, active, crash_weight):
+    """`ShapedReward.__call__`'s step, compiled once per setting (a frozen
+    dataclass of Python numbers: static, hashed by value)."""
     active = active != 0
     off = reason == TerminationReason.OFF_TRACK
     count = jnp.maximum(jnp.sum(mask.astype(jnp.int32), axis=1), 1)
     margins = road_geometry(jnp, position.astype(jnp.float32), yaw, centerline, left, count,
                             _VEHICLE.wheelbase_m, _VEHICLE.track_width_m)[4]
-    inside = (jnp.min(margins, axis=1) < edge_margin_m) if edge_margin_m > 0 else jnp.zeros_like(off)
+    inside = (jnp.min(margins, axis=1) < shaper.edge_margin_m) if shaper.edge_margin_m > 0 else jnp.zeros_like(off)
     entered = inside & ~endings.inside & active
     speed = jnp.minimum(jnp.linalg.norm(velocity, axis=-1), MAX_CRASH_SPEED_MPS)
     crashed = off | entered
     metres = reward * length
     progress = endings.progress + metres
-    moved = progress > stall_progress_m
+    moved = progress > shaper.stall_progress_m
     still = jnp.where(moved, 0, endings.still + 1)
-    stalled = (still >= stall_steps) & active
-    shaped = (metres_scale * reward * length - step_cost
-              - jnp.where(crashed, crash_weight * (off_track_penalty + crash_energy_cost * speed**2), 0.0)
-              - jnp.where(stalled, stall_penalty, 0.0))
-    if slip_cost:  # static: without a slide cost the reward is computed as it always was
-        slide = jnp.maximum(jnp.minimum(jnp.abs(velocity[:, 1]), MAX_CRASH_SPEED_MPS) - slip_free_mps, 0.0)
-        shaped = shaped - crash_weight * slip_cost * slide**2
+    stalled = (still >= shaper.stall_steps) & active
+    shaped = (shaper.metres_scale * reward * length - shaper.step_cost
+              - jnp.where(crashed, crash_weight * (shaper.off_track_penalty + shaper.crash_energy_cost * speed**2), 0.0)
+              - jnp.where(stalled, shaper.stall_penalty, 0.0))
+    if shaper.slip_cost:  # static: without a slide cost the reward is computed as it always was
+        slide = jnp.maximum(jnp.minimum(jnp.abs(velocity[:, 1]), MAX_CRASH_SPEED_MPS) - shaper.slip_free_mps, 0.0)
+        shaped = shaped - crash_weight * shaper.slip_cost * slide**2
     ending = jnp.where(entered, MARGIN, jnp.where(stalled, STALL, NO_ENDING)).astype(jnp.int32)
     fresh = done | ~active  # the next call starts a new episode, or the world is not driven yet
     restart = fresh | stalled | moved
