@@ -225,6 +225,56 @@ def test_ctrl_c_stops_the_run_with_the_episodes_ended_so_far(tmp_path, env):
     assert run(load_plugin(TEMPLATE), env, episodes=1).to_json()["interrupted"] is False
 
 
+
+@pytest.mark.parametrize("where", ["__init__", "compute_control", "step_callback", "episode_callback"])
+def test_ctrl_c_inside_a_c_callback_of_a_controller_still_stops_the_run(tmp_path, env, where):
+    """A Ctrl-C that lands in a C callback during a controller's call (the
+    SystemError CPython makes of it) stops the run, in the second episode
+    here, with the first episode's result; it is not the controller's
+    error. A SystemError with any other cause is: the episode ends as
+    invalid_action and the run goes on."""
+    from racing_env.runner import RunInterrupted
+
+    built = tmp_path / "built"
+    built.write_text("")
+    plugin = make_plugin(tmp_path, "interrupted", f"""
+        from pathlib import Path
+        BUILT = Path({str(built)!r})
+        class Interrupted(Controller):
+            def __init__(self, obs, info, config):
+                super().__init__(obs, info, config)
+                BUILT.write_text(BUILT.read_text() + "x")
+                self.where = {where!r} if len(BUILT.read_text()) == 2 else None
+                self._fail("__init__")
+            def _fail(self, here):
+                if self.where == here:
+                    cause = KeyboardInterrupt() if CTRL_C else ValueError("not a Ctrl-C")
+                    raise SystemError("<function __numpy_dtype__> returned a result with an exception set") from cause
+            def compute_control(self, obs, info=None):
+                self._fail("compute_control")
+                return np.zeros(2, np.float32)
+            def step_callback(self, *args):
+                self._fail("step_callback")
+            def episode_callback(self):
+                self._fail("episode_callback")
+        CTRL_C = True
+    """)
+    with pytest.raises(RunInterrupted) as stop:
+        run(plugin, env, episodes=3, seed=0)
+    assert isinstance(stop.value.__cause__, KeyboardInterrupt)
+    result = stop.value.result
+    assert result.interrupted and [e.termination_reason for e in result.episodes] == ["timeout"]
+    assert result.summary["controller_errors"] == 0
+
+    built.write_text("")
+    controller = plugin.directory / "controller.py"
+    controller.write_text(controller.read_text().replace("CTRL_C = True", "CTRL_C = False"))
+    result = run(load_plugin(plugin.directory), env, episodes=3, seed=0)
+    assert not result.interrupted and len(result.episodes) == 3
+    failed = [e for e in result.episodes if e.error is not None]
+    assert len(failed) == 1 and "not a Ctrl-C" in failed[0].error
+    assert result.summary["controller_errors"] == 1
+
 def test_ctrl_c_inside_a_c_callback_of_the_env_still_stops_the_run(env, monkeypatch):
     """A Ctrl-C that lands in a C callback during the env's step surfaces as
     a SystemError caused by the KeyboardInterrupt (CPython's "returned a

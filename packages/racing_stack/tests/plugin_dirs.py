@@ -1,5 +1,5 @@
 """Controller plugins written by the tests: a folder with the controller's
-source and an empty configuration."""
+source and an empty configuration; the source of a Ctrl-C that Python drops."""
 
 from __future__ import annotations
 
@@ -13,3 +13,31 @@ def write_plugin(root: Path, name: str, body: str) -> Path:
     (plugin / "controller.py").write_text(body)
     (plugin / "config.toml").write_text("")
     return plugin
+
+
+#: Controller source that defines ``drop_a_ctrl_c()``: a garbage collection
+#: during which SIGINT arrives inside a collector callback (JAX registers
+#: one), where Python prints the KeyboardInterrupt ("Exception ignored in")
+#: and drops it. The first call only.
+CTRL_C_DROPPED_IN_GC = """
+import gc
+import os
+import signal
+
+import numpy as np
+from racing_env.controller import Controller
+
+fired = []
+
+
+def swallow(phase, info):
+    if not fired:
+        fired.append(phase)
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(10))  # the handler runs here, inside the callback
+
+
+def drop_a_ctrl_c():
+    gc.callbacks.append(swallow)
+    gc.collect()
+"""

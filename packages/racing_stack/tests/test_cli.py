@@ -23,12 +23,12 @@ def swallow(phase, info):  # Ctrl-C arrives while a collection's callback runs
         sum(range(10))  # the handler runs here: its KeyboardInterrupt is printed and dropped
 
 guarded = sys.argv[1] == "guarded"
-with ctrl_c_not_lost(0.1) if guarded else contextlib.nullcontext():
+with ctrl_c_not_lost() if guarded else contextlib.nullcontext():
     pass
 assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # a quiet block leaves Python's own
 gc.callbacks.append(swallow)
 try:
-    with ctrl_c_not_lost(0.1) if guarded else contextlib.nullcontext():
+    with ctrl_c_not_lost() if guarded else contextlib.nullcontext():
         gc.collect()
         deadline = time.monotonic() + 8.0
         while time.monotonic() < deadline:
@@ -42,9 +42,27 @@ except KeyboardInterrupt:
 """
 
 
-def child(mode: str) -> tuple[subprocess.CompletedProcess, float]:
+HANDLED = """
+import os, signal, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from racing_stack._cli import ctrl_c_not_lost
+
+with ctrl_c_not_lost():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5.0)
+        print("slept on", flush=True)
+    except KeyboardInterrupt:
+        started = time.monotonic()
+        while time.monotonic() - started < 1.5:  # handling it (a partial result written, say)
+            sum(range(1000))
+        print("handled", flush=True)
+"""
+
+
+def child(mode: str, script: str = CHILD) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=120)
     return done, time.monotonic() - started
 
 
@@ -61,6 +79,13 @@ def test_the_guard_raises_a_dropped_ctrl_c_again_and_ignores_one_on_the_way_out(
     assert done.returncode == 130 and done.stdout.strip() == "interrupted", done.stderr
     assert seconds < 8.0  # stopped long before the block's 8 s
     assert done.stderr.count("Traceback") == done.stderr.count("Exception ignored in")
+
+
+def test_a_ctrl_c_that_is_not_dropped_is_raised_once():
+    """Its handling, inside the block, is not cut short by a repeat."""
+    done, _ = child("guarded", HANDLED)
+    assert done.returncode == 0 and done.stdout.strip() == "handled", done.stderr
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("handler", ["ignored", "the caller's"])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 from PIL import Image
-from plugin_dirs import write_plugin
+from plugin_dirs import CTRL_C_DROPPED_IN_GC, write_plugin
 
 from racing_stack import evaluate, pools
 
@@ -244,17 +244,18 @@ class Started(Controller):
 """
 
 
-def _long_run(tmp_path, out, started, sig):
-    """A Level 0 run of 100,000 one-step episodes, sent ``sig`` once
-    ``started`` episodes have been started; its stdout, stderr, return
-    code and the episodes started by then."""
+def _long_run(tmp_path, out, started, sig, controller=STARTED):
+    """A Level 0 run of 100,000 one-step episodes (of ``controller``, whose
+    MARK file gets a mark per episode started), sent ``sig`` once
+    ``started`` episodes have been started (None: no signal); its stdout,
+    stderr, return code and the episodes started by then."""
     import os
     import subprocess
     import sys
     import time
 
     mark = tmp_path / "episodes_started.txt"
-    plugin = _plugin(tmp_path, "started", STARTED.replace("MARK", repr(str(mark))))
+    plugin = _plugin(tmp_path, "started", controller.replace("MARK", repr(str(mark))))
     command = [sys.executable, "-m", "racing_stack.evaluate", "--controller", str(plugin), "--level", "0",
                "--episodes", "100000", "--backend", "cpu_reference", "--out", str(out)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -264,7 +265,8 @@ def _long_run(tmp_path, out, started, sig):
         while not mark.exists() or len(mark.read_text()) < started:
             assert process.poll() is None and time.monotonic() < deadline, "evaluate did not start its run"
             time.sleep(0.1)
-        process.send_signal(sig)
+        if sig is not None:
+            process.send_signal(sig)
         stdout, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
@@ -288,6 +290,34 @@ def test_sigint_stops_the_command_with_the_partial_result(tmp_path):
     appended = [json.loads(line) for line in evaluate.episodes_file(out).read_text().splitlines()]
     assert appended == result["episodes"]  # each ended episode was appended as it ended
 
+
+DROPPED = CTRL_C_DROPPED_IN_GC + """
+from pathlib import Path
+
+
+class Dropped(Controller):
+    def __init__(self, obs, info, config):
+        super().__init__(obs, info, config)
+        with Path(MARK).open("a") as built:
+            built.write("x")
+        if len(Path(MARK).read_text()) == 3:
+            drop_a_ctrl_c()
+
+    def compute_control(self, obs, info=None):
+        return np.full(2, np.nan)
+"""
+
+
+def test_a_ctrl_c_dropped_in_a_gc_callback_still_stops_the_command(tmp_path):
+    """A Ctrl-C whose KeyboardInterrupt Python drops (raised inside a garbage
+    collector callback, as JAX has one) is raised again: the command stops
+    with the partial result and exit 130, not after 100,000 episodes."""
+    out = tmp_path / "dropped.json"
+    stdout, stderr, code, _ = _long_run(tmp_path, out, 3, None, DROPPED)
+    assert "Exception ignored in" in stderr and "KeyboardInterrupt" in stderr  # it was dropped once
+    assert code == 130, stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["interrupted"] is True and 2 <= len(result["episodes"]) < 100000
 
 def test_a_killed_run_leaves_its_ended_episodes_on_disk(tmp_path):
     """SIGKILL (no handler runs, no --out written): the .episodes.jsonl

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from PIL import Image
-from plugin_dirs import write_plugin
+from plugin_dirs import CTRL_C_DROPPED_IN_GC, write_plugin
 
 from racing_stack import sim
 
@@ -113,6 +113,32 @@ def test_ctrl_c_prints_and_writes_the_partial_result_and_exits_130(tmp_path, cap
     assert result["track_gen_seed"] == 42 and result["recording"]["frames"] >= 1 and gif.exists()
     assert 'sim: interrupted; the result holds the episodes that had ended, 0 ("interrupted": true)' in printed.err
     assert "130 after Ctrl-C" in sim.__doc__  # --help says so
+
+
+DROPPED = CTRL_C_DROPPED_IN_GC + """
+
+class Dropped(Controller):
+    calls = 0
+
+    def compute_control(self, obs, info=None):
+        self.calls += 1
+        if self.calls == 5:
+            drop_a_ctrl_c()
+        return np.zeros(2)
+"""
+
+
+def test_a_ctrl_c_dropped_in_a_gc_callback_still_stops_the_episode(tmp_path):
+    """A Ctrl-C whose KeyboardInterrupt Python drops (raised inside a garbage
+    collector callback, as JAX has one) is raised again: the command stops
+    with exit 130 instead of driving on to the episode's timeout."""
+    plugin = write_plugin(tmp_path, "dropped", DROPPED)
+    done = subprocess.run([sys.executable, "-m", "racing_stack.sim", "--controller", str(plugin)], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, RACING_STACK_CACHE=str(tmp_path / "cache")))
+    assert "Exception ignored in" in done.stderr and "KeyboardInterrupt" in done.stderr  # it was dropped once
+    assert done.returncode == 130, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["interrupted"] is True and result["episodes"] == []
 
 
 BOOM = """

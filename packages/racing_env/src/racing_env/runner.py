@@ -204,9 +204,7 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
     except KeyboardInterrupt as stop:
         raise RunInterrupted(result(True)) from stop
     except SystemError as error:
-        # A Ctrl-C that lands in a C callback (NumPy's dtype lookup, say)
-        # surfaces as a SystemError caused by the KeyboardInterrupt.
-        if not isinstance(error.__cause__, KeyboardInterrupt):
+        if not _is_ctrl_c(error):
             raise
         raise RunInterrupted(result(True)) from error.__cause__
     return result(False)
@@ -353,6 +351,8 @@ def _start(make: _Make, obs: Mapping[str, Any], info: Mapping[str, Any], w: int)
     try:
         return _World(make(w, _one(obs, w), _one(info, w)), None)
     except _CONTROLLER_ERRORS as error:
+        if _is_ctrl_c(error):
+            raise
         return _World(None, _error_text(error))
 
 
@@ -364,6 +364,8 @@ def _act(world: _World, obs: Mapping[str, Any], info: Mapping[str, Any]) -> np.n
         try:
             return checked_action(world.controller.compute_control(obs, info))
         except _CONTROLLER_ERRORS as error:
+            if _is_ctrl_c(error):
+                raise
             world.error = _error_text(error)
             world.controller = None
     return np.full(2, np.nan)
@@ -373,8 +375,18 @@ def _callback(world: _World, name: str, *args: Any) -> None:
     try:
         getattr(world.controller, name)(*args)
     except _CONTROLLER_ERRORS as error:
+        if _is_ctrl_c(error):
+            raise
         world.error = _error_text(error)
         world.controller = None
+
+
+def _is_ctrl_c(error: BaseException) -> bool:
+    """A Ctrl-C that landed in a C callback (NumPy's dtype lookup, say),
+    in the env's step or in a controller's call: CPython surfaces it as a
+    SystemError caused by the KeyboardInterrupt. It stops the run; it is
+    not the controller's error."""
+    return isinstance(error, SystemError) and isinstance(error.__cause__, KeyboardInterrupt)
 
 
 def _error_text(error: BaseException) -> str:

@@ -45,38 +45,51 @@ def report_interrupted(prog: str, stop: Interrupted) -> tuple[dict[str, Any], in
 
 
 @contextlib.contextmanager
-def ctrl_c_not_lost(retry_s: float = 0.5) -> Iterator[None]:
-    """Within the block, Ctrl-C (SIGINT) raises `KeyboardInterrupt` as
-    Python's own handler does, and raises it again every ``retry_s``
-    seconds until the block has ended. Python raises it in whatever code
-    runs next, and one raised inside a garbage collector callback (JAX
-    registers one) is printed and ignored: without the retry the command
-    would run on as if the key had not been pressed. Once the block has
-    ended by a Ctrl-C, later ones are ignored (the command is on its way
-    out: its handler must not be cut short). Nothing changes where SIGINT
-    is not Python's default (ignored in a background job, or handled by
-    the caller) or off the main thread."""
+def ctrl_c_not_lost() -> Iterator[None]:
+    """Within the block, a Ctrl-C (SIGINT) that Python drops is raised
+    again. Python raises `KeyboardInterrupt` in whatever code runs next,
+    and one raised inside a garbage collector callback (JAX registers
+    one), a ``__del__`` or a weakref callback is printed ("Exception
+    ignored in") and dropped: without the guard the command would run on
+    as if the key had not been pressed. The guard sees the drop (through
+    `sys.unraisablehook`, which still prints it) and interrupts the main
+    thread again, so that the next code raises it; a Ctrl-C that was not
+    dropped is raised once, as by Python's own handler, so the code that
+    handles it (a partial result written, a recording closed) is not cut
+    short by a repeat. Once the block has ended by a Ctrl-C, later ones
+    are ignored (the command is on its way out). Nothing changes where
+    SIGINT is not Python's default (ignored in a background job, or
+    handled by the caller) or off the main thread."""
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield
         return
-    pressed, ended = threading.Event(), threading.Event()
-
-    def again() -> None:
-        while not ended.wait(retry_s):
-            _thread.interrupt_main(signal.SIGINT)
+    pressed, redo, ended = threading.Event(), threading.Event(), threading.Event()
+    print_unraisable = sys.unraisablehook
 
     def handler(signum: int, frame: Any) -> None:
-        if not pressed.is_set():
-            pressed.set()
-            threading.Thread(target=again, name="ctrl-c-again", daemon=True).start()
+        pressed.set()
         raise KeyboardInterrupt
 
+    def dropped(unraisable: Any) -> None:
+        print_unraisable(unraisable)
+        if pressed.is_set() and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            redo.set()  # not from here: the handler would run, and raise, inside this hook
+
+    def again() -> None:
+        while redo.wait() and not ended.is_set():
+            redo.clear()
+            _thread.interrupt_main(signal.SIGINT)
+
     signal.signal(signal.SIGINT, handler)
+    sys.unraisablehook = dropped
+    threading.Thread(target=again, name="ctrl-c-again", daemon=True).start()
     try:
         yield
     finally:
         ended.set()
+        redo.set()
+        sys.unraisablehook = print_unraisable
         signal.signal(signal.SIGINT, (lambda signum, frame: None) if pressed.is_set() else signal.default_int_handler)
 
 

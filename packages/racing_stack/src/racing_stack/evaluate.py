@@ -50,8 +50,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, float_in, int_in,
-                               quiet_warp, report_interrupted)
+from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, ctrl_c_not_lost, float_in,
+                               int_in, quiet_warp, report_interrupted)
 from racing_stack.viewing import add_view_arguments, open_view
 
 __all__ = ["ISOLATED_WORLDS", "Interrupted", "evaluate", "draw", "episodes_file", "main"]
@@ -277,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                         appended.write(json.dumps(dataclasses.asdict(episode)) + "\n")
                         appended.flush()
 
+                stack.enter_context(ctrl_c_not_lost())  # a Ctrl-C dropped in a GC callback is raised again
                 result = evaluate(args.controller, args.level, args.split, args.tracks, args.episodes,
                                   args.backend, args.worlds, args.seed, progress, view, args.isolate,
                                   Isolation(**limits), record)

@@ -29,8 +29,8 @@ import json
 import sys
 from pathlib import Path
 
-from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, int_in, quiet_warp,
-                               report_interrupted)
+from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, ctrl_c_not_lost, int_in,
+                               quiet_warp, report_interrupted)
 from racing_stack.viewing import add_view_arguments, open_view
 
 #: The track_gen seed ``sim`` drives on.
@@ -73,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     quiet_warp(args.verbose)
     status = 0
     try:
-        # stdout carries the JSON result only: what the libraries print goes to stderr.
-        with contextlib.redirect_stdout(sys.stderr):
+        # stdout carries the JSON result only: what the libraries print goes to stderr. A Ctrl-C
+        # dropped in a garbage collector callback is raised again.
+        with contextlib.redirect_stdout(sys.stderr), ctrl_c_not_lost():
             result = _simulate(args)
     except Interrupted as stop:
         result, status = report_interrupted("sim", stop)
