@@ -275,6 +275,28 @@ def test_ctrl_c_inside_a_c_callback_of_a_controller_still_stops_the_run(tmp_path
     assert len(failed) == 1 and "not a Ctrl-C" in failed[0].error
     assert result.summary["controller_errors"] == 1
 
+def test_a_ctrl_c_a_controller_wraps_in_its_own_error_still_stops_the_run(tmp_path, env):
+    """A controller that turns what it caught into an error of its own keeps
+    the Ctrl-C among the causes: the run stops, it is not the controller's
+    error."""
+    from racing_env.runner import RunInterrupted
+
+    plugin = make_plugin(tmp_path, "wraps", """
+        class Wraps(Controller):
+            def compute_control(self, obs, info=None):
+                try:
+                    try:
+                        raise KeyboardInterrupt
+                    except KeyboardInterrupt as stop:
+                        raise SystemError("returned a result with an exception set") from stop
+                except SystemError:
+                    raise RuntimeError("the controller failed")  # its context: the SystemError
+    """)
+    with pytest.raises(RunInterrupted) as stop:
+        run(plugin, env, episodes=2, seed=0)
+    assert isinstance(stop.value.__cause__, KeyboardInterrupt)
+    assert stop.value.result.interrupted and stop.value.result.episodes == []
+
 def test_ctrl_c_inside_a_c_callback_of_the_env_still_stops_the_run(env, monkeypatch):
     """A Ctrl-C that lands in a C callback during the env's step surfaces as
     a SystemError caused by the KeyboardInterrupt (CPython's "returned a

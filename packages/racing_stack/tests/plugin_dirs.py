@@ -17,7 +17,7 @@ def write_plugin(root: Path, name: str, body: str) -> Path:
 
 #: Controller source that defines ``drop_a_ctrl_c()``: a garbage collection
 #: during which SIGINT arrives inside a collector callback (JAX registers
-#: one), where Python prints the KeyboardInterrupt ("Exception ignored in")
+#: one), where Python prints the KeyboardInterrupt ("Exception ignored ...")
 #: and drops it. The first call only.
 CTRL_C_DROPPED_IN_GC = """
 import gc

@@ -135,7 +135,7 @@ def test_a_ctrl_c_dropped_in_a_gc_callback_still_stops_the_episode(tmp_path):
     plugin = write_plugin(tmp_path, "dropped", DROPPED)
     done = subprocess.run([sys.executable, "-m", "racing_stack.sim", "--controller", str(plugin)], capture_output=True,
                           text=True, timeout=300, env=dict(os.environ, RACING_STACK_CACHE=str(tmp_path / "cache")))
-    assert "Exception ignored in" in done.stderr and "KeyboardInterrupt" in done.stderr  # it was dropped once
+    assert "Exception ignored" in done.stderr and "KeyboardInterrupt" in done.stderr  # it was dropped once
     assert done.returncode == 130, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["interrupted"] is True and result["episodes"] == []

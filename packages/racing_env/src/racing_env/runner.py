@@ -204,9 +204,10 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
     except KeyboardInterrupt as stop:
         raise RunInterrupted(result(True)) from stop
     except SystemError as error:
-        if not _is_ctrl_c(error):
+        stop = _ctrl_c_in(error)
+        if stop is None:
             raise
-        raise RunInterrupted(result(True)) from error.__cause__
+        raise RunInterrupted(result(True)) from stop
     return result(False)
 
 
@@ -351,8 +352,7 @@ def _start(make: _Make, obs: Mapping[str, Any], info: Mapping[str, Any], w: int)
     try:
         return _World(make(w, _one(obs, w), _one(info, w)), None)
     except _CONTROLLER_ERRORS as error:
-        if _is_ctrl_c(error):
-            raise
+        _raise_ctrl_c_in(error)
         return _World(None, _error_text(error))
 
 
@@ -364,8 +364,7 @@ def _act(world: _World, obs: Mapping[str, Any], info: Mapping[str, Any]) -> np.n
         try:
             return checked_action(world.controller.compute_control(obs, info))
         except _CONTROLLER_ERRORS as error:
-            if _is_ctrl_c(error):
-                raise
+            _raise_ctrl_c_in(error)
             world.error = _error_text(error)
             world.controller = None
     return np.full(2, np.nan)
@@ -375,18 +374,32 @@ def _callback(world: _World, name: str, *args: Any) -> None:
     try:
         getattr(world.controller, name)(*args)
     except _CONTROLLER_ERRORS as error:
-        if _is_ctrl_c(error):
-            raise
+        _raise_ctrl_c_in(error)
         world.error = _error_text(error)
         world.controller = None
 
 
-def _is_ctrl_c(error: BaseException) -> bool:
-    """A Ctrl-C that landed in a C callback (NumPy's dtype lookup, say),
-    in the env's step or in a controller's call: CPython surfaces it as a
-    SystemError caused by the KeyboardInterrupt. It stops the run; it is
-    not the controller's error."""
-    return isinstance(error, SystemError) and isinstance(error.__cause__, KeyboardInterrupt)
+def _ctrl_c_in(error: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C behind ``error``, if any: a `KeyboardInterrupt` among its
+    causes and contexts. A Ctrl-C that lands in a C callback (NumPy's dtype
+    lookup, say), in the env's step or in a controller's call, surfaces as
+    a SystemError caused by it, which a controller may wrap in an error of
+    its own; it stops the run, it is not the controller's error."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _raise_ctrl_c_in(error: BaseException) -> None:
+    """Raise the Ctrl-C behind a controller's ``error`` (`_ctrl_c_in`), if any."""
+    stop = _ctrl_c_in(error)
+    if stop is not None:
+        raise stop
 
 
 def _error_text(error: BaseException) -> str:

@@ -5,7 +5,6 @@ exit 130) and a Ctrl-C that is not lost (`ctrl_c_not_lost`)."""
 
 from __future__ import annotations
 
-import _thread
 import argparse
 import contextlib
 import math
@@ -50,47 +49,65 @@ def ctrl_c_not_lost() -> Iterator[None]:
     again. Python raises `KeyboardInterrupt` in whatever code runs next,
     and one raised inside a garbage collector callback (JAX registers
     one), a ``__del__`` or a weakref callback is printed ("Exception
-    ignored in") and dropped: without the guard the command would run on
+    ignored ...") and dropped: without the guard the command would run on
     as if the key had not been pressed. The guard sees the drop (through
-    `sys.unraisablehook`, which still prints it) and interrupts the main
-    thread again, so that the next code raises it; a Ctrl-C that was not
-    dropped is raised once, as by Python's own handler, so the code that
-    handles it (a partial result written, a recording closed) is not cut
-    short by a repeat. Once the block has ended by a Ctrl-C, later ones
-    are ignored (the command is on its way out). Nothing changes where
-    SIGINT is not Python's default (ignored in a background job, or
-    handled by the caller) or off the main thread."""
+    `sys.unraisablehook`, which still prints it) and sends the main thread
+    SIGINT again (a real signal: it also wakes a blocking wait), so that
+    the next code raises it. A Ctrl-C that was not dropped is raised once,
+    as by Python's own handler, so the code that handles it (a partial
+    result written, a recording closed) is not cut short by a repeat; one
+    that C code clears without reporting it is not seen (the Runner stops
+    on the `SystemError` CPython makes of one inside a C callback). Once
+    the block has ended by a `KeyboardInterrupt`, later Ctrl-Cs are
+    ignored (the command is on its way out). Nothing changes where SIGINT
+    is not Python's default (ignored in a background job, or handled by
+    the caller) or off the main thread."""
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield
         return
-    pressed, redo, ended = threading.Event(), threading.Event(), threading.Event()
+    pressed, redo, in_hook, ended = (threading.Event() for _ in range(4))
     print_unraisable = sys.unraisablehook
+    main = threading.main_thread().ident
 
     def handler(signum: int, frame: Any) -> None:
+        if ended.is_set():  # pressed while the block is being left
+            return
         pressed.set()
+        if in_hook.is_set():  # raised inside the hook it would be dropped unseen: raised again after it
+            redo.set()
+            return
         raise KeyboardInterrupt
 
     def dropped(unraisable: Any) -> None:
-        print_unraisable(unraisable)
-        if pressed.is_set() and isinstance(unraisable.exc_value, KeyboardInterrupt):
-            redo.set()  # not from here: the handler would run, and raise, inside this hook
+        in_hook.set()
+        try:
+            print_unraisable(unraisable)
+        finally:
+            if pressed.is_set() and isinstance(unraisable.exc_value, KeyboardInterrupt):
+                redo.set()  # not from here: the handler would run, and raise, inside this hook
+            in_hook.clear()
 
     def again() -> None:
         while redo.wait() and not ended.is_set():
             redo.clear()
-            _thread.interrupt_main(signal.SIGINT)
+            signal.pthread_kill(main, signal.SIGINT)
 
+    stopped = False
     signal.signal(signal.SIGINT, handler)
     sys.unraisablehook = dropped
     threading.Thread(target=again, name="ctrl-c-again", daemon=True).start()
     try:
         yield
+    except KeyboardInterrupt:
+        stopped = True
+        raise
     finally:
         ended.set()
         redo.set()
-        sys.unraisablehook = print_unraisable
-        signal.signal(signal.SIGINT, (lambda signum, frame: None) if pressed.is_set() else signal.default_int_handler)
+        if sys.unraisablehook is dropped:
+            sys.unraisablehook = print_unraisable
+        signal.signal(signal.SIGINT, (lambda signum, frame: None) if stopped else signal.default_int_handler)
 
 
 def int_in(low: int, end: int | None = None, end_text: str | None = None) -> Callable[[str], int]:
