@@ -3,7 +3,7 @@ an exit, a crash or a memory blow-up of the child ends its episode as a
 recorded controller error and the run goes on; the child reaches nothing of
 the parent (the env, the results, its builtins); a deterministic controller
 gives the same results in both modes, its drawing included; the worlds'
-children are called at once."""
+children are called at once; a child starts no JAX backend of its own."""
 
 from __future__ import annotations
 
@@ -154,6 +154,34 @@ def test_the_pursuit_reference_gives_the_same_results_and_drawings_in_both_modes
     assert a.episodes == b.episodes and a.summary == b.summary
     assert trusted.shown == isolated.shown and len(trusted.shown) == 2 * 61
     assert sum(bool(commands) for _, commands in isolated.shown) >= 2 * 60  # its aim point, once it has one
+
+
+NEEDS_A_BACKEND = """
+    import jax.numpy as jnp
+    class OnJax(Controller):
+        def compute_control(self, obs, info=None):
+            return np.asarray(jnp.zeros(2, jnp.float32))
+"""
+
+
+@pytest.mark.parametrize("name", ["pursuit", "on_jax"])
+def test_a_child_never_starts_a_jax_backend_of_its_own(tmp_path, monkeypatch, env, name):
+    """The child imports racing_env (so JAX), but neither it nor the
+    pursuit reference makes a JAX array: on a GPU host a child's backend
+    would claim the device, once per world. The children inherit a
+    ``JAX_PLATFORMS`` that no backend can start on (this process's backend
+    started before); a controller that does compute with JAX, the control,
+    fails on it."""
+    import jax
+
+    jax.devices()
+    monkeypatch.setenv("JAX_PLATFORMS", "no_such_platform")
+    plugin = load_plugin(PURSUIT) if name == "pursuit" else make_plugin(tmp_path, name, NEEDS_A_BACKEND)
+    (episode,) = run(plugin, env, episodes=1, seed=0, isolation=FAST).episodes
+    if name == "pursuit":
+        assert episode.error is None and episode.termination_reason == "timeout"
+    else:
+        assert episode.termination_reason == "invalid_action" and "no_such_platform" in episode.error
 
 
 def test_worlds_called_at_once_give_the_in_process_results_and_drawings(mjx_pool_env):

@@ -15,17 +15,14 @@ def write_plugin(root: Path, name: str, body: str) -> Path:
     return plugin
 
 
-#: Controller source that defines ``drop_a_ctrl_c()``: a garbage collection
-#: during which SIGINT arrives inside a collector callback (JAX registers
-#: one), where Python prints the KeyboardInterrupt ("Exception ignored ...")
-#: and drops it. The first call only.
-CTRL_C_DROPPED_IN_GC = """
+#: Source that defines ``drop_a_ctrl_c()``: a garbage collection during
+#: which SIGINT arrives inside a collector callback (JAX registers one),
+#: where Python prints the KeyboardInterrupt ("Exception ignored ...") and
+#: drops it. The first call only.
+DROP_A_CTRL_C = """
 import gc
 import os
 import signal
-
-import numpy as np
-from racing_env.controller import Controller
 
 fired = []
 
@@ -41,3 +38,9 @@ def drop_a_ctrl_c():
     gc.callbacks.append(swallow)
     gc.collect()
 """
+
+#: Controller source that defines ``drop_a_ctrl_c()`` (`DROP_A_CTRL_C`).
+CTRL_C_DROPPED_IN_GC = """
+import numpy as np
+from racing_env.controller import Controller
+""" + DROP_A_CTRL_C

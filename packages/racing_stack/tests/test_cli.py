@@ -8,28 +8,20 @@ import sys
 import time
 
 import pytest
+from plugin_dirs import DROP_A_CTRL_C
 
 CHILD = """
-import contextlib, gc, os, signal, sys, time
+import contextlib, signal, sys, time
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from racing_stack._cli import ctrl_c_not_lost
-
-fired = []
-
-def swallow(phase, info):  # Ctrl-C arrives while a collection's callback runs
-    if not fired:
-        fired.append(phase)
-        os.kill(os.getpid(), signal.SIGINT)
-        sum(range(10))  # the handler runs here: its KeyboardInterrupt is printed and dropped
-
+""" + DROP_A_CTRL_C + """
 guarded = sys.argv[1] == "guarded"
 with ctrl_c_not_lost() if guarded else contextlib.nullcontext():
     pass
 assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # a quiet block leaves Python's own
-gc.callbacks.append(swallow)
 try:
     with ctrl_c_not_lost() if guarded else contextlib.nullcontext():
-        gc.collect()
+        drop_a_ctrl_c()
         deadline = time.monotonic() + 8.0
         while time.monotonic() < deadline:
             sum(range(1000))
@@ -87,6 +79,7 @@ except KeyboardInterrupt:
     print(f"woken after {time.monotonic() - started:.1f} s", flush=True)
 """
 
+
 def child(mode: str, script: str = CHILD) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=120)
@@ -122,6 +115,7 @@ def test_a_dropped_ctrl_c_is_raised_again_in_a_blocking_wait():
     done, _ = child("guarded", WAKE)
     assert done.returncode == 0 and done.stdout.startswith("woken after"), done.stdout + done.stderr
     assert float(done.stdout.split()[2]) < 4.0
+
 
 @pytest.mark.parametrize("handler", ["ignored", "the caller's"])
 def test_the_guard_leaves_a_sigint_it_does_not_own_alone(handler):

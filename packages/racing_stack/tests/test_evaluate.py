@@ -319,6 +319,7 @@ def test_a_ctrl_c_dropped_in_a_gc_callback_still_stops_the_command(tmp_path):
     result = json.loads(out.read_text())
     assert result["interrupted"] is True and 2 <= len(result["episodes"]) < 100000
 
+
 def test_a_killed_run_leaves_its_ended_episodes_on_disk(tmp_path):
     """SIGKILL (no handler runs, no --out written): the .episodes.jsonl
     sibling holds every episode that had ended, one complete line each."""

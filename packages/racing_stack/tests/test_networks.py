@@ -497,3 +497,33 @@ def test_the_prior_alone_drives_the_prior_exactly():
     assert float(policy.residual) == 1.0
     with torch.no_grad():
         np.testing.assert_array_equal(policy.mean_action(x).numpy(), prior)
+
+
+def test_the_exported_plugin_drives_in_a_child_that_never_starts_a_jax_backend(tmp_path, monkeypatch):
+    """An isolated learned plugin (its features, the pursuit prior, the
+    network) makes no JAX array: on a GPU host each world's child would
+    otherwise claim the device. Its children inherit a ``JAX_PLATFORMS``
+    that no backend can start on."""
+    import dataclasses
+
+    import jax
+
+    from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track
+    from racing_env.isolation import Isolation
+    from racing_env.plugins import load_plugin
+    from racing_env.runner import run
+    from racing_stack.ppo import PRESETS
+    from racing_stack.ppo.export import export_plugin
+    from racing_stack.prior import PursuitPrior
+    from racing_stack.wrappers import LocalTrack
+
+    features = LocalTrack(points=3, prior=PursuitPrior(max_speed_mps=26.0, lookahead_gain_s=0.0))
+    config = dataclasses.replace(PRESETS["cpu"], features=features, residual=0.75)
+    env = VecCarRacingEnv(1, config=ProjectConfig(), level=Level(level_id=0, name="short", max_episode_steps=4),
+                          backend="cpu_reference", track=level0_track())
+    plugin = export_plugin(ActorCritic(features.size, config.hidden, config.init_log_std, env.single_action_space.low,
+                                       env.single_action_space.high, 0.75), config, tmp_path / "plugin")
+    jax.devices()  # this process's backend starts before the children's environment is changed
+    monkeypatch.setenv("JAX_PLATFORMS", "no_such_platform")
+    (episode,) = run(load_plugin(plugin), env, episodes=1, isolation=Isolation(start_timeout_s=120.0)).episodes
+    assert episode.error is None and episode.termination_reason == "timeout" and episode.steps == 4
