@@ -424,6 +424,13 @@ def test_a_residual_policys_mean_action_is_the_mean_of_its_twice_clipped_draws(r
     np.testing.assert_allclose(action / half, drawn / half, rtol=0, atol=0.02 * residual)
 
 
+@pytest.mark.parametrize("low, high", [(HIGH, LOW), (LOW, LOW), (LOW[:1], HIGH[:1]),
+                                       ([-0.6, float("nan")], HIGH), ([-0.6, -np.inf], HIGH)])
+def test_bad_action_bounds_are_refused(low, high):
+    with pytest.raises(ValueError, match="low and high must be finite action bounds"):
+        ActorCritic(FEATURES, (4,), 0.0, np.asarray(low), np.asarray(high))
+
+
 def test_a_residual_travels_with_the_weights_and_must_match():
     state = residual_network(0.5).state_dict()
     assert float(state["residual"]) == 0.5
@@ -473,7 +480,7 @@ def test_the_exported_plugin_keeps_its_residual_and_prior(tmp_path):
     assert got == features
     x = torch.randn(5, features.size)
     torch.testing.assert_close(loaded.mean_action(x), policy.mean_action(x), rtol=0, atol=0)
-    with pytest.raises(CorruptFile, match="trained as a residual of 0.75, not of 0.5"):
+    with pytest.raises(CorruptFile, match="was trained with other settings than its config.toml's"):
         load_policy({**settings, "residual": 0.5}, plugin / "weights.pt", LOW, HIGH, torch.device("cpu"))
     with pytest.raises(ValueError, match="the policy is a residual of 0.75, config.residual is 0.5"):
         export_plugin(policy, dataclasses.replace(config, residual=0.5), tmp_path / "other")
@@ -482,6 +489,74 @@ def test_the_exported_plugin_keeps_its_residual_and_prior(tmp_path):
     assert not (tmp_path / "other").exists()
     tenth = dataclasses.replace(config, residual=0.1)  # not a float32: the policy's is the nearest one
     export_plugin(ActorCritic(features.size, config.hidden, 0.0, LOW, HIGH, 0.1), tenth, tmp_path / "tenth")
+
+
+def _exported(tmp_path, name, **features):
+    import dataclasses
+
+    from racing_stack.ppo import PRESETS
+    from racing_stack.ppo.export import export_plugin
+    from racing_stack.wrappers import LocalTrack
+
+    local = LocalTrack(points=4, **features)
+    config = dataclasses.replace(PRESETS["cpu"], features=local)
+    torch.manual_seed(len(name))
+    return export_plugin(ActorCritic(local.size, config.hidden, config.init_log_std, LOW, HIGH), config,
+                         tmp_path / name)
+
+
+def _load(plugin, settings=None):
+    import tomllib
+
+    from racing_stack.ppo.export import load_policy
+
+    settings = tomllib.loads((plugin / "config.toml").read_text()) if settings is None else settings
+    return load_policy(settings, plugin / "weights.pt", LOW, HIGH, torch.device("cpu"))
+
+
+def test_weights_beside_other_settings_are_refused_by_name(tmp_path):
+    """An export killed between weights.pt and config.toml leaves the new
+    weights beside the old settings (here: the same network, other feature
+    spacing and interpolation, which would load and drive with other
+    features than trained); a hand edit of a feature setting too. Equal
+    values in another spelling (4 for 4.0) and the device are not settings
+    the weights depend on."""
+    import shutil
+    import tomllib
+
+    old = _exported(tmp_path, "old", spacing_m=6.0, interpolate=False)
+    new = _exported(tmp_path, "new", spacing_m=4.0, interpolate=True)
+    shutil.copy(new / "weights.pt", old / "weights.pt")  # the new export, cut before its config.toml
+    with pytest.raises(CorruptFile, match=r"weights.pt was trained with other settings than its config.toml's "
+                                          r"\(an interrupted export, or an edit\): trained with .*spacing_m.: 4\.0"):
+        _load(old)
+    settings = tomllib.loads((new / "config.toml").read_text())
+    _load(new)
+    for key, value in [("scale_m", 30.5), ("points", 5), ("interpolate", False)]:
+        with pytest.raises(CorruptFile, match="trained with other settings"):
+            _load(new, {**settings, "features": {**settings["features"], key: value}})
+    with pytest.raises(CorruptFile, match="trained with other settings"):
+        _load(new, {**settings, "hidden": [*settings["hidden"][:-1], settings["hidden"][-1] + 1]})
+    respelled = {**settings, "device": "cuda", "features": {**settings["features"], "spacing_m": 4}}
+    _, features = _load(new, respelled)
+    assert features.spacing_m == 4.0
+
+
+def test_weights_exported_before_the_settings_were_kept_still_load(tmp_path):
+    """A weights.pt without the settings (the committed plugins of earlier
+    rounds) loads as before; one whose settings entry cannot be read is
+    refused by name."""
+    from racing_stack import checkpoints
+
+    plugin = _exported(tmp_path, "plugin", spacing_m=5.0)
+    state = checkpoints.load(plugin / "weights.pt", "weights")
+    checkpoints.save(plugin / "weights.pt", "weights", {k: v for k, v in state.items() if k != "trained_with"})
+    policy, _ = _load(plugin)
+    assert all(torch.equal(v, state[k]) for k, v in policy.state_dict().items())
+    for broken in ["not json", "[1, 2]", '{"features": {}}']:
+        checkpoints.save(plugin / "weights.pt", "weights", {**state, "trained_with": broken})
+        with pytest.raises(CorruptFile, match="holds no readable training settings"):
+            _load(plugin)
 
 
 def test_the_prior_alone_drives_the_prior_exactly():

@@ -219,6 +219,25 @@ def test_the_crash_weight_scales_the_crash_cost_only():
     np.testing.assert_allclose(np.asarray(half), np.asarray(full) + crash / 2, rtol=1e-5, atol=1e-4)
 
 
+def test_a_crash_weight_or_track_length_out_of_range_is_refused():
+    """A weight outside [0, 1] would pay a crash as a gain beyond `bounds`;
+    a track length that is not a positive number gives no bounds."""
+    wrapper = ShapedReward()
+    rng = np.random.default_rng(2)
+    obs = {k: jnp.asarray(v) for k, v in random_obs(rng, 4).items()}
+    reason = jnp.full(4, TerminationReason.OFF_TRACK, jnp.int32)
+    step = [wrapper.start(4), jnp.zeros(4, jnp.float32), obs, {"termination_reason": reason}, reason != 0,
+            jnp.ones(4)]
+    for weight in (-1.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="crash_weight must be"):
+            wrapper(*step, crash_weight=weight)
+    with pytest.raises(TypeError, match="crash_weight"):
+        wrapper(*step, crash_weight="1")
+    for length in (0.0, -5.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="track_length_m must be finite and > 0"):
+            wrapper.bounds(length)
+
+
 def test_a_prior_ends_the_features_with_its_action():
     """With a prior the features are the same plus its action (env units),
     from JAX and from NumPy; a mapping of gains becomes the prior."""

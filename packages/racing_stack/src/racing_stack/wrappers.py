@@ -313,7 +313,12 @@ class ShapedReward:
         """The least and the greatest reward a step can earn on tracks of at
         most ``track_length_m`` metres: a crash at the capped speed, sliding
         sideways at it, that is also a stall, and a whole lap of progress in
-        one step (the Challenge reward is the lap fraction gained, in [0, 1])."""
+        one step (the Challenge reward is the lap fraction gained, in [0, 1]).
+
+        Raises:
+            ValueError: ``track_length_m`` is not a positive finite number.
+        """
+        track_length_m = checks.positive(track_length_m, "track_length_m")
         crash = float(self.off_track_penalty) + float(self.crash_energy_cost) * MAX_CRASH_SPEED_MPS**2
         slide = float(self.slip_cost) * (MAX_CRASH_SPEED_MPS - float(self.slip_free_mps))**2
         return (-float(self.step_cost) - crash - slide - float(self.stall_penalty),
@@ -342,7 +347,13 @@ class ShapedReward:
         Returns:
             (reward float32 [E], ending int32 [E]: `NO_ENDING`, `MARGIN` or
             `STALL`, the memory for the next step).
+
+        Raises:
+            ValueError: ``crash_weight`` is a number outside [0, 1] (one on
+                the device is the caller's to keep there).
         """
+        if not isinstance(crash_weight, jax.Array):
+            crash_weight = checks.real_in(crash_weight, "crash_weight", 0.0, 1.0)
         return _shaped(self, endings, reward, obs["track_length"], info["termination_reason"], obs["velocity_body"],
                        obs["position"], obs["yaw"], obs["centerline"], obs["left_boundary"], obs["track_mask"], done,
                        active, crash_weight if isinstance(crash_weight, jax.Array) else jnp.float32(crash_weight))

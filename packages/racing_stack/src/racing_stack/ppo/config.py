@@ -71,8 +71,8 @@ class PPOConfig:
             below it the higher success rate (then the faster lap). 1.0:
             the most laps first, whatever the lap time.
         validation_steps: a validation counts a world that has not ended
-            after this many calls (or made no progress for ``stall_steps``
-            x 5 / 3 calls) as failed.
+            after this many calls (or made no progress for
+            `racing_stack.ppo.validation.STALL_S`, 5 s) as failed.
         features: the observation wrapper.
         reward: the reward wrapper.
     """

@@ -6,17 +6,24 @@ that the Runner loads like any other:
                         (the prior's gains, if any), the device
     DIR/weights.pt      the network with its feature statistics: a Torch
                         state dict in a checked `racing_stack.checkpoints`
-                        file of kind "weights"
+                        file of kind "weights", with the settings of
+                        config.toml it was trained with (all but the device)
 
 Each file is written atomically: an interrupted export leaves every file
 either old or new, never cut (and the next export clears its temporary
-files). Importing this module imports the networks alone: not JAX, not
+files). An export killed between the weights and config.toml leaves new
+weights beside the old settings: `load_policy` refuses them by name, as
+it refuses a config.toml whose network or feature settings were edited
+(features computed otherwise than in training would drive silently
+worse). Importing this module imports the networks alone: not JAX, not
 the trainer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +42,9 @@ __all__ = ["export_plugin", "load_policy"]
 
 #: The plugin's controller, copied into every exported directory.
 CONTROLLER = Path(__file__).parents[1] / "learned" / "controller.py"
+#: The entry of weights.pt that holds, as JSON text, the settings of
+#: config.toml it was trained with (a weights.pt exported before has none).
+_TRAINED_WITH = "trained_with"
 
 
 def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, device: str = "cpu") -> Path:
@@ -57,12 +67,10 @@ def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, devic
     directory.mkdir(parents=True, exist_ok=True)
     for name in ("controller.py", "weights.pt", "config.toml"):
         checkpoints.remove_stale(directory, name)  # left by a killed export
-    checkpoints.write_atomic(directory / "controller.py", CONTROLLER.read_bytes())
-    checkpoints.save(directory / "weights.pt", "weights", {k: v.detach().cpu() for k, v in policy.state_dict().items()})
     f = config.features
     prior = "" if f.prior is None else "\n[features.prior]\n" + "".join(
         f"{k} = {float(v)!r}\n" for k, v in dataclasses.asdict(f.prior).items())
-    checkpoints.write_atomic(directory / "config.toml", (
+    settings = (
         "# A policy trained by racing_stack.ppo (see controller.py).\n"
         f'device = "{device}"\n'
         f"hidden = [{', '.join(str(h) for h in config.hidden)}]\n"
@@ -71,7 +79,13 @@ def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, devic
         f"points = {f.points}\n"
         f"spacing_m = {float(f.spacing_m)!r}\n"
         f"scale_m = {float(f.scale_m)!r}\n"
-        f"interpolate = {'true' if f.interpolate else 'false'}\n" + prior).encode())
+        f"interpolate = {'true' if f.interpolate else 'false'}\n" + prior)
+    weights = {k: v.detach().cpu() for k, v in policy.state_dict().items()}
+    parsed = tomllib.loads(settings)  # as load_policy will read it
+    weights[_TRAINED_WITH] = json.dumps({key: parsed[key] for key in ("hidden", "residual", "features")})
+    checkpoints.write_atomic(directory / "controller.py", CONTROLLER.read_bytes())
+    checkpoints.save(directory / "weights.pt", "weights", weights)
+    checkpoints.write_atomic(directory / "config.toml", settings.encode())
     return directory
 
 
@@ -88,13 +102,28 @@ def load_policy(settings: Mapping[str, Any], weights: Path, low: np.ndarray, hig
 
     Raises:
         racing_stack.checkpoints.CorruptFile: ``weights`` is damaged, of
-            another kind, or does not fit the network of ``settings``.
+            another kind, was trained with other settings than ``settings``
+            or does not fit the network of ``settings``.
     """
     from racing_stack.wrappers import LocalTrack  # JAX only when a plugin is loaded, not when one is exported
 
     features = LocalTrack(**settings["features"])
     policy = ActorCritic(features.size, tuple(settings["hidden"]), 0.0, np.asarray(low), np.asarray(high),
                          settings.get("residual", 0.0))
-    policy.load_checked(checkpoints.load(weights, "weights", map_location=device),
-                        f"{weights} (for the network of config.toml)")
+    state = checkpoints.load(weights, "weights", map_location=device)
+    if isinstance(state, dict) and _TRAINED_WITH in state:
+        state = dict(state)
+        text = state.pop(_TRAINED_WITH)
+        try:
+            trained = json.loads(text)
+            same = ([int(h) for h in trained["hidden"]] == [int(h) for h in settings["hidden"]]
+                    and float(trained["residual"]) == float(settings.get("residual", 0.0))
+                    and LocalTrack(**trained["features"]) == features)  # 4 and 4.0 are the same setting
+        except (TypeError, ValueError, KeyError) as error:
+            raise checkpoints.CorruptFile(f"{weights} holds no readable training settings ({error})") from None
+        if not same:
+            raise checkpoints.CorruptFile(f"{weights} was trained with other settings than its config.toml's "
+                                          f"(an interrupted export, or an edit): trained with {text}")
+    policy.load_checked(state, f"{weights} (for the network of config.toml)")
     return policy.to(device).eval(), features
+

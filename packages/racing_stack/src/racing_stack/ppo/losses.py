@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from racing_stack.ppo.config import PPOConfig
@@ -16,7 +18,14 @@ LOSS_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fracti
 
 def normalised_advantages(advantage: torch.Tensor, mask: torch.Tensor, group: Group = Group()) -> torch.Tensor:
     """``advantage`` [N] less its mean, over its standard deviation, both
-    over the rows where ``mask`` [N] is 1 in every process of ``group``."""
+    over the rows where ``mask`` [N] is 1 in every process of ``group``.
+
+    Raises:
+        ValueError: ``advantage`` or ``mask`` is not [N] (a column would
+            broadcast to [N, N]).
+    """
+    if advantage.dim() != 1 or mask.shape != advantage.shape:
+        raise ValueError(f"advantage and mask must be [N] each, got {list(advantage.shape)} and {list(mask.shape)}")
     count, total = group.sum(torch.stack([mask.sum(), (advantage * mask).sum()]))
     count = count.clamp(min=1.0)
     mean = total / count
@@ -41,7 +50,14 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
         (the loss to minimise, a scalar; the detached `LOSS_FIELDS` [5]:
         the clipped surrogate, the value loss, the entropy, the approximate
         KL from the rollout's policy and the fraction of clipped ratios).
+
+    Raises:
+        ValueError: a shape other than these (a column [B, 1] among the
+            [B] ones would broadcast to [B, B] and give a wrong loss).
     """
+    if x.dim() != 2 or u.shape != (x.shape[0], 2):
+        raise ValueError(f"x must be [B, D] and u [B, 2], got {list(x.shape)} and {list(u.shape)}")
+    _check_rows(x.shape[0], old_logp=old_logp, advantage=advantage, returns=returns, mask=mask)
     w = (mask.sum() if count is None else count).clamp(min=1.0)
     dist = policy.distribution(x)
     logp = dist.log_prob(u).sum(-1)
@@ -67,7 +83,15 @@ def adapted_learning_rate(config: PPOConfig, rate: float, kl: float, update: int
     when it is below half, within [``min_learning_rate``, ``max_learning_rate``]
     (a non-finite KL lowers the rate); ``linear``: ``learning_rate x (1 -
     (update + 1) / updates)``; ``constant``: ``learning_rate``.
+
+    Raises:
+        ValueError: ``update`` outside [0, ``config.updates``), or, on the
+            adaptive schedule, a ``rate`` that is not a positive number.
     """
+    if isinstance(update, bool) or not isinstance(update, int) or not 0 <= update < config.updates:
+        raise ValueError(f"update must be an integer in [0, {config.updates}), got {update!r}")
+    if config.schedule == "adaptive" and not (isinstance(rate, (int, float)) and 0.0 < rate < math.inf):
+        raise ValueError(f"rate must be a positive number, got {rate!r}")
     if config.schedule == "constant":
         return config.learning_rate
     if config.schedule == "linear":
@@ -77,3 +101,10 @@ def adapted_learning_rate(config: PPOConfig, rate: float, kl: float, update: int
     elif kl < 0.5 * config.desired_kl:
         rate *= 1.5
     return min(max(rate, config.min_learning_rate), config.max_learning_rate)
+
+
+def _check_rows(rows: int, **tensors: torch.Tensor) -> None:
+    """Each of ``tensors`` is one value per row: [``rows``]."""
+    for name, tensor in tensors.items():
+        if tuple(tensor.shape) != (rows,):
+            raise ValueError(f"{name} must hold one value per row, shape [{rows}], got {list(tensor.shape)}")

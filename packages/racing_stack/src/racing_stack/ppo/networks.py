@@ -85,6 +85,10 @@ class ActorCritic(nn.Module):
         low, high: the env's action bounds ([2] each), which [-1, 1] maps onto.
         residual: 0 (the policy acts alone) or the residual's share of the
             half range, in [1e-6, 2] (then a buffer: its weights carry it).
+
+    Raises:
+        ValueError: an ``init_log_std``, bounds or ``residual`` other than
+            these (bounds with low >= high would mirror the actions).
     """
 
     def __init__(self, features: int, hidden: tuple[int, ...], init_log_std: float | Sequence[float],
@@ -109,6 +113,9 @@ class ActorCritic(nn.Module):
         if std.shape not in ((), (2,)) or not np.isfinite(std).all():
             raise ValueError(f"init_log_std must be a finite number or a pair of them, got {init_log_std!r}")
         low, high = np.asarray(low, np.float32), np.asarray(high, np.float32)
+        if low.shape != (2,) or high.shape != (2,) or not (np.isfinite(low).all() and np.isfinite(high).all()
+                                                           and (low < high).all()):
+            raise ValueError(f"low and high must be finite action bounds [2] each, low < high, got {low} and {high}")
         middle, half = (low + high) / 2, (high - low) / 2
         if (isinstance(residual, bool) or not isinstance(residual, numbers.Real)
                 or not (residual == 0.0 or MIN_RESIDUAL <= residual <= 2.0)):

@@ -10,8 +10,9 @@ clipped apart), the feature statistics updated, and the step size set for
 the next update by its schedule. Every ``validate_every`` updates (and at
 the last update) the policy's mean action drives the first
 ``validation_tracks`` Validation tracks on the device, with early exit
-(`racing_stack.ppo.validation`); the best policy so far (most laps, then
-the faster median lap) is the one exported.
+(`racing_stack.ppo.validation`); the best policy so far (among those that
+reach ``select_success_rate``, the faster median lap; below it, the most
+laps, then the faster lap) is the one exported.
 
 Every update appends a row to ``DIR/log.csv`` and to TensorBoard event
 files (``DIR/tensorboard``), and prints a progress line. ``DIR/checkpoint.pt``
