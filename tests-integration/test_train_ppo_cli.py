@@ -123,6 +123,13 @@ def test_an_out_that_is_a_file_or_under_a_file_is_refused(capsys, envs, tmp_path
     assert path.read_text() == "mine" and envs == []
 
 
+@pytest.mark.parametrize("out", ["", "  "])
+def test_an_empty_out_is_refused(capsys, envs, out):
+    """An empty path would train into the working folder."""
+    assert usage_error(capsys, FLAGS + ["--out", out]) == f"argument --out: must name a folder, got {out!r}"
+    assert envs == []
+
+
 def test_an_out_holding_a_run_is_refused_without_resume_or_overwrite(capsys, envs, run):
     files = snapshot(run)
     message = usage_error(capsys, FLAGS + ["--out", str(run)])
@@ -203,9 +210,11 @@ def test_resume_from_a_checkpoint_of_nonsense_fields_is_refused_once_the_env_is_
     assert snapshot(run) == files and len(envs) == 1
 
 
-@pytest.mark.parametrize("setting, split", [("tracks=100000", "'train'"),
-                                            ("validation_tracks=100000", "Validation split")])
-def test_more_tracks_than_a_split_holds_are_refused(capsys, envs, tmp_path, setting, split):
+@pytest.mark.parametrize("setting, said", [("tracks=100000", "tracks must be in [1, 10000], got 100000"),
+                                           ("validation_tracks=100000", "validation_tracks must be at most the "
+                                                                        "Validation split's 1000 tracks, got 100000")])
+def test_more_tracks_than_a_split_holds_are_refused_before_any_work(capsys, envs, tmp_path, setting, said):
     flags = FLAGS + (["--set", "validate_every=1"] if setting.startswith("validation") else [])
     message = usage_error(capsys, flags + ["--out", str(tmp_path / "out"), "--set", setting])
-    assert message.startswith("--set") and "100000" in message and split in message, message
+    assert message.startswith("--set") and said in message, message
+    assert envs == [] and not (tmp_path / "out").exists()

@@ -80,6 +80,27 @@ except KeyboardInterrupt:
 """
 
 
+EARLY = """
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+if sys.argv[1] == "command":
+    sys.argv[0] = "-m"  # as Python sets it while it imports the packages of `python -m racing_stack.<command>`
+import racing_stack
+from racing_stack._cli import ctrl_c_not_lost
+""" + DROP_A_CTRL_C + """
+drop_a_ctrl_c()  # while the command imports, before its block
+started = time.monotonic()
+try:
+    with ctrl_c_not_lost():
+        while time.monotonic() - started < 8.0:
+            sum(range(1000))
+    print("ran on", flush=True)
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - started:.1f} s", flush=True)
+print("hook", "python's" if sys.unraisablehook is sys.__unraisablehook__ else "another", flush=True)
+"""
+
+
 def child(mode: str, script: str = CHILD) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=120)
@@ -115,6 +136,19 @@ def test_a_dropped_ctrl_c_is_raised_again_in_a_blocking_wait():
     done, _ = child("guarded", WAKE)
     assert done.returncode == 0 and done.stdout.startswith("woken after"), done.stdout + done.stderr
     assert float(done.stdout.split()[2]) < 4.0
+
+
+def test_a_ctrl_c_dropped_while_a_command_starts_is_raised_in_its_block():
+    """Run as ``python -m racing_stack.<command>``, a Ctrl-C dropped before
+    the command's block (while it imports) is raised in the block at once;
+    imported as a library, racing_stack leaves a drop alone."""
+    done, _ = child("command", EARLY)
+    assert "Exception ignored" in done.stderr
+    words = done.stdout.split()
+    assert words[:2] == ["interrupted", "after"] and float(words[2]) < 4.0, done.stdout + done.stderr
+    assert words[-2:] == ["hook", "python's"]  # the recorder is gone with the block
+    done, _ = child("library", EARLY)
+    assert done.stdout.split() == ["ran", "on", "hook", "python's"], done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("handler", ["ignored", "the caller's"])

@@ -431,6 +431,19 @@ def test_bad_action_bounds_are_refused(low, high):
         ActorCritic(FEATURES, (4,), 0.0, np.asarray(low), np.asarray(high))
 
 
+def test_weights_for_other_action_bounds_are_refused():
+    """The bounds come from the env; a file's that differ (the map of the
+    normalised action onto the env's) are refused, and nothing changes."""
+    state = network().state_dict()
+    other = ActorCritic(FEATURES, (16, 8), 0.0, LOW, HIGH * 2).state_dict()
+    target = network()
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    for name in ("action_middle", "action_half"):
+        with pytest.raises(CorruptFile, match="w.pt was trained for other action bounds than the env's"):
+            target.load_checked({**state, name: other[name]}, "w.pt")
+    assert all(torch.equal(v, before[k]) for k, v in target.state_dict().items())
+
+
 def test_a_residual_travels_with_the_weights_and_must_match():
     state = residual_network(0.5).state_dict()
     assert float(state["residual"]) == 0.5

@@ -1,6 +1,12 @@
 """The known-good set of the three packages, and the joins between them."""
 
+import sys
 from importlib.metadata import PackageNotFoundError, version
+
+if sys.argv[:1] == ["-m"]:  # being imported to run `python -m racing_stack.<command>`: before its imports
+    from racing_stack._cli import keep_early_ctrl_c
+
+    keep_early_ctrl_c()
 
 try:  # the installed distribution's version: pyproject.toml is the one place it is written
     __version__ = version("racing-stack")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["SEED_END", "INTERRUPTED_STATUS", "Interrupted", "int_in", "float_in", "check_outputs",
-           "add_verbose_argument", "quiet_warp", "report_interrupted", "ctrl_c_not_lost"]
+           "add_verbose_argument", "quiet_warp", "report_interrupted", "ctrl_c_not_lost", "keep_early_ctrl_c"]
 
 #: Reset seeds are one uint32 SeedSequence word: ``[0, 2**32)``.
 SEED_END = 2**32
@@ -43,6 +43,45 @@ def report_interrupted(prog: str, stop: Interrupted) -> tuple[dict[str, Any], in
     return stop.result, INTERRUPTED_STATUS
 
 
+#: While `keep_early_ctrl_c`'s recorder is installed: (the recorder, the hook it wraps).
+_early: list[tuple[Callable[[Any], None], Callable[[Any], None]]] = []
+#: Set when the recorder saw a Ctrl-C dropped.
+_dropped_early = threading.Event()
+
+
+def keep_early_ctrl_c() -> None:
+    """From now until the first `ctrl_c_not_lost` block begins, remember a
+    Ctrl-C that Python drops (as that block would see it); the block then
+    raises it at once. A command's start imports JAX, which registers a
+    garbage collector callback, and then much else: a Ctrl-C pressed then
+    could land in the callback and be dropped before any block is there
+    to see it, and the command would run to its end. ``racing_stack``
+    calls this when it is imported to run one of its modules (``python
+    -m racing_stack.<command>``), before the command's imports."""
+    if _early:
+        return
+    wrapped = sys.unraisablehook
+
+    def record(unraisable: Any) -> None:
+        wrapped(unraisable)
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _dropped_early.set()
+
+    _early.append((record, wrapped))
+    sys.unraisablehook = record
+
+
+def _take_early_ctrl_c() -> bool:
+    """Remove `keep_early_ctrl_c`'s recorder; whether it saw a drop."""
+    if _early:
+        record, wrapped = _early.pop()
+        if sys.unraisablehook is record:
+            sys.unraisablehook = wrapped
+    dropped = _dropped_early.is_set()
+    _dropped_early.clear()
+    return dropped
+
+
 @contextlib.contextmanager
 def ctrl_c_not_lost() -> Iterator[None]:
     """Within the block, a Ctrl-C (SIGINT) that Python drops is raised
@@ -61,11 +100,13 @@ def ctrl_c_not_lost() -> Iterator[None]:
     the block has ended by a `KeyboardInterrupt`, later Ctrl-Cs are
     ignored (the command is on its way out). Nothing changes where SIGINT
     is not Python's default (ignored in a background job, or handled by
-    the caller) or off the main thread."""
+    the caller) or off the main thread. A Ctrl-C dropped before the block
+    while `keep_early_ctrl_c` was watching is raised in the block, at once."""
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield
         return
+    early = _take_early_ctrl_c()
     pressed, redo, in_hook, ended = (threading.Event() for _ in range(4))
     print_unraisable = sys.unraisablehook
     main = threading.main_thread().ident
@@ -97,6 +138,9 @@ def ctrl_c_not_lost() -> Iterator[None]:
     signal.signal(signal.SIGINT, handler)
     sys.unraisablehook = dropped
     threading.Thread(target=again, name="ctrl-c-again", daemon=True).start()
+    if early:
+        pressed.set()
+        redo.set()
     try:
         yield
     except KeyboardInterrupt:

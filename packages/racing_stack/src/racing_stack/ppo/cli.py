@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="train-ppo", description=train.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument("--out", type=Path, default=Path("runs/ppo"), help="the run's folder (default runs/ppo)")
+    parser.add_argument("--out", type=_folder, default=Path("runs/ppo"), help="the run's folder (default runs/ppo)")
     parser.add_argument("--updates", type=int, default=None, help="override the preset's number of updates")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     parser.add_argument("--overwrite", action="store_true", help="delete the run already in OUT and start anew")
@@ -60,11 +60,8 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
     trainer = None
     try:
         with ctrl_c_not_lost():  # a Ctrl-C raised inside a garbage collector callback is raised again
-            try:
-                validation = make_validation_env(config) if config.validate_every and group.lead else None
-                trainer = Trainer(config, make_env(config, group), args.out, validation=validation, group=group)
-            except ValueError as error:  # a Train or Validation size beyond its split
-                parser.error(f"--set tracks or validation_tracks: {error}")
+            validation = make_validation_env(config) if config.validate_every and group.lead else None
+            trainer = Trainer(config, make_env(config, group), args.out, validation=validation, group=group)
             try:
                 trainer.run(resume=args.resume, overwrite=args.overwrite)
             except ValueError as error:  # CorruptFile too
@@ -92,10 +89,22 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
                     say(f"{name} {path}")
     except KeyboardInterrupt:
         where = "before training" if trainer is None else f"at update {trainer.update}"
-        print(f"train-ppo: interrupted {where}; --resume continues from the last checkpoint "
-              f"(update {None if trainer is None else trainer.saved_update})", file=sys.stderr)
+        if trainer is not None and trainer.saved_update is not None:
+            then = f"--resume continues from the last checkpoint (update {trainer.saved_update})"
+        elif args.resume:
+            then = "its checkpoint is as it was: --resume continues from it"
+        else:
+            then = "no checkpoint was written yet: start it again (--overwrite replaces what it wrote)"
+        print(f"train-ppo: interrupted {where}; {then}", file=sys.stderr)
         return 130
     return 0
+
+
+def _folder(text: str) -> Path:
+    """``--out``: a folder's path; an empty one would be the working folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must name a folder, got {text!r}")
+    return Path(text)
 
 
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PPOConfig:

@@ -8,6 +8,7 @@ from typing import Any
 
 from racing_env import checks
 
+from racing_stack.pools import SPLITS
 from racing_stack.ppo.networks import MIN_RESIDUAL
 from racing_stack.wrappers import LocalTrack, ShapedReward
 
@@ -61,11 +62,12 @@ class PPOConfig:
         stagger_steps: at the start, world w is held braked (its calls
             masked out of training) for a uniform random 0 to
             ``stagger_steps`` calls, so that the worlds' laps are out of phase.
-        tracks: Train pool rows trained on (its first N; None: all 10,000).
+        tracks: Train pool rows trained on (its first N, at most 10,000; None: all).
         checkpoint_every: updates between checkpoints.
         validate_every: updates between validations (0: none).
-        validation_tracks: Validation rows a validation drives (its first N,
-            the "select" rows); the chosen policy is confirmed on the next N.
+        validation_tracks: Validation rows a validation drives (its first N
+            of 1,000, the "select" rows); the chosen policy is confirmed on
+            the next N.
         select_success_rate: the validation success rate that is enough:
             among validations that reach it the faster median lap wins;
             below it the higher success rate (then the faster lap). 1.0:
@@ -155,7 +157,11 @@ class PPOConfig:
         if self.residual and self.features.prior is None:
             raise ValueError("residual needs a prior to correct: set features.prior (e.g. features.prior={})")
         if self.tracks is not None:
-            object.__setattr__(self, "tracks", checks.integer_in(self.tracks, "tracks", 1))
+            size = SPLITS["train"].size
+            object.__setattr__(self, "tracks", checks.integer_in(self.tracks, "tracks", 1, size + 1))
+        if self.validation_tracks > SPLITS["validation"].size:
+            raise ValueError(f"validation_tracks must be at most the Validation split's "
+                             f"{SPLITS['validation'].size} tracks, got {self.validation_tracks}")
 
     def warms_up(self, success_rate: float) -> bool:
         """Whether an update whose rollout's ended episodes lapped

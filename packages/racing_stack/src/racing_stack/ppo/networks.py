@@ -200,8 +200,9 @@ class ActorCritic(nn.Module):
         return self._to_env(clipped_mean(mean, std, low, high), x)
 
     def load_checked(self, weights: Any, source: str) -> None:
-        """Load a state dict that must fit this network exactly (its layers
-        and shapes) and hold finite values only; nothing changes otherwise.
+        """Load a state dict that must fit this network exactly (its layers,
+        shapes, action bounds and residual) and hold finite values only;
+        nothing changes otherwise.
 
         Raises:
             racing_stack.checkpoints.CorruptFile: ``source`` (where the
@@ -217,6 +218,10 @@ class ActorCritic(nn.Module):
             raise checkpoints.CorruptFile(f"{source} does not fit the network: its layers, shapes or types differ")
         if bool((weights["normalizer.var"] < 0).any()) or float(weights["normalizer.count"]) < 0:
             raise checkpoints.CorruptFile(f"{source} holds a negative variance or count")
+        if not all(torch.equal(weights[k].cpu(), mine[k].cpu()) for k in ("action_middle", "action_half")):
+            raise checkpoints.CorruptFile(f"{source} was trained for other action bounds than the env's "
+                                          f"(middle {weights['action_middle'].tolist()}, half range "
+                                          f"{weights['action_half'].tolist()})")
         if "residual" in mine and not torch.equal(weights["residual"], mine["residual"]):
             raise checkpoints.CorruptFile(f"{source} was trained as a residual of {float(weights['residual']):g}, "
                                           f"not of {float(mine['residual']):g}")
