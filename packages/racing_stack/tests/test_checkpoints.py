@@ -193,12 +193,16 @@ def test_a_valid_file_whose_payload_would_run_code_is_refused_without_running_it
     marker.unlink()
     path = tmp_path / "checkpoint.pt"
     path.write_bytes(f"racing_stack checkpoint 1 {hashlib.sha256(body).hexdigest()} {len(body)}\n".encode() + body)
-    assert "holds something other than tensors and plain data" in str(refused(path))
+    message = str(refused(path))
+    assert "holds something other than tensors and plain data" in message
+    assert how.removeprefix("os.") in message  # what was refused: builtins.open, posix.system
+    assert "weights_only" not in message and "file an issue" not in message  # no advice to load it unsafely
     assert not marker.exists()
     # A bare pickle (not torch.save's container) in a valid header is refused the same way.
     body = pickle.dumps(call)
     path.write_bytes(f"racing_stack checkpoint 1 {hashlib.sha256(body).hexdigest()} {len(body)}\n".encode() + body)
-    refused(path, match="holds something other than tensors")
+    message = str(refused(path, match="holds something other than tensors"))
+    assert "weights_only" not in message and "file an issue" not in message
     assert not marker.exists()
 
 

@@ -100,6 +100,15 @@ def load(path: Path, kind: str, map_location: torch.device | str | None = None) 
     try:
         return torch.load(io.BytesIO(body), map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as error:  # weights_only refuses anything that would run code
-        raise CorruptFile(f"{path} holds something other than tensors and plain data: {error}") from None
+        raise CorruptFile(f"{path} holds something other than tensors and plain data: {_why(error)}") from None
     except Exception as error:  # e.g. CUDA tensors on a machine without CUDA: pass map_location
         raise CorruptFile(f"{path}: its payload cannot be read here: {error}") from None
+
+
+def _why(error: pickle.UnpicklingError) -> str:
+    """What Torch's safe unpickler refused, without its advice to load the
+    file unsafely (``weights_only=False``) or to file an issue."""
+    advice = ("Check the documentation", "Please file an issue")
+    kept = [line.strip().removeprefix("WeightsUnpickler error:").strip() for line in str(error).splitlines()
+            if "weights_only" not in line and not line.strip().startswith(advice)]
+    return "; ".join(line for line in kept if line) or "a payload the safe unpickler refuses"
