@@ -183,6 +183,7 @@ def test_resume_from_a_damaged_or_foreign_checkpoint_is_refused(capsys, envs, ru
     (["--set", "learning_rate=0.002"], "other settings: ['learning_rate']"),
     (["--set", "reward.off_track_penalty=5.0"], "other settings: ['reward']"),
     (["--updates", "1"], "updates is 1, fewer than the 2"),
+    (["--updates", "1"], "may only grow (--updates 2 continues it to its end)"),
 ])
 def test_resume_with_other_settings_or_fewer_updates_is_refused(capsys, envs, run, extra, said):
     files = snapshot(run)

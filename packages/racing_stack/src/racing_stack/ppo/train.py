@@ -701,7 +701,8 @@ def resume_problem(config: PPOConfig, theirs: dict[str, Any], path: Path) -> Non
         raise ValueError(f"the checkpoint {path} was trained with other settings: {differ}")
     if config.updates < their_config.updates:
         raise ValueError(f"updates is {config.updates}, fewer than the {their_config.updates} of the run in {path}: "
-                         "a resumed run's updates may only grow")
+                         f"a resumed run's updates may only grow (--updates {their_config.updates} continues it "
+                         "to its end)")
 
 
 def make_env(config: PPOConfig, group: Group | None = None):
