@@ -63,9 +63,11 @@ def keep_early_ctrl_c() -> None:
     wrapped = sys.unraisablehook
 
     def record(unraisable: Any) -> None:
-        wrapped(unraisable)
-        if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            _dropped_early.set()
+        try:
+            wrapped(unraisable)
+        finally:  # seen even if printing it is interrupted
+            if isinstance(unraisable.exc_value, KeyboardInterrupt):
+                _dropped_early.set()
 
     _early.append((record, wrapped))
     sys.unraisablehook = record
