@@ -353,10 +353,10 @@ class ShapedReward:
                 the device is the caller's to keep there).
         """
         if not isinstance(crash_weight, jax.Array):
-            crash_weight = checks.real_in(crash_weight, "crash_weight", 0.0, 1.0)
+            crash_weight = jnp.float32(checks.real_in(crash_weight, "crash_weight", 0.0, 1.0))
         return _shaped(self, endings, reward, obs["track_length"], info["termination_reason"], obs["velocity_body"],
                        obs["position"], obs["yaw"], obs["centerline"], obs["left_boundary"], obs["track_mask"], done,
-                       active, crash_weight if isinstance(crash_weight, jax.Array) else jnp.float32(crash_weight))
+                       active, crash_weight)
 
 
 @functools.partial(jax.jit, static_argnums=0)
