@@ -245,5 +245,5 @@ PRESETS = {
                      validate_every=10, validation_tracks=4, validation_steps=200),
     "gpu": PPOConfig(updates=600, schedule="linear", learning_rate=1e-3, clip=0.1, crash_warmup_updates=200,
                      crash_warmup_success=0.5, validate_every=300, init_log_std=(-1.6, -1.6),
-                     reward=ShapedReward(crash_energy_cost=1.0, stall_progress_m=1.0, slip_cost=0.05)),
+                     reward=ShapedReward(crash_energy_cost=1.0, stall_progress_m=1.0, slip_cost=0.1)),
 }
