@@ -246,6 +246,12 @@ def nonsense(state, case):
     elif case == "env snapshot of another shape":
         key = sorted(state["env"])[-1]
         state["env"][key] = torch.zeros(tuple(state["env"][key].shape) + (2,), dtype=state["env"][key].dtype)
+    elif case == "env snapshot with negative step counts":
+        state["env"]["state.steps"] = torch.full_like(state["env"]["state.steps"], -5)
+    elif case == "env snapshot with a segment beyond its track":
+        state["env"]["state.race.local_segment"] = torch.full_like(state["env"]["state.race.local_segment"], 10**6)
+    elif case == "env snapshot with a car far off its track":
+        state["env"]["physics.qpos"][:, 0] = 1e9
     elif case == "fields missing":
         del state["optimizer"]
     elif case == "fields extra":
@@ -269,7 +275,9 @@ NONSENSE = ["policy of another shape", "policy missing a layer", "policy not fin
             "crash clock beyond the update", "crash clock a bool", "feature statistics negative",
             "observation missing a field", "observation of another type",
             "observation of a type NumPy lacks", "env snapshot missing a field", "env snapshot of another shape",
-            "env snapshot of a type NumPy lacks", "fields missing", "fields extra",
+            "env snapshot of a type NumPy lacks", "env snapshot with negative step counts",
+            "env snapshot with a segment beyond its track", "env snapshot with a car far off its track",
+            "fields missing", "fields extra",
             "best policy", "settings invalid", "not a dict"]
 
 

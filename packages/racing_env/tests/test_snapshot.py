@@ -1,13 +1,17 @@
 """snapshot / restore: an env restored from a snapshot continues exactly as
 the original did (every output, bitwise), on both backends; a snapshot
-that does not fit is refused by name and changes nothing."""
+that does not fit, or holds values no run reaches, is refused by name and
+changes nothing; every snapshot of a real lap is accepted."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track
+from racing_env import LEVEL_0, Level, ProjectConfig, VecCarRacingEnv, level0_track
+from racing_env.pursuit import pursuit
+from racing_env.types import TerminationReason
+from racing_env.vector import SNAPSHOT_MARGIN_M
 
 #: Level 0 with 30-step episodes, for the one-world cpu_reference env.
 SHORT_CPU = Level(level_id=0, name="short", max_episode_steps=30)
@@ -90,3 +94,97 @@ def test_snapshot_and_restore_need_a_reset_first():
         env.snapshot()
     with pytest.raises(RuntimeError, match="reset"):
         env.restore({})
+
+
+def crafted(snap, key, value, world=1):
+    """``snap`` with world ``world``'s entry of ``key`` set to ``value``."""
+    array = np.array(snap[key])
+    array[world] = value
+    return dict(snap, **{key: array})
+
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("state.world", 7, r"snapshot\['state.world'\] must be this env's world indices; world 1's is not \(it holds 7\)"),
+    ("state.race.local_segment", -1, r"'state.race.local_segment'\] must be in \[0, its row's segments\)"),
+    ("state.race.local_segment", 10**6, r"'state.race.local_segment'\] must be in .* \(it holds 1000000\)"),
+    ("state.race.progress_segment", -3, r"'state.race.progress_segment'\] must be in \[0, its row's segments \+ 16\]"),
+    ("state.race.progress_segment", 10**6, r"'state.race.progress_segment'\]"),
+    ("state.race.progress_m", np.nan, r"'state.race.progress_m'\] must be finite, in \[0, twice its row's lap\] m"),
+    ("state.race.progress_m", -1.0, r"'state.race.progress_m'\]"),
+    ("state.race.progress_m", 1e9, r"'state.race.progress_m'\]"),
+    ("state.steps", -1, r"'state.steps'\] must be in \[0, 4\] \(the Level's timeout\); world 1's is not"),
+    ("state.steps", 5, r"'state.steps'\]"),
+    ("state.clipped", -2, r"'state.clipped'\] must be >= 0"),
+    ("physics.qvel", np.inf, r"'physics.qvel'\] must be finite; world 1's is not"),
+    ("physics.time", np.nan, r"'physics.time'\] must be finite"),
+    ("physics.qacc_warmstart", -np.inf, r"'physics.qacc_warmstart'\] must be finite"),
+])
+def test_a_snapshot_holding_values_no_run_reaches_is_refused_and_changes_nothing(mjx_pool_env, key, value, match):
+    """A snapshot of the right layout whose values no run of the env
+    reaches (crafted, or written by another env) is refused by field and
+    world before anything changes."""
+    env = mjx_pool_env
+    env.reset(seed=2)
+    outputs(env, actions(env, 3, 4))
+    before = env.snapshot()
+    with pytest.raises(ValueError, match=match):
+        env.restore(crafted(before, key, value))
+    after = env.snapshot()
+    assert all(np.array_equal(before[k], after[k], equal_nan=True) for k in before)
+
+
+def test_a_snapshot_whose_car_is_far_off_its_track_is_refused(mjx_pool_env, short_pool):
+    """A car more than `SNAPSHOT_MARGIN_M` outside its track's bounding box
+    is refused on both backends; one just inside that margin is accepted."""
+    env = mjx_pool_env
+    env.reset(seed=3)
+    snap = env.snapshot()
+    row = int(snap["state.race.row"][2])
+    valid = np.asarray(short_pool.track_mask[row], bool)
+    edges = np.concatenate([np.asarray(short_pool.left_boundary[row])[valid],
+                            np.asarray(short_pool.right_boundary[row])[valid]])
+    right = float(edges[:, 0].max())
+    qpos = np.array(snap["physics.qpos"])
+    qpos[2, 0] = right + SNAPSHOT_MARGIN_M + 1.0
+    with pytest.raises(ValueError, match=r"snapshot's car of world 2 stands at \(.*\) m, more than 50 m outside"):
+        env.restore(dict(snap, **{"physics.qpos": qpos}))
+    assert np.array_equal(env.snapshot()["physics.qpos"], snap["physics.qpos"])
+    qpos[2, 0] = right + SNAPSHOT_MARGIN_M - 1.0
+    env.restore(dict(snap, **{"physics.qpos": qpos}))
+    np.testing.assert_array_equal(env.snapshot()["physics.qpos"], qpos)
+
+    cpu = VecCarRacingEnv(1, config=ProjectConfig(), level=SHORT_CPU, backend="cpu_reference", track=level0_track())
+    cpu.reset(seed=0)
+    state = cpu.snapshot()
+    far = np.array(state["physics.mujoco_state"])
+    far[1] = 1e9  # x: the integration state is the time, then qpos
+    with pytest.raises(ValueError, match="snapshot's car of world 0 stands at \\(1000000000.0, "):
+        cpu.restore(dict(state, **{"physics.mujoco_state": far}))
+    far[1], far[5] = state["physics.mujoco_state"][1], np.nan
+    with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be finite; world 0's is not"):
+        cpu.restore(dict(state, **{"physics.mujoco_state": far}))
+    assert all(np.array_equal(state[k], cpu.snapshot()[k]) for k in state)
+
+
+def test_every_snapshot_of_a_real_lap_is_accepted():
+    """Pure pursuit laps Level 0 on the CPU; a snapshot taken every 100
+    calls, at the call that completes the lap (its progress past the
+    finish) and at the reset after it restores, and the env goes on
+    exactly as before."""
+    env = VecCarRacingEnv(1, config=ProjectConfig(), level=LEVEL_0, backend="cpu_reference", track=level0_track())
+    obs, _ = env.reset(seed=0)
+    calls, ended = 0, None
+    while ended is None or calls <= ended:
+        obs, _, terminated, truncated, info = env.step(pursuit(obs, speed_mps=20.0))
+        calls += 1
+        if ended is None and (terminated[0] or truncated[0]):
+            assert int(info["termination_reason"][0]) == TerminationReason.SUCCESS
+            ended = calls
+        if calls % 100 == 0 or calls >= (ended or calls + 1):
+            snap = env.snapshot()
+            env.restore(snap)
+            assert all(np.array_equal(snap[k], v) for k, v in env.snapshot().items())
+            if calls == ended:  # the lap's last call: progress at or past the finish, the next call resets
+                assert snap["state.race.progress_m"][0] >= float(env.params.tracks.lap_m[0])
+                assert snap["state.pending"][0]
+    assert ended is not None and snap["state.race.progress_segment"][0] == 0  # the last one: after the reset

@@ -144,7 +144,9 @@ class RaceState(NamedTuple):
         row: int32 [E], the world's TrackPool row.
         local_segment: int32 [E], the localizer's segment, in [0, n).
         progress_segment: int32 [E], the segment of the last legal
-            projection, counted from the start without wrapping, in [0, n].
+            projection, counted from the start without wrapping, in [0, n]
+            (up to n + `racing_env.race.WINDOW` on the call that completes
+            the lap: the car may have passed the finish by a few segments).
         progress_m: float32 [E], legal arc length driven this lap, m.
         legal: bool [E], the localizer has stayed within `racing_env.race.WINDOW` segments
             of the last legal projection (or came back into them from behind).

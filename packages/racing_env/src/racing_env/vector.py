@@ -26,7 +26,7 @@ from racing_env import core
 from racing_env.checks import integer_in, no_render_mode
 from racing_env.config import Level, ProjectConfig
 from racing_env.physics import BACKENDS, CpuReferencePhysics, MjxWarpPhysics, PhysicsState
-from racing_env.race import MIN_POINTS, min_segment_length, track_arrays
+from racing_env.race import MIN_POINTS, WINDOW, min_segment_length, track_arrays
 from racing_env.spaces import action_space, observation_space
 from racing_env.tracks import Track, TrackPool
 from racing_env.types import INFO_FIELDS, EnvState, TrackArrays
@@ -34,6 +34,10 @@ from racing_env.types import INFO_FIELDS, EnvState, TrackArrays
 __all__ = ["VecCarRacingEnv"]
 
 _UINT32_END = 2**32
+#: How far outside its track's bounding box (of both boundaries) a restored
+#: car may stand, m: a run ends an episode where a wheel leaves the track,
+#: so a car of a real snapshot is within a car's length of it.
+SNAPSHOT_MARGIN_M = 50.0
 
 
 def _reset_physics_first(params: core.EnvParams, physics, data, *args):
@@ -81,6 +85,17 @@ class _DeviceStepper:
     def restore(self, fields: dict[str, Any]) -> None:
         self.data = PhysicsState(**{k: jax.device_put(np.asarray(fields[k]), self.home) for k in PhysicsState._fields})
 
+    @staticmethod
+    def by_world(fields: dict[str, Any]) -> dict[str, np.ndarray]:
+        """A snapshot's physics fields as [E, -1] rows, one a world."""
+        return {k: np.asarray(fields[k]).reshape(len(fields[k]), -1) for k in PhysicsState._fields}
+
+    @staticmethod
+    def positions(fields: dict[str, Any]) -> np.ndarray:
+        """float [E, 2]: each car's (x, y) in a snapshot's physics fields, m
+        (the free joint's first coordinates)."""
+        return np.asarray(fields["qpos"])[:, :2]
+
     def core_data(self) -> PhysicsState:
         return self.data
 
@@ -122,12 +137,34 @@ class _HostStepper:
     def restore(self, fields: dict[str, Any]) -> None:
         self.physics.set_integration_state(fields["mujoco_state"])
 
+    @staticmethod
+    def by_world(fields: dict[str, Any]) -> dict[str, np.ndarray]:
+        """A snapshot's physics fields as [1, -1] rows (the one world)."""
+        return {"mujoco_state": np.asarray(fields["mujoco_state"]).reshape(1, -1)}
+
+    @staticmethod
+    def positions(fields: dict[str, Any]) -> np.ndarray:
+        """float [1, 2]: the car's (x, y) in a snapshot's physics fields, m
+        (``mjSTATE_INTEGRATION`` starts with the time, then qpos, whose free
+        joint comes first)."""
+        return np.asarray(fields["mujoco_state"])[None, 1:3]
+
     def core_data(self) -> None:
         raise ValueError("core_state needs the mjx_warp backend: cpu_reference integrates in MuJoCo C, on the host")
 
 
 #: How each backend steps: the env's only dispatch on it.
 _STEPPERS = {"mjx_warp": _DeviceStepper, "cpu_reference": _HostStepper}
+
+
+def _track_boxes(tracks: TrackArrays) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) float32 [P, 2]: each pool row's bounding box of both
+    boundaries' valid points, m."""
+    valid = jnp.tile(tracks.track_mask.astype(bool), (1, 2))[..., None]
+    points = jnp.concatenate([tracks.left_boundary, tracks.right_boundary], axis=1)
+    low = jnp.min(jnp.where(valid, points, jnp.inf), axis=1)
+    high = jnp.max(jnp.where(valid, points, -jnp.inf), axis=1)
+    return np.asarray(low), np.asarray(high)
 
 
 def _missing(**given: Any) -> list[str]:
@@ -314,7 +351,8 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         Raises:
             RuntimeError: before the first reset (its arrays give the layout).
             TypeError: ``snapshot`` is not a dict.
-            ValueError: a missing, extra or differently shaped or typed field,
+            ValueError: a missing, extra or differently shaped or typed
+                field, or a value no run of this env reaches (`_check_values`),
                 named; nothing is changed then.
         """
         if self._state is None:
@@ -333,6 +371,7 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         rows = np.asarray(snapshot["state.race.row"])
         if rows.size and not (0 <= rows.min() and rows.max() < len(self.track_pool)):
             raise ValueError(f"snapshot's track rows are outside this env's {len(self.track_pool)} pool rows")
+        self._check_values(snapshot, rows)
         treedef = jax.tree_util.tree_structure(self._state)
         sharding = jax.tree.leaves(self._state)[0].sharding
         state_keys = [key for key in mine if key.startswith("state")]  # in tree order
@@ -340,6 +379,57 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             treedef, [jax.device_put(np.asarray(snapshot[k]), sharding) for k in state_keys])
         self._stepper.restore({k[len("physics."):]: v for k, v in snapshot.items() if k.startswith("physics.")})
         self._np_random_seed = int(snapshot["state.root_seed"])
+
+    def _check_values(self, snapshot: dict[str, Any], rows: np.ndarray) -> None:
+        """Refuse a snapshot (of the right layout, its rows in the pool)
+        holding values that no run of this env reaches, by field and world:
+        a crafted or miswritten file would otherwise be stepped from as
+        state (segment indices gathered out of range, episodes past the
+        Level's timeout, a car kilometres off its track).
+
+        Raises:
+            ValueError: other world indices than this env's; a segment
+                outside its row's loop (``progress_segment`` may pass the
+                finish by up to `racing_env.race.WINDOW` segments); progress
+                not finite or outside [0, 2 laps]; step counts outside [0,
+                the Level's timeout]; negative clip counts; a non-finite
+                physics value; a car more than `SNAPSHOT_MARGIN_M` outside
+                its track's bounding box.
+        """
+        tracks = self._params.tracks
+        n = np.asarray(tracks.num_points)[rows]
+        lap = np.asarray(tracks.lap_m)[rows]
+        value = {key: np.asarray(snapshot[key]) for key in
+                 ("state.world", "state.race.local_segment", "state.race.progress_segment",
+                  "state.race.progress_m", "state.steps", "state.clipped")}
+        segment, passed, progress = (value[f"state.race.{k}"] for k in ("local_segment", "progress_segment",
+                                                                          "progress_m"))
+        steps, limit = value["state.steps"], self.level.max_episode_steps
+        checks = [
+            ("state.world", value["state.world"] == np.asarray(self._state.world), "this env's world indices"),
+            ("state.race.local_segment", (segment >= 0) & (segment < n), "in [0, its row's segments)"),
+            ("state.race.progress_segment", (passed >= 0) & (passed <= n + WINDOW),
+             f"in [0, its row's segments + {WINDOW}]"),
+            ("state.race.progress_m", np.isfinite(progress) & (progress >= 0) & (progress <= 2 * lap),
+             "finite, in [0, twice its row's lap] m"),
+            ("state.steps", (steps >= 0) & (steps <= limit), f"in [0, {limit}] (the Level's timeout)"),
+            ("state.clipped", value["state.clipped"] >= 0, ">= 0"),
+        ]
+        physics = {k[len("physics."):]: v for k, v in snapshot.items() if k.startswith("physics.")}
+        checks += [(f"physics.{name}", np.isfinite(per_world).all(axis=1), "finite")
+                   for name, per_world in self._stepper.by_world(physics).items()]
+        for name, ok, want in checks:
+            if not ok.all():
+                world = int(np.flatnonzero(~ok)[0])
+                held = f" (it holds {value[name][world]})" if name in value else ""
+                raise ValueError(f"snapshot[{name!r}] must be {want}; world {world}'s is not{held}")
+        low, high = _track_boxes(tracks)
+        xy = self._stepper.positions(physics)
+        far = ~np.all((xy >= low[rows] - SNAPSHOT_MARGIN_M) & (xy <= high[rows] + SNAPSHOT_MARGIN_M), axis=1)
+        if far.any():
+            world = int(np.flatnonzero(far)[0])
+            raise ValueError(f"snapshot's car of world {world} stands at {tuple(xy[world].tolist())} m, more than "
+                             f"{SNAPSHOT_MARGIN_M:g} m outside its track's bounding box")
 
     @property
     def params(self) -> core.EnvParams:
