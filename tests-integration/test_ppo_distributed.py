@@ -1,8 +1,9 @@
 """PPO across processes on the CPU (gloo), through the real command under
 ``torchrun``: two processes of 2 worlds each train the policy one process
 of 4 worlds trains (same log, same weights within float tolerance); the
-two-process checkpoint resumes in one process; a process that dies stops
-the other with an error, not a hang."""
+two-process checkpoint resumes in one process; a checkpoint one process
+refuses its share of stops both; a process that dies stops the other with
+an error, not a hang."""
 
 from __future__ import annotations
 
@@ -112,6 +113,25 @@ def test_a_resume_with_other_worlds_in_all_is_refused_by_name(runs, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     assert "other settings: ['worlds']" in done.stderr
+
+
+def test_a_checkpoint_one_process_refuses_its_share_of_is_refused_by_both(runs, tmp_path):
+    """Steps no run reaches in process 1's worlds alone: process 1 names
+    the field, process 0 says another process refused, and both stop with
+    the usage error before training (neither goes on alone)."""
+    out = tmp_path / "two"
+    out.mkdir()
+    state = checkpoints.load(runs / "two" / "checkpoint.pt", "checkpoint")
+    state["env"]["state.steps"][2:] = -5  # worlds 2 and 3: process 1's share
+    checkpoints.save(out / "checkpoint.pt", "checkpoint", state)
+    (out / "log.csv").write_bytes((runs / "two" / "log.csv").read_bytes())
+    logged = rows(out)
+    done = train(out, 2, state["update"] + 2, 2, "--resume", wait=False)
+    text, _ = done.communicate(timeout=600)
+    assert done.returncode != 0, text
+    assert "'state.steps'] must be in [0, 24]" in text and "world 2 (entry 0" in text
+    assert "another process refused its share of the run" in text
+    assert rows(out) == logged  # nothing trained
 
 
 def free_port() -> int:

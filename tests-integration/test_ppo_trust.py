@@ -281,6 +281,12 @@ NONSENSE = ["policy of another shape", "policy missing a layer", "policy not fin
             "best policy", "settings invalid", "not a dict"]
 
 
+#: The field each out-of-range env value is refused by (the env's `restore` names it).
+ENV_FIELDS = {"env snapshot with negative step counts": "'state.steps'",
+              "env snapshot with a segment beyond its track": "'state.race.local_segment'",
+              "env snapshot with a car far off its track": "'physics.qpos'] must be a car within 50 m"}
+
+
 @pytest.fixture(scope="module")
 def untrained(env, tmp_path_factory):
     return Trainer(TINY, env, tmp_path_factory.mktemp("fresh"), progress=quiet)
@@ -332,6 +338,7 @@ def test_a_checkpoint_of_nonsense_fields_is_refused_by_name_and_changes_nothing(
     with pytest.raises(CorruptFile) as caught:
         trainer.load(path)
     assert str(path) in str(caught.value), caught.value
+    assert ENV_FIELDS.get(case, "") in str(caught.value), caught.value
     assert_unchanged(trainer, before)
 
 

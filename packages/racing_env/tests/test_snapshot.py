@@ -10,6 +10,7 @@ import pytest
 
 from racing_env import LEVEL_0, Level, ProjectConfig, VecCarRacingEnv, level0_track
 from racing_env.pursuit import pursuit
+from racing_env.race import WINDOW
 from racing_env.types import TerminationReason
 from racing_env.vector import SNAPSHOT_MARGIN_M
 
@@ -104,18 +105,19 @@ def crafted(snap, key, value, world=1):
 
 
 @pytest.mark.parametrize(("key", "value", "match"), [
-    ("state.world", 7, r"snapshot\['state.world'\] must be this env's world indices; world 1's is not \(it holds 7\)"),
+    ("state.world", 7, r"snapshot\['state.world'\] must be this env's world indices; world 1 \(entry 1, "
+                    r"pool row \d of \d+ segments\) holds 7$"),
     ("state.race.local_segment", -1, r"'state.race.local_segment'\] must be in \[0, its row's segments\)"),
-    ("state.race.local_segment", 10**6, r"'state.race.local_segment'\] must be in .* \(it holds 1000000\)"),
+    ("state.race.local_segment", 10**6, r"'state.race.local_segment'\] must be in .* holds 1000000$"),
     ("state.race.progress_segment", -3, r"'state.race.progress_segment'\] must be in \[0, its row's segments \+ 16\]"),
     ("state.race.progress_segment", 10**6, r"'state.race.progress_segment'\]"),
     ("state.race.progress_m", np.nan, r"'state.race.progress_m'\] must be finite, in \[0, twice its row's lap\] m"),
     ("state.race.progress_m", -1.0, r"'state.race.progress_m'\]"),
     ("state.race.progress_m", 1e9, r"'state.race.progress_m'\]"),
-    ("state.steps", -1, r"'state.steps'\] must be in \[0, 4\] \(the Level's timeout\); world 1's is not"),
+    ("state.steps", -1, r"'state.steps'\] must be in \[0, 4\] \(the Level's timeout\); world 1 .* holds -1$"),
     ("state.steps", 5, r"'state.steps'\]"),
     ("state.clipped", -2, r"'state.clipped'\] must be >= 0"),
-    ("physics.qvel", np.inf, r"'physics.qvel'\] must be finite; world 1's is not"),
+    ("physics.qvel", np.inf, r"'physics.qvel'\] must be finite; world 1 .* holds a value that is not finite$"),
     ("physics.time", np.nan, r"'physics.time'\] must be finite"),
     ("physics.qacc_warmstart", -np.inf, r"'physics.qacc_warmstart'\] must be finite"),
 ])
@@ -146,7 +148,9 @@ def test_a_snapshot_whose_car_is_far_off_its_track_is_refused(mjx_pool_env, shor
     right = float(edges[:, 0].max())
     qpos = np.array(snap["physics.qpos"])
     qpos[2, 0] = right + SNAPSHOT_MARGIN_M + 1.0
-    with pytest.raises(ValueError, match=r"snapshot's car of world 2 stands at \(.*\) m, more than 50 m outside"):
+    far = (r"snapshot\['physics.qpos'\] must be a car within 50 m of its track's bounding box; "
+           r"world 2 \(entry 2, pool row \d of \d+ segments\) holds a car at \(")
+    with pytest.raises(ValueError, match=far):
         env.restore(dict(snap, **{"physics.qpos": qpos}))
     assert np.array_equal(env.snapshot()["physics.qpos"], snap["physics.qpos"])
     qpos[2, 0] = right + SNAPSHOT_MARGIN_M - 1.0
@@ -158,10 +162,10 @@ def test_a_snapshot_whose_car_is_far_off_its_track_is_refused(mjx_pool_env, shor
     state = cpu.snapshot()
     far = np.array(state["physics.mujoco_state"])
     far[1] = 1e9  # x: the integration state is the time, then qpos
-    with pytest.raises(ValueError, match="snapshot's car of world 0 stands at \\(1000000000.0, "):
+    with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be a car within 50 m .* at \(1000000000.0, "):
         cpu.restore(dict(state, **{"physics.mujoco_state": far}))
     far[1], far[5] = state["physics.mujoco_state"][1], np.nan
-    with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be finite; world 0's is not"):
+    with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be finite; world 0 "):
         cpu.restore(dict(state, **{"physics.mujoco_state": far}))
     assert all(np.array_equal(state[k], cpu.snapshot()[k]) for k in state)
 
@@ -188,3 +192,45 @@ def test_every_snapshot_of_a_real_lap_is_accepted():
                 assert snap["state.race.progress_m"][0] >= float(env.params.tracks.lap_m[0])
                 assert snap["state.pending"][0]
     assert ended is not None and snap["state.race.progress_segment"][0] == 0  # the last one: after the reset
+
+
+def bounds(env, snap, world=1):
+    """Each checked field's edge for world ``world`` of ``snap``: (field,
+    the last value a run reaches, the first it cannot)."""
+    row = int(snap["state.race.row"][world])
+    n, lap = int(env.params.tracks.num_points[row]), np.float32(env.params.tracks.lap_m[row])
+    return [("state.race.local_segment", n - 1, n), ("state.race.local_segment", 0, -1),
+            ("state.race.progress_segment", n + WINDOW, n + WINDOW + 1), ("state.race.progress_segment", 0, -1),
+            ("state.race.progress_m", 2 * lap, np.nextafter(2 * lap, np.float32(np.inf))),
+            ("state.race.progress_m", np.float32(0.0), np.float32(-1e-6)),
+            ("state.steps", env.level.max_episode_steps, env.level.max_episode_steps + 1),
+            ("state.steps", 0, -1), ("state.clipped", 0, -1)]
+
+
+def test_each_bound_accepts_its_edge_and_refuses_one_past_it(mjx_pool_env):
+    """At each checked field's edge the snapshot restores; one step past it
+    (one segment, one call, the next float) is refused by name."""
+    env = mjx_pool_env
+    env.reset(seed=6)
+    snap = env.snapshot()
+    for key, edge, past in bounds(env, snap):
+        env.restore(crafted(snap, key, edge))
+        assert env.snapshot()[key][1] == edge
+        with pytest.raises(ValueError, match=rf"snapshot\['{key}'\] must be .* holds {past}$"):
+            env.restore(crafted(snap, key, past))
+
+
+def test_a_snapshot_at_every_worlds_timeout_is_accepted(mjx_pool_env):
+    """Every world at the Level's timeout (its step count at the limit, its
+    next call a reset) restores and continues as before."""
+    env = mjx_pool_env
+    env.reset(seed=2)
+    outputs(env, np.zeros((env.level.max_episode_steps, env.num_envs, 2), np.float32))
+    snap = env.snapshot()
+    assert (snap["state.steps"] == env.level.max_episode_steps).all() and snap["state.pending"].all()
+    later = actions(env, 3, 5)
+    first = outputs(env, later)
+    env.restore(snap)
+    for a, b in zip(first, outputs(env, later)):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)

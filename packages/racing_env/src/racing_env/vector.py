@@ -91,10 +91,11 @@ class _DeviceStepper:
         return {k: np.asarray(fields[k]).reshape(len(fields[k]), -1) for k in PhysicsState._fields}
 
     @staticmethod
-    def positions(fields: dict[str, Any]) -> np.ndarray:
-        """float [E, 2]: each car's (x, y) in a snapshot's physics fields, m
-        (the free joint's first coordinates)."""
-        return np.asarray(fields["qpos"])[:, :2]
+    def positions(fields: dict[str, Any]) -> tuple[str, np.ndarray]:
+        """("qpos", float [E, 2]): the field holding each car's (x, y) in a
+        snapshot's physics fields, and those, m (the free joint's first
+        coordinates)."""
+        return "qpos", np.asarray(fields["qpos"])[:, :2]
 
     def core_data(self) -> PhysicsState:
         return self.data
@@ -143,11 +144,11 @@ class _HostStepper:
         return {"mujoco_state": np.asarray(fields["mujoco_state"]).reshape(1, -1)}
 
     @staticmethod
-    def positions(fields: dict[str, Any]) -> np.ndarray:
-        """float [1, 2]: the car's (x, y) in a snapshot's physics fields, m
-        (``mjSTATE_INTEGRATION`` starts with the time, then qpos, whose free
-        joint comes first)."""
-        return np.asarray(fields["mujoco_state"])[None, 1:3]
+    def positions(fields: dict[str, Any]) -> tuple[str, np.ndarray]:
+        """("mujoco_state", float [1, 2]): the field holding the car's (x, y)
+        in a snapshot's physics fields, and those, m (``mjSTATE_INTEGRATION``
+        starts with the time, then qpos, whose free joint comes first)."""
+        return "mujoco_state", np.asarray(fields["mujoco_state"])[None, 1:3]
 
     def core_data(self) -> None:
         raise ValueError("core_state needs the mjx_warp backend: cpu_reference integrates in MuJoCo C, on the host")
@@ -346,14 +347,32 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Continue from a `snapshot` of an env of the same backend, worlds,
         config and pool (the pool's size is checked; its contents are the
-        caller's to match).
+        caller's to match), after `check_snapshot`.
+
+        Raises:
+            As `check_snapshot`; nothing is changed then.
+        """
+        self.check_snapshot(snapshot)
+        mine = self._snapshot_fields()
+        treedef = jax.tree_util.tree_structure(self._state)
+        sharding = jax.tree.leaves(self._state)[0].sharding
+        state_keys = [key for key in mine if key.startswith("state")]  # in tree order
+        self._state = jax.tree_util.tree_unflatten(
+            treedef, [jax.device_put(np.asarray(snapshot[k]), sharding) for k in state_keys])
+        self._stepper.restore({k[len("physics."):]: v for k, v in snapshot.items() if k.startswith("physics.")})
+        self._np_random_seed = int(snapshot["state.root_seed"])
+
+    def check_snapshot(self, snapshot: dict[str, Any]) -> None:
+        """Whether `restore` would take ``snapshot``, changing nothing (a
+        caller that must agree with others before anything changes, as the
+        processes of one training run do, checks first).
 
         Raises:
             RuntimeError: before the first reset (its arrays give the layout).
             TypeError: ``snapshot`` is not a dict.
             ValueError: a missing, extra or differently shaped or typed
                 field, or a value no run of this env reaches (`_check_values`),
-                named; nothing is changed then.
+                named.
         """
         if self._state is None:
             raise RuntimeError("call reset() before restore()")
@@ -372,20 +391,17 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         if rows.size and not (0 <= rows.min() and rows.max() < len(self.track_pool)):
             raise ValueError(f"snapshot's track rows are outside this env's {len(self.track_pool)} pool rows")
         self._check_values(snapshot, rows)
-        treedef = jax.tree_util.tree_structure(self._state)
-        sharding = jax.tree.leaves(self._state)[0].sharding
-        state_keys = [key for key in mine if key.startswith("state")]  # in tree order
-        self._state = jax.tree_util.tree_unflatten(
-            treedef, [jax.device_put(np.asarray(snapshot[k]), sharding) for k in state_keys])
-        self._stepper.restore({k[len("physics."):]: v for k, v in snapshot.items() if k.startswith("physics.")})
-        self._np_random_seed = int(snapshot["state.root_seed"])
 
     def _check_values(self, snapshot: dict[str, Any], rows: np.ndarray) -> None:
         """Refuse a snapshot (of the right layout, its rows in the pool)
         holding values that no run of this env reaches, by field and world:
         a crafted or miswritten file would otherwise be stepped from as
-        state (segment indices gathered out of range, episodes past the
-        Level's timeout, a car kilometres off its track).
+        state (a lap faked by a progress past the finish, episodes longer
+        than the Level's timeout, a car kilometres off its track).
+
+        Args:
+            snapshot: the snapshot `restore` was given.
+            rows: int32 [E], its worlds' pool rows (already in the pool).
 
         Raises:
             ValueError: other world indices than this env's; a segment
@@ -405,31 +421,33 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         segment, passed, progress = (value[f"state.race.{k}"] for k in ("local_segment", "progress_segment",
                                                                           "progress_m"))
         steps, limit = value["state.steps"], self.level.max_episode_steps
-        checks = [
-            ("state.world", value["state.world"] == np.asarray(self._state.world), "this env's world indices"),
-            ("state.race.local_segment", (segment >= 0) & (segment < n), "in [0, its row's segments)"),
-            ("state.race.progress_segment", (passed >= 0) & (passed <= n + WINDOW),
-             f"in [0, its row's segments + {WINDOW}]"),
-            ("state.race.progress_m", np.isfinite(progress) & (progress >= 0) & (progress <= 2 * lap),
-             "finite, in [0, twice its row's lap] m"),
-            ("state.steps", (steps >= 0) & (steps <= limit), f"in [0, {limit}] (the Level's timeout)"),
-            ("state.clipped", value["state.clipped"] >= 0, ">= 0"),
-        ]
         physics = {k[len("physics."):]: v for k, v in snapshot.items() if k.startswith("physics.")}
-        checks += [(f"physics.{name}", np.isfinite(per_world).all(axis=1), "finite")
-                   for name, per_world in self._stepper.by_world(physics).items()]
-        for name, ok, want in checks:
-            if not ok.all():
-                world = int(np.flatnonzero(~ok)[0])
-                held = f" (it holds {value[name][world]})" if name in value else ""
-                raise ValueError(f"snapshot[{name!r}] must be {want}; world {world}'s is not{held}")
         low, high = _track_boxes(tracks)
-        xy = self._stepper.positions(physics)
-        far = ~np.all((xy >= low[rows] - SNAPSHOT_MARGIN_M) & (xy <= high[rows] + SNAPSHOT_MARGIN_M), axis=1)
-        if far.any():
-            world = int(np.flatnonzero(far)[0])
-            raise ValueError(f"snapshot's car of world {world} stands at {tuple(xy[world].tolist())} m, more than "
-                             f"{SNAPSHOT_MARGIN_M:g} m outside its track's bounding box")
+        where, xy = self._stepper.positions(physics)
+        # (field, ok bool [E], what it must be, what a world holds instead: [E] values or words)
+        checks = [
+            ("state.world", value["state.world"] == np.asarray(self._state.world), "this env's world indices",
+             value["state.world"]),
+            ("state.race.local_segment", (segment >= 0) & (segment < n), "in [0, its row's segments)", segment),
+            ("state.race.progress_segment", (passed >= 0) & (passed <= n + WINDOW),
+             f"in [0, its row's segments + {WINDOW}]", passed),
+            ("state.race.progress_m", np.isfinite(progress) & (progress >= 0) & (progress <= 2 * lap),
+             "finite, in [0, twice its row's lap] m", progress),
+            ("state.steps", (steps >= 0) & (steps <= limit), f"in [0, {limit}] (the Level's timeout)", steps),
+            ("state.clipped", value["state.clipped"] >= 0, ">= 0", value["state.clipped"]),
+            *((f"physics.{name}", np.isfinite(per_world).all(axis=1), "finite", "a value that is not finite")
+              for name, per_world in self._stepper.by_world(physics).items()),
+            (f"physics.{where}", np.all((xy >= low[rows] - SNAPSHOT_MARGIN_M) & (xy <= high[rows] + SNAPSHOT_MARGIN_M),
+                                        axis=1),
+             f"a car within {SNAPSHOT_MARGIN_M:g} m of its track's bounding box",
+             [f"a car at {tuple(point.tolist())} m" for point in xy]),
+        ]
+        for name, ok, want, held in checks:
+            if not ok.all():
+                i = int(np.flatnonzero(~ok)[0])
+                raise ValueError(f"snapshot[{name!r}] must be {want}; world {self.first_world + i} (entry {i}, "
+                                 f"pool row {rows[i]} of {n[i]} segments) holds "
+                                 f"{held if isinstance(held, str) else held[i]}")
 
     @property
     def params(self) -> core.EnvParams:

@@ -537,11 +537,17 @@ class Trainer:
         resume_problem(whole_config(self.config, self.group), state["config"], path)
         if self.group.size > 1:
             state = {**state, **{k: _share(state[k], self.group) for k in ("rollout", "env", "obs")}}
-        policy, optimizer, generator, best, obs, env = self._checked_state(state, path)
+        refused: checkpoints.CorruptFile | None = None
         try:
-            self.env.restore(env)  # checks every field; changes nothing on error
+            policy, optimizer, generator, best, obs, env = self._checked_state(state, path)
+            self.env.check_snapshot(env)  # changes nothing
+        except checkpoints.CorruptFile as error:
+            refused = error
         except (ValueError, TypeError) as error:
-            raise checkpoints.CorruptFile(f"{path}: its env snapshot does not fit this env: {error}") from None
+            refused = checkpoints.CorruptFile(f"{path}: its env snapshot cannot be restored here: {error}")
+        if self.group.any(refused is not None):  # each process checked its own share: all refuse, or none
+            raise refused or checkpoints.CorruptFile(f"{path}: another process refused its share of the run")
+        self.env.restore(env)
         self.policy, self.optimizer, self.generator, self.best = policy, optimizer, generator, best
         self.rollout.restore(state["rollout"], obs)
         self.update = self.saved_update = state["update"]
