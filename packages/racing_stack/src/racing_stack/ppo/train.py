@@ -540,11 +540,9 @@ class Trainer:
         refused: checkpoints.CorruptFile | None = None
         try:
             policy, optimizer, generator, best, obs, env = self._checked_state(state, path)
-            self.env.check_snapshot(env)  # changes nothing
+            self._check_snapshot(env, path)
         except checkpoints.CorruptFile as error:
             refused = error
-        except (ValueError, TypeError) as error:
-            refused = checkpoints.CorruptFile(f"{path}: its env snapshot cannot be restored here: {error}")
         if self.group.any(refused is not None):  # each process checked its own share: all refuse, or none
             raise refused or checkpoints.CorruptFile(f"{path}: another process refused its share of the run")
         self.env.restore(env)
@@ -555,6 +553,15 @@ class Trainer:
         self.rate = state["learning_rate"]
         if self.config.schedule == "linear":
             self.rate = self.config.learning_rate * (1.0 - self.update / self.config.updates)
+
+    def _check_snapshot(self, snapshot: dict[str, Any], path: Path) -> None:
+        """Refuse, as a `CorruptFile` naming ``path``, an env snapshot that
+        the env would not restore (`VecCarRacingEnv.check_snapshot`; nothing
+        changes)."""
+        try:
+            self.env.check_snapshot(snapshot)
+        except (ValueError, TypeError) as error:
+            raise checkpoints.CorruptFile(f"{path}: its env snapshot cannot be restored here: {error}") from None
 
     def _checked_state(self, state: dict[str, Any], path: Path):
         """The policy, optimizer, generator and best policy of a checkpoint's
