@@ -5,6 +5,10 @@ donated buffers and no host-to-device transfers in a step."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -286,3 +290,22 @@ def test_a_restarted_world_does_not_remember_its_past(config):
         state, reference = step(state, jnp.asarray(ctrl)), fresh_step(reference, jnp.asarray(ctrl))
         for name in PhysicsState._fields:
             np.testing.assert_array_equal(np.asarray(getattr(state, name)), np.asarray(getattr(reference, name)))
+
+
+def test_the_engine_modules_are_compiled_before_the_first_step_and_are_all_it_loads():
+    """`ENGINE_MODULES` are the MJX-Warp engine modules the car's step loads:
+    a fresh process building the backend loads each of them before any
+    kernel the step builds as it runs, and the step loads no other."""
+    from racing_env.physics import ENGINE_MODULES
+
+    code = ("import warp as wp\nwp.config.quiet = False\nfrom racing_env import ProjectConfig\n"
+            "from racing_env.physics import MjxWarpPhysics\nMjxWarpPhysics(ProjectConfig(), 1)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    loaded = re.findall(r"^Module (\S+) \w+ load on device 'cpu'", out.stdout, re.M)
+    prefix = "mujoco.mjx.third_party.mujoco_warp._src."
+    engine = [name.removeprefix(prefix) for name in loaded if name.startswith(prefix)]
+    assert sorted(engine) == sorted(ENGINE_MODULES)
+    built_as_it_runs = [i for i, name in enumerate(loaded) if "__locals__" in name]
+    assert built_as_it_runs, "the step builds kernels as it runs"
+    assert max(loaded.index(prefix + name) for name in ENGINE_MODULES) < built_as_it_runs[0]

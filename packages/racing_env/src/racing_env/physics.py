@@ -16,6 +16,8 @@ at the given qpos.
 
 from __future__ import annotations
 
+import importlib
+import os
 from typing import NamedTuple
 
 import jax
@@ -36,6 +38,14 @@ _CONTACTS_PER_WORLD = 8
 #: Constraint rows per world: four frictional contacts (pyramidal cones,
 #: 4 rows each) with room to spare.
 _CONSTRAINTS_PER_WORLD = 48
+#: The modules of MJX-Warp's engine (``mujoco.mjx.third_party.mujoco_warp._src``)
+#: whose kernels the car's step launches. Warp compiles a module at its
+#: first launch, one after another; `MjxWarpPhysics` compiles these ahead,
+#: side by side (from a cold start on an H100 they are 43 s of the step's
+#: 83 s of serial compiles, the largest 14 s). The kernels the step builds
+#: as it runs (Warp's ``__locals__`` modules) still compile at the first
+#: step. A test holds this list to what the step loads.
+ENGINE_MODULES = ("smooth", "forward", "passive", "derivative", "solver", "support", "constraint")
 
 
 class PhysicsState(NamedTuple):
@@ -88,6 +98,7 @@ class MjxWarpPhysics:
         self.mj_model = mj_model = car.build_model(config)
         cuda = jax.default_backend() == "gpu"
         self.device = wp.get_device(_warp_device())
+        _compile_engine(self.device)
         with wp.ScopedDevice(self.device):
             model = mjwarp.put_model(mj_model)
             # Contact-budget overflow is not printed from inside the kernels.
@@ -169,6 +180,17 @@ class MjxWarpPhysics:
 def _warp_device() -> str:
     """The Warp device of JAX's default backend."""
     return "cuda:0" if jax.default_backend() == "gpu" else "cpu"
+
+
+def _compile_engine(device) -> None:
+    """Compile and load `ENGINE_MODULES` on Warp ``device``, in parallel
+    threads (Warp's compilers run outside Python's lock); a module already
+    loaded or in Warp's kernel cache costs only its load."""
+    import warp as wp
+
+    modules = [wp.get_module(importlib.import_module(f"mujoco.mjx.third_party.mujoco_warp._src.{name}").__name__)
+               for name in ENGINE_MODULES]
+    wp.force_load(device=device, modules=modules, max_workers=min(len(modules), os.cpu_count() or 1))
 
 
 def _warp_data(mj_model: mujoco.MjModel, num_envs: int):
