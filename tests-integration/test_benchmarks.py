@@ -167,16 +167,46 @@ def test_the_prior_at_the_reference_gains_reproduces_pure_pursuits_laps(tmp_path
     assert faster["gains"]["lateral_accel_mps2"] == 6.5 and faster["median_per_track_ratio"] < 0.97
 
 
-def test_the_ppo_benchmark_gates_read_the_report():
-    """The release gates on hand-built reports: a guard stop fails the
-    integrity gate (and nothing else is measured), overhead at 10 % fails,
-    Test's gates appear only outside dev mode."""
+def _ppo_benchmark():
+    """The PPO benchmark script as a module."""
     import importlib.util
-    import types
 
     spec = importlib.util.spec_from_file_location("ppo_level1", ROOT / "benchmarks/racing_stack/ppo_level1.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_the_ppo_benchmark_drives_pure_pursuit_on_test_in_a_child_process(tmp_path):
+    """The release drives pure pursuit on Test in a child process while the
+    learned plugin drives here: on the first Test track the child's summary
+    is the one the Runner in this process gives, run beside it; a child
+    that fails is an error naming where its output is."""
+    from racing_env.plugins import PURSUIT
+    from racing_stack import evaluate
+
+    bench = _ppo_benchmark()
+    out = tmp_path / "pursuit_test.json"
+    child = bench.start_runner(PURSUIT, 1, out)
+    here = bench.summary(evaluate.evaluate(PURSUIT, level=1, split="test", tracks=1, backend="mjx_warp",
+                                           worlds=1, isolate=False))
+    there = bench.runner_result(child, out)
+    assert there["episodes"] == 1 and there["success_rate"] == 1.0 and there["controller_errors"] == 0
+    assert {k: v for k, v in there.items() if k != "seconds"} == {k: v for k, v in here.items() if k != "seconds"}
+    missing = tmp_path / "no_plugin"
+    with pytest.raises(RuntimeError, match="exited with status 2; its output is in .*no_plugin_test.log"):
+        bench.runner_result(bench.start_runner(missing, 1, tmp_path / "no_plugin_test.json"),
+                            tmp_path / "no_plugin_test.json")
+    assert "does not exist" in (tmp_path / "no_plugin_test.log").read_text()
+
+
+def test_the_ppo_benchmark_gates_read_the_report():
+    """The release gates on hand-built reports: a guard stop fails the
+    integrity gate (and nothing else is measured), overhead at 10 % fails,
+    Test's gates appear only outside dev mode."""
+    import types
+
+    bench = _ppo_benchmark()
     config = types.SimpleNamespace(worlds=8192)
     stopped = bench.gates({"error": "GuardError: update 7: 3 of 8 reward values are not finite"}, config, True)
     assert [(g["name"], g["value"], g["passed"]) for g in stopped] == [("guard_stops", 1, False)]

@@ -37,8 +37,10 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
 4. Export the plugin (a ``--dev`` run's too, so its Validation failures
    can be replayed), and unless ``--dev`` the Runner drives it and pure
    pursuit once on each of the first ``--eval-tracks`` Test tracks
-   (``mjx_warp``, one world a track; Torch on one CPU thread). Test is
-   looked at only here.
+   (``mjx_warp``, one world a track; Torch on one CPU thread), pure
+   pursuit in a child process at the same time (each Runner is one
+   host thread's work: side by side the two take the learned plugin's
+   time). Test is looked at only here.
 
 Gates (one H200): no update stopped by the trainer's guard (corrupt
 data: the integrity gate of training you can trust); training >=
@@ -67,7 +69,9 @@ import argparse
 import copy
 import dataclasses
 import json
+import os
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -142,6 +146,32 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     return {"episodes": s["episodes"], "success_rate": s["success_rate"], "off_track_rate": s["off_track_rate"],
             "timeout_rate": s["timeout_rate"], "lap_time_s": s["lap_time_s"], "seconds": result["seconds"],
             "controller_errors": s["controller_errors"]}
+
+
+def start_runner(plugin: Path, tracks: int, out: Path) -> subprocess.Popen:
+    """The Runner driving ``plugin`` once on each of the first ``tracks``
+    Test tracks (``python -m racing_stack.evaluate``, the plugin in that
+    process, ``mjx_warp`` with one world a track, Torch on one thread) in a
+    child process, which runs beside this one; its result goes to ``out``
+    (`runner_result` reads it), its output to ``out``'s ``.log`` sibling."""
+    with out.with_suffix(".log").open("w") as output:
+        return subprocess.Popen([sys.executable, "-m", "racing_stack.evaluate", "--controller", str(plugin),
+                                 "--level", "1", "--split", "test", "--tracks", str(tracks), "--backend", "mjx_warp",
+                                 "--worlds", str(tracks), "--no-isolate", "--out", str(out)],
+                                stdout=output, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def runner_result(child: subprocess.Popen, out: Path) -> dict[str, Any]:
+    """The `summary` of a `start_runner` child's result, once it has ended.
+
+    Raises:
+        RuntimeError: the child failed (its exit status, and where its output is).
+    """
+    status = child.wait()
+    if status != 0:
+        raise RuntimeError(f"the Runner's child process exited with status {status}; "
+                           f"its output is in {out.with_suffix('.log')}")
+    return summary(json.loads(out.read_text()))
 
 
 def edge_check(policy: ActorCritic, trainer: Trainer, config: PPOConfig, clean: list) -> dict[str, Any]:
@@ -332,16 +362,26 @@ def main() -> None:
         f"exported update {best['update']}'s policy (validation success {best['validation_success_rate']:.3f})")
     write()
     if not args.dev:
-        report["evaluation"] = {}
+        report["evaluation"] = {"test": {}}
         torch.set_num_threads(1)
-        for name, directory in (("learned", plugin), ("pursuit", PURSUIT)):
-            log(f"evaluating {name} on test")
+        # Pure pursuit in a child process, beside the learned plugin here: they use a core each.
+        pursuit_out = run_dir / "pursuit_test.json"
+        child = start_runner(PURSUIT, args.eval_tracks, pursuit_out)
+        try:
+            log("evaluating learned on test (pure pursuit beside it, in a child process)")
             # In-process: both plugins are the project's own code, driven in one wave of worlds.
-            result = evaluate.evaluate(directory, level=1, split="test", tracks=args.eval_tracks,
+            result = evaluate.evaluate(plugin, level=1, split="test", tracks=args.eval_tracks,
                                        backend="mjx_warp", worlds=args.eval_tracks, isolate=False)
-            report["evaluation"].setdefault("test", {})[name] = summary(result)
-            log(f"{name} on test: {report['evaluation']['test'][name]}")
+            report["evaluation"]["test"]["learned"] = summary(result)
+            log(f"learned on test: {report['evaluation']['test']['learned']}")
             write()
+            report["evaluation"]["test"]["pursuit"] = runner_result(child, pursuit_out)
+            log(f"pursuit on test: {report['evaluation']['test']['pursuit']}")
+            write()
+        finally:
+            if child.poll() is None:  # this run stopped first: its child must not outlive it
+                child.kill()
+                child.wait()
     if report["command_wall_s"] is not None:
         log(f"the command took {report['command_wall_s']:.0f} s (setup {report['setup_s']:.0f} s)")
     for g in report["gates"]:
