@@ -12,7 +12,7 @@ from racing_env import LEVEL_0, Level, ProjectConfig, VecCarRacingEnv, level0_tr
 from racing_env.pursuit import pursuit
 from racing_env.race import WINDOW
 from racing_env.types import TerminationReason
-from racing_env.vector import SNAPSHOT_MARGIN_M
+from racing_env.vector import SNAPSHOT_MARGIN_M, SNAPSHOT_SPEED_FACTOR
 
 #: Level 0 with 30-step episodes, for the one-world cpu_reference env.
 SHORT_CPU = Level(level_id=0, name="short", max_episode_steps=30)
@@ -168,6 +168,43 @@ def test_a_snapshot_whose_car_is_far_off_its_track_is_refused(mjx_pool_env, shor
     with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be finite; world 0 "):
         cpu.restore(dict(state, **{"physics.mujoco_state": far}))
     assert all(np.array_equal(state[k], cpu.snapshot()[k]) for k in state)
+
+
+def test_a_snapshot_whose_car_is_faster_than_a_run_allows_is_refused(mjx_pool_env):
+    """A car faster than `SNAPSHOT_SPEED_FACTOR` times what the largest
+    acceleration (4 m/s^2) gives over the Level's timeout (4 calls of
+    0.02 s here: 0.64 m/s) is refused by field on both backends, one at
+    that speed is accepted; a finite but absurd velocity (1e30 m/s) too."""
+    assert SNAPSHOT_SPEED_FACTOR == 2.0
+    env = mjx_pool_env
+    env.reset(seed=4)
+    snap = env.snapshot()
+    top = np.float32(2.0 * 4.0 * 4 * 0.02)
+    qvel = np.array(snap["physics.qvel"])
+    qvel[2, :3] = [0.0, -top, 0.0]
+    env.restore(dict(snap, **{"physics.qvel": qvel}))
+    accepted = env.snapshot()
+    np.testing.assert_array_equal(accepted["physics.qvel"], qvel)
+    qvel[2, 1] = -np.nextafter(top, np.float32(np.inf))
+    fast = (r"snapshot\['physics.qvel'\] must be a car at most 0.64 m/s fast \(2 x its largest acceleration over "
+            r"the Level's timeout\); world 2 \(entry 2, pool row \d of \d+ segments\) holds a car at 0.64\d* m/s$")
+    with pytest.raises(ValueError, match=fast):
+        env.restore(dict(snap, **{"physics.qvel": qvel}))
+    assert all(np.array_equal(accepted[k], v) for k, v in env.snapshot().items())
+
+    cpu = VecCarRacingEnv(1, config=ProjectConfig(), level=SHORT_CPU, backend="cpu_reference", track=level0_track())
+    cpu.reset(seed=0)
+    state = cpu.snapshot()
+    nq = cpu.physics.mj_model.nq
+    fast = np.array(state["physics.mujoco_state"])
+    fast[1 + nq] = 1e30  # the integration state is the time, qpos, then qvel
+    with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be a car at most 4.8 m/s fast .* "
+                                         r"holds a car at 1e\+30 m/s$"):
+        cpu.restore(dict(state, **{"physics.mujoco_state": fast}))
+    assert all(np.array_equal(state[k], cpu.snapshot()[k]) for k in state)
+    fast[1 + nq] = 4.8  # 2 x 4 m/s^2 x 30 calls of 0.02 s
+    cpu.restore(dict(state, **{"physics.mujoco_state": fast}))
+    assert cpu.snapshot()["physics.mujoco_state"][1 + nq] == 4.8
 
 
 def test_every_snapshot_of_a_real_lap_is_accepted():

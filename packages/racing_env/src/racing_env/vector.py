@@ -38,6 +38,11 @@ _UINT32_END = 2**32
 #: car may stand, m: a run ends an episode where a wheel leaves the track,
 #: so a car of a real snapshot is within a car's length of it.
 SNAPSHOT_MARGIN_M = 50.0
+#: How far above what a run reaches a restored car's speed may be, as a
+#: factor: an episode starts at rest and accelerates at most at the car's
+#: largest acceleration until the Level's timeout, so twice that speed
+#: leaves room for whatever the wheels' contact adds.
+SNAPSHOT_SPEED_FACTOR = 2.0
 
 
 def _reset_physics_first(params: core.EnvParams, physics, data, *args):
@@ -97,6 +102,12 @@ class _DeviceStepper:
         coordinates)."""
         return "qpos", np.asarray(fields["qpos"])[:, :2]
 
+    def velocities(self, fields: dict[str, Any]) -> tuple[str, np.ndarray]:
+        """("qvel", float [E, 3]): the field holding each car's body velocity
+        in a snapshot's physics fields, and those, m/s (the free joint's
+        first velocities: the world frame's)."""
+        return "qvel", np.asarray(fields["qvel"])[:, :3]
+
     def core_data(self) -> PhysicsState:
         return self.data
 
@@ -149,6 +160,13 @@ class _HostStepper:
         in a snapshot's physics fields, and those, m (``mjSTATE_INTEGRATION``
         starts with the time, then qpos, whose free joint comes first)."""
         return "mujoco_state", np.asarray(fields["mujoco_state"])[None, 1:3]
+
+    def velocities(self, fields: dict[str, Any]) -> tuple[str, np.ndarray]:
+        """("mujoco_state", float [1, 3]): the field holding the car's body
+        velocity in a snapshot's physics fields, and that, m/s (after the
+        time and qpos comes qvel, whose free joint comes first)."""
+        start = 1 + self.physics.mj_model.nq
+        return "mujoco_state", np.asarray(fields["mujoco_state"])[None, start:start + 3]
 
     def core_data(self) -> None:
         raise ValueError("core_state needs the mjx_warp backend: cpu_reference integrates in MuJoCo C, on the host")
@@ -410,7 +428,9 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
                 not finite or outside [0, 2 laps]; step counts outside [0,
                 the Level's timeout]; negative clip counts; a non-finite
                 physics value; a car more than `SNAPSHOT_MARGIN_M` outside
-                its track's bounding box.
+                its track's bounding box, or faster than
+                `SNAPSHOT_SPEED_FACTOR` times the speed its largest
+                acceleration gives over the Level's timeout.
         """
         tracks = self._params.tracks
         n = np.asarray(tracks.num_points)[rows]
@@ -424,6 +444,9 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         physics = {k[len("physics."):]: v for k, v in snapshot.items() if k.startswith("physics.")}
         low, high = _track_boxes(tracks)
         where, xy = self._stepper.positions(physics)
+        moving, velocity = self._stepper.velocities(physics)
+        speed = np.linalg.norm(velocity.astype(np.float64), axis=1)
+        top = SNAPSHOT_SPEED_FACTOR * self.config.max_acceleration_mps2 * limit * self.config.control_dt_s
         # (field, ok bool [E], what it must be, what a world holds instead: [E] values or words)
         checks = [
             ("state.world", value["state.world"] == np.asarray(self._state.world), "this env's world indices",
@@ -441,6 +464,9 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
                                         axis=1),
              f"a car within {SNAPSHOT_MARGIN_M:g} m of its track's bounding box",
              [f"a car at {tuple(point.tolist())} m" for point in xy]),
+            (f"physics.{moving}", speed <= top,
+             f"a car at most {top:g} m/s fast ({SNAPSHOT_SPEED_FACTOR:g} x its largest acceleration over the "
+             f"Level's timeout)", [f"a car at {v:g} m/s" for v in speed]),
         ]
         for name, ok, want, held in checks:
             if not ok.all():
