@@ -198,6 +198,18 @@ def test_the_ppo_benchmark_drives_pure_pursuit_on_test_in_a_child_process(tmp_pa
         bench.runner_result(bench.start_runner(missing, 1, tmp_path / "no_plugin_test.json"),
                             tmp_path / "no_plugin_test.json")
     assert "does not exist" in (tmp_path / "no_plugin_test.log").read_text()
+    raising = tmp_path / "raising"  # every episode a controller error: exit status 1, and a result that says so
+    raising.mkdir()
+    (raising / "config.toml").write_text("")
+    (raising / "controller.py").write_text("from racing_env.controller import Controller\n\n\n"
+                                           "class Raising(Controller):\n"
+                                           "    def compute_control(self, obs, info=None):\n"
+                                           "        raise RuntimeError('no action')\n")
+    failed = bench.runner_result(bench.start_runner(raising, 1, tmp_path / "raising.json"), tmp_path / "raising.json")
+    assert failed["episodes"] == failed["controller_errors"] == 1 and failed["success_rate"] == 0.0
+    running = bench.start_runner(PURSUIT, 1, tmp_path / "stopped.json")
+    bench.stop_runner(running, grace_s=60.0)
+    assert running.poll() is not None
 
 
 def test_the_ppo_benchmark_gates_read_the_report():

@@ -71,6 +71,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -162,16 +163,32 @@ def start_runner(plugin: Path, tracks: int, out: Path) -> subprocess.Popen:
 
 
 def runner_result(child: subprocess.Popen, out: Path) -> dict[str, Any]:
-    """The `summary` of a `start_runner` child's result, once it has ended.
+    """The `summary` of a `start_runner` child's result, once it has ended
+    (exit status 0, or 1: every episode ended with a controller error, and
+    the result says so).
 
     Raises:
-        RuntimeError: the child failed (its exit status, and where its output is).
+        RuntimeError: the child failed otherwise (its exit status, and where
+            its output is).
     """
     status = child.wait()
-    if status != 0:
+    if status not in (0, 1):
         raise RuntimeError(f"the Runner's child process exited with status {status}; "
                            f"its output is in {out.with_suffix('.log')}")
     return summary(json.loads(out.read_text()))
+
+
+def stop_runner(child: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """End a `start_runner` child that is still running: interrupted first
+    (as by Ctrl-C: it writes the episodes that had ended), killed after
+    ``grace_s``."""
+    if child.poll() is None:
+        child.send_signal(signal.SIGINT)
+        try:
+            child.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
 
 
 def edge_check(policy: ActorCritic, trainer: Trainer, config: PPOConfig, clean: list) -> dict[str, Any]:
@@ -366,6 +383,8 @@ def main() -> None:
         torch.set_num_threads(1)
         # Pure pursuit in a child process, beside the learned plugin here: they use a core each.
         pursuit_out = run_dir / "pursuit_test.json"
+        # A SIGTERM (a time limit's) ends this process through the finally below, so the child ends too.
+        signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
         child = start_runner(PURSUIT, args.eval_tracks, pursuit_out)
         try:
             log("evaluating learned on test (pure pursuit beside it, in a child process)")
@@ -379,9 +398,7 @@ def main() -> None:
             log(f"pursuit on test: {report['evaluation']['test']['pursuit']}")
             write()
         finally:
-            if child.poll() is None:  # this run stopped first: its child must not outlive it
-                child.kill()
-                child.wait()
+            stop_runner(child)  # this run stopped first: its child must not outlive it
     if report["command_wall_s"] is not None:
         log(f"the command took {report['command_wall_s']:.0f} s (setup {report['setup_s']:.0f} s)")
     for g in report["gates"]:

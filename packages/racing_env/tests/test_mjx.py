@@ -292,20 +292,29 @@ def test_a_restarted_world_does_not_remember_its_past(config):
             np.testing.assert_array_equal(np.asarray(getattr(state, name)), np.asarray(getattr(reference, name)))
 
 
-def test_the_engine_modules_are_compiled_before_the_first_step_and_are_all_it_loads():
-    """`ENGINE_MODULES` are the MJX-Warp engine modules the car's step loads:
-    a fresh process building the backend loads each of them before any
-    kernel the step builds as it runs, and the step loads no other."""
-    from racing_env.physics import ENGINE_MODULES
-
+def _warp_loads(preload: bool = True) -> list[str]:
+    """The Warp modules a fresh process loads on the CPU while it builds an
+    ``mjx_warp`` backend, in order (with ``preload`` False, without
+    compiling `ENGINE_MODULES` ahead: what the step alone loads)."""
     code = ("import warp as wp\nwp.config.quiet = False\nfrom racing_env import ProjectConfig\n"
-            "from racing_env.physics import MjxWarpPhysics\nMjxWarpPhysics(ProjectConfig(), 1)\n")
+            "import racing_env.physics as physics\n"
+            + ("" if preload else "physics._compile_engine = lambda device: None\n")
+            + "physics.MjxWarpPhysics(ProjectConfig(), 1)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    loaded = re.findall(r"^Module (\S+) \w+ load on device 'cpu'", out.stdout, re.M)
+    return re.findall(r"^Module (\S+) \w+ load on device 'cpu'", out.stdout, re.M)
+
+
+def test_the_engine_modules_are_what_the_step_loads_and_are_compiled_before_it():
+    """`ENGINE_MODULES` are exactly the MJX-Warp engine modules the car's
+    step loads (none missing, none extra), and building the backend loads
+    each of them before the first kernel the step builds as it runs."""
+    from racing_env.physics import ENGINE_MODULES
+
     prefix = "mujoco.mjx.third_party.mujoco_warp._src."
-    engine = [name.removeprefix(prefix) for name in loaded if name.startswith(prefix)]
-    assert sorted(engine) == sorted(ENGINE_MODULES)
+    alone = [name.removeprefix(prefix) for name in _warp_loads(preload=False) if name.startswith(prefix)]
+    assert sorted(alone) == sorted(ENGINE_MODULES)
+    loaded = _warp_loads()
     built_as_it_runs = [i for i, name in enumerate(loaded) if "__locals__" in name]
     assert built_as_it_runs, "the step builds kernels as it runs"
     assert max(loaded.index(prefix + name) for name in ENGINE_MODULES) < built_as_it_runs[0]

@@ -44,7 +44,7 @@ _CONSTRAINTS_PER_WORLD = 48
 #: side by side (from a cold start on an H100 they are 43 s of the step's
 #: 83 s of serial compiles, the largest 14 s). The kernels the step builds
 #: as it runs (Warp's ``__locals__`` modules) still compile at the first
-#: step. A test holds this list to what the step loads.
+#: step. A test holds this list to exactly what the step loads.
 ENGINE_MODULES = ("smooth", "forward", "passive", "derivative", "solver", "support", "constraint")
 
 
@@ -190,7 +190,8 @@ def _compile_engine(device) -> None:
 
     modules = [wp.get_module(importlib.import_module(f"mujoco.mjx.third_party.mujoco_warp._src.{name}").__name__)
                for name in ENGINE_MODULES]
-    wp.force_load(device=device, modules=modules, max_workers=min(len(modules), os.cpu_count() or 1))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    wp.force_load(device=device, modules=modules, max_workers=min(len(modules), cpus))
 
 
 def _warp_data(mj_model: mujoco.MjModel, num_envs: int):
