@@ -190,7 +190,7 @@ def test_a_snapshot_whose_car_is_faster_than_a_run_allows_is_refused(mjx_pool_en
             r"the Level's timeout\); world 2 \(entry 2, pool row \d of \d+ segments\) holds a car at 0.64\d* m/s$")
     with pytest.raises(ValueError, match=fast):
         env.restore(dict(snap, **{"physics.qvel": qvel}))
-    assert all(np.array_equal(accepted[k], v) for k, v in env.snapshot().items())
+    assert all(np.array_equal(accepted[k], v, equal_nan=True) for k, v in env.snapshot().items())
 
     cpu = VecCarRacingEnv(1, config=ProjectConfig(), level=SHORT_CPU, backend="cpu_reference", track=level0_track())
     cpu.reset(seed=0)
@@ -201,10 +201,32 @@ def test_a_snapshot_whose_car_is_faster_than_a_run_allows_is_refused(mjx_pool_en
     with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be a car at most 4.8 m/s fast .* "
                                          r"holds a car at 1e\+30 m/s$"):
         cpu.restore(dict(state, **{"physics.mujoco_state": fast}))
-    assert all(np.array_equal(state[k], cpu.snapshot()[k]) for k in state)
+    assert all(np.array_equal(state[k], cpu.snapshot()[k], equal_nan=True) for k in state)
     fast[1 + nq] = 4.8  # 2 x 4 m/s^2 x 30 calls of 0.02 s
     cpu.restore(dict(state, **{"physics.mujoco_state": fast}))
     assert cpu.snapshot()["physics.mujoco_state"][1 + nq] == 4.8
+
+
+def overwritten(arrays):
+    """Every array of ``arrays`` filled, in place, with values no run holds."""
+    for value in arrays.values():
+        value[...] = 7 if value.dtype.kind in "biu" else 12345.0
+
+
+def test_restore_keeps_copies_of_the_arrays_it_is_given(mjx_pool_env):
+    """Arrays overwritten after `restore` returns leave the env as restored,
+    on both backends (JAX on a CPU can keep a host array as the device
+    buffer itself: 20 restores, each of fresh arrays, give it many
+    chances)."""
+    cpu = VecCarRacingEnv(1, config=ProjectConfig(), level=SHORT_CPU, backend="cpu_reference", track=level0_track())
+    for env in (mjx_pool_env, cpu):
+        env.reset(seed=5)
+        snap = env.snapshot()
+        for _ in range(20):
+            given = {k: np.array(v) for k, v in snap.items()}
+            env.restore(given)
+            overwritten(given)
+            assert all(np.array_equal(snap[k], v, equal_nan=True) for k, v in env.snapshot().items())
 
 
 def test_every_snapshot_of_a_real_lap_is_accepted():

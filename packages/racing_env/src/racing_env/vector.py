@@ -88,7 +88,8 @@ class _DeviceStepper:
         return self.data._asdict()
 
     def restore(self, fields: dict[str, Any]) -> None:
-        self.data = PhysicsState(**{k: jax.device_put(np.asarray(fields[k]), self.home) for k in PhysicsState._fields})
+        # Copies of the caller's arrays: JAX on a CPU may keep a host array as the device buffer itself.
+        self.data = PhysicsState(**{k: jax.device_put(np.array(fields[k]), self.home) for k in PhysicsState._fields})
 
     @staticmethod
     def by_world(fields: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -365,7 +366,8 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Continue from a `snapshot` of an env of the same backend, worlds,
         config and pool (the pool's size is checked; its contents are the
-        caller's to match), after `check_snapshot`.
+        caller's to match), after `check_snapshot`. The env keeps copies:
+        the caller may change or reuse the arrays afterwards.
 
         Raises:
             As `check_snapshot`; nothing is changed then.
@@ -375,8 +377,9 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         treedef = jax.tree_util.tree_structure(self._state)
         sharding = jax.tree.leaves(self._state)[0].sharding
         state_keys = [key for key in mine if key.startswith("state")]  # in tree order
+        # Copies of the caller's arrays: JAX on a CPU may keep a host array as the device buffer itself.
         self._state = jax.tree_util.tree_unflatten(
-            treedef, [jax.device_put(np.asarray(snapshot[k]), sharding) for k in state_keys])
+            treedef, [jax.device_put(np.array(snapshot[k]), sharding) for k in state_keys])
         self._stepper.restore({k[len("physics."):]: v for k, v in snapshot.items() if k.startswith("physics.")})
         self._np_random_seed = int(snapshot["state.root_seed"])
 
