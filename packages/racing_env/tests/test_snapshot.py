@@ -5,6 +5,8 @@ changes nothing; every snapshot of a real lap is accepted."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -202,7 +204,14 @@ def test_a_snapshot_whose_car_is_faster_than_a_run_allows_is_refused(mjx_pool_en
                                          r"holds a car at 1e\+30 m/s$"):
         cpu.restore(dict(state, **{"physics.mujoco_state": fast}))
     assert all(np.array_equal(state[k], cpu.snapshot()[k], equal_nan=True) for k in state)
-    fast[1 + nq] = 4.8  # 2 x 4 m/s^2 x 30 calls of 0.02 s
+    fast[1 + nq: 4 + nq] = [1e308, -1e308, 1e308]  # a speed past float64's range: refused, and without a warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be a car at most 4.8 m/s fast .* "
+                                             r"holds a car at inf m/s$"):
+            cpu.restore(dict(state, **{"physics.mujoco_state": fast}))
+    assert all(np.array_equal(state[k], cpu.snapshot()[k], equal_nan=True) for k in state)
+    fast[1 + nq: 4 + nq] = [4.8, 0.0, 0.0]  # 2 x 4 m/s^2 x 30 calls of 0.02 s
     cpu.restore(dict(state, **{"physics.mujoco_state": fast}))
     assert cpu.snapshot()["physics.mujoco_state"][1 + nq] == 4.8
 

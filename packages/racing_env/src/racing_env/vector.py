@@ -448,7 +448,8 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         low, high = _track_boxes(tracks)
         where, xy = self._stepper.positions(physics)
         moving, velocity = self._stepper.velocities(physics)
-        speed = np.linalg.norm(velocity.astype(np.float64), axis=1)
+        with np.errstate(over="ignore", invalid="ignore"):  # a speed past float64 is inf: refused below
+            speed = np.linalg.norm(velocity.astype(np.float64), axis=1)
         top = SNAPSHOT_SPEED_FACTOR * self.config.max_acceleration_mps2 * limit * self.config.control_dt_s
         # (field, ok bool [E], what it must be, what a world holds instead: [E] values or words)
         checks = [
