@@ -177,11 +177,11 @@ def _ppo_benchmark():
     return bench
 
 
-def test_the_ppo_benchmark_drives_pure_pursuit_on_test_in_a_child_process(tmp_path):
-    """The release drives pure pursuit on Test in a child process while the
-    learned plugin drives here: on the first Test track the child's summary
-    is the one the Runner in this process gives, run beside it; a child
-    that fails is an error naming where its output is."""
+def test_the_ppo_benchmark_drives_a_plugin_on_test_in_a_child_process(tmp_path):
+    """The release drives each plugin on Test in a child process (beside
+    its Validation checks): on the first Test track the child's summary is
+    the one the Runner in this process gives, run beside it; a child that
+    fails is an error naming where its output is; a stopped child ends."""
     from racing_env.plugins import PURSUIT
     from racing_stack import evaluate
 

@@ -14,7 +14,18 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
    by its first update); transitions/s end
    to end per update (env + policy + GAE + update; a validation is not part
    of an update), their median after the first two (compiles).
-2. Validation, 1,000 tracks: the chosen policy on every Validation track
+2. Phases: one more update timed phase by phase with the device
+   synchronised between them, and an env-only run of the same worlds
+   (before anything else shares the device). Then the chosen policy is
+   exported as a plugin (a ``--dev`` run's too, so its Validation failures
+   can be replayed).
+3. Unless ``--dev``, the Runner drives the exported plugin and pure
+   pursuit once on each of the first ``--eval-tracks`` Test tracks
+   (``mjx_warp``, one world a track; Torch on one CPU thread), each in a
+   child process (``python -m racing_stack.evaluate``), beside the
+   Validation checks below: each Runner is one host thread's work, and
+   the checks are the device's. Test is looked at only here.
+4. Validation, 1,000 tracks: the chosen policy on every Validation track
    through the trainer's on-device validation under the full Level timeout
    (the episodes the Runner drives with the exported plugin: a GPU test
    holds them equal), rows 0-499 then rows 500-999 on the training's
@@ -31,16 +42,9 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
    Unless ``--dev``, pure pursuit tuned by hand
    (`TUNED_PURSUIT`) drives the same tracks (the prior of a residual
    policy whose correction is zeroed): what tuning alone gives, beside
-   what learning gives (no gate).
-3. Phases: one more update timed phase by phase with the device
-   synchronised between them, and an env-only run of the same worlds.
-4. Export the plugin (a ``--dev`` run's too, so its Validation failures
-   can be replayed), and unless ``--dev`` the Runner drives it and pure
-   pursuit once on each of the first ``--eval-tracks`` Test tracks
-   (``mjx_warp``, one world a track; Torch on one CPU thread), pure
-   pursuit in a child process at the same time (each Runner is one
-   host thread's work: side by side the two take the learned plugin's
-   time). Test is looked at only here.
+   what learning gives (no gate). Their ``seconds`` are measured beside
+   the Runners' children (unless ``--dev``). The Runners' results are read
+   last.
 
 Gates (one H200): no update stopped by the trainer's guard (corrupt
 data: the integrity gate of training you can trust); training >=
@@ -86,7 +90,6 @@ import torch  # noqa: E402
 from protocol import EnvStepper, environment, gate, logger, process_seconds, source_hashes  # noqa: E402
 
 from racing_env.plugins import PURSUIT  # noqa: E402
-from racing_stack import evaluate  # noqa: E402
 from racing_stack.pools import SPLITS  # noqa: E402
 from racing_stack.ppo.export import export_plugin  # noqa: E402
 from racing_stack.ppo import PRESETS, PPOConfig, Trainer, draw_curve, make_env, make_validation_env  # noqa: E402
@@ -341,64 +344,64 @@ def main() -> None:
     write()
     log(f"trained {len(rows)} updates, {report['training']['median_transitions_per_s_after_2']:,.0f} transitions/s")
     chosen = copy.deepcopy(trainer.best_policy())  # the timed update below must not change what is measured
-    n = config.validation_tracks
-    t0 = time.perf_counter()
-    selection = validate(chosen, trainer.validation, config, trainer.crossing, list(range(n)), early_exit=False)
-    confirmation = validate(chosen, trainer.validation, config, trainer.crossing, list(range(n, 2 * n)),
-                            early_exit=False)
-    report["confirmation"] = against_pursuit(confirmation, pursuit)
-    report["validation_all"] = {**against_pursuit(selection + confirmation, pursuit),
-                                "seconds": time.perf_counter() - t0}
-    log(f"confirmation (rows {n}-{2 * n - 1}): {report['confirmation']['success_rate']:.3f} success")
-    log(f"all {2 * n} Validation tracks: { {k: v for k, v in report['validation_all'].items() if k != 'failures'} }")
-    report["standing_starts"] = starts(chosen, trainer, config)
-    log(f"standing starts: {report['standing_starts']['holding']} of {2 * n} hold the car, median "
-        f"{report['standing_starts']['median_mps2']:.2f} m/s2")
-    report["validation_edge"] = edge_check(chosen, trainer, config, selection + confirmation)
-    edge = report["validation_edge"]
-    log(f"edge check (action noise {EDGE_NOISE}): success {[p['success_rate'] for p in edge['passes']]}, "
-        f"{edge['failed_in_any']} tracks failed in any pass, {edge['failed_in_all']} in all")
-    if not args.dev:
-        episodes = drive_prior(TUNED_PURSUIT, trainer.validation, config, trainer.crossing, trainer.device,
-                               list(range(2 * n)))
-        report["validation_all"]["tuned_pursuit"] = {"gains": dataclasses.asdict(TUNED_PURSUIT),
-                                                     **against_pursuit(episodes, pursuit)}
-        log(f"tuned pursuit on the same tracks: {report['validation_all']['tuned_pursuit']['success_rate']:.3f} "
-            f"success, median per-track ratio {report['validation_all']['tuned_pursuit']['median_per_track_ratio']}")
-    write()
+    # Timed before the Runners start, which share the device and the host with what follows.
     stepper = EnvStepper(trainer.env)
     stepper.run(5)
     env_steps = 100 if gpu else 4
     env_tps = env_steps * config.worlds / stepper.run(env_steps)
     report["env_only_transitions_per_s"] = env_tps
     report["phases"] = phases(trainer, env_tps)
-    write()
     plugin = export_plugin(chosen, config, run_dir / "plugin")  # a dev run's too: its failures can be replayed
     report["plugin"] = str(plugin)
     log("exported the last policy (no validation)" if best is None else
         f"exported update {best['update']}'s policy (validation success {best['validation_success_rate']:.3f})")
     write()
-    if not args.dev:
-        report["evaluation"] = {"test": {}}
-        torch.set_num_threads(1)
-        # Pure pursuit in a child process, beside the learned plugin here: they use a core each.
-        pursuit_out = run_dir / "pursuit_test.json"
-        # A SIGTERM (a time limit's) ends this process through the finally below, so the child ends too.
-        signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
-        child = start_runner(PURSUIT, args.eval_tracks, pursuit_out)
-        try:
-            log("evaluating learned on test (pure pursuit beside it, in a child process)")
-            # In-process: both plugins are the project's own code, driven in one wave of worlds.
-            result = evaluate.evaluate(plugin, level=1, split="test", tracks=args.eval_tracks,
-                                       backend="mjx_warp", worlds=args.eval_tracks, isolate=False)
-            report["evaluation"]["test"]["learned"] = summary(result)
-            log(f"learned on test: {report['evaluation']['test']['learned']}")
-            write()
-            report["evaluation"]["test"]["pursuit"] = runner_result(child, pursuit_out)
-            log(f"pursuit on test: {report['evaluation']['test']['pursuit']}")
-            write()
-        finally:
-            stop_runner(child)  # this run stopped first: its child must not outlive it
+    runners: dict[str, tuple[subprocess.Popen, Path]] = {}
+    try:
+        if not args.dev:
+            # A SIGTERM (a time limit's) ends this process through the finally below, so the children end too.
+            signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
+            for name, driven in (("learned", plugin), ("pursuit", PURSUIT)):
+                runner_out = run_dir / f"{name}_test.json"
+                runners[name] = start_runner(driven, args.eval_tracks, runner_out), runner_out
+            log(f"the Runner drives the learned plugin and pure pursuit on the first {args.eval_tracks} Test "
+                f"tracks, each in a child process, beside the Validation checks")
+        n = config.validation_tracks
+        t0 = time.perf_counter()
+        selection = validate(chosen, trainer.validation, config, trainer.crossing, list(range(n)), early_exit=False)
+        confirmation = validate(chosen, trainer.validation, config, trainer.crossing, list(range(n, 2 * n)),
+                                early_exit=False)
+        report["confirmation"] = against_pursuit(confirmation, pursuit)
+        report["validation_all"] = {**against_pursuit(selection + confirmation, pursuit),
+                                    "seconds": time.perf_counter() - t0}
+        log(f"confirmation (rows {n}-{2 * n - 1}): {report['confirmation']['success_rate']:.3f} success")
+        log(f"all {2 * n} Validation tracks: "
+            f"{ {k: v for k, v in report['validation_all'].items() if k != 'failures'} }")
+        report["standing_starts"] = starts(chosen, trainer, config)
+        log(f"standing starts: {report['standing_starts']['holding']} of {2 * n} hold the car, median "
+            f"{report['standing_starts']['median_mps2']:.2f} m/s2")
+        report["validation_edge"] = edge_check(chosen, trainer, config, selection + confirmation)
+        edge = report["validation_edge"]
+        log(f"edge check (action noise {EDGE_NOISE}): success {[p['success_rate'] for p in edge['passes']]}, "
+            f"{edge['failed_in_any']} tracks failed in any pass, {edge['failed_in_all']} in all")
+        if not args.dev:
+            episodes = drive_prior(TUNED_PURSUIT, trainer.validation, config, trainer.crossing, trainer.device,
+                                   list(range(2 * n)))
+            report["validation_all"]["tuned_pursuit"] = {"gains": dataclasses.asdict(TUNED_PURSUIT),
+                                                         **against_pursuit(episodes, pursuit)}
+            tuned = report["validation_all"]["tuned_pursuit"]
+            log(f"tuned pursuit on the same tracks: {tuned['success_rate']:.3f} success, "
+                f"median per-track ratio {tuned['median_per_track_ratio']}")
+        write()
+        if runners:
+            report["evaluation"] = {"test": {}}
+            for name, (child, runner_out) in runners.items():
+                report["evaluation"]["test"][name] = runner_result(child, runner_out)
+                log(f"{name} on test: {report['evaluation']['test'][name]}")
+                write()
+    finally:
+        for child, _ in runners.values():
+            stop_runner(child)  # this run stopped first: its children must not outlive it
     if report["command_wall_s"] is not None:
         log(f"the command took {report['command_wall_s']:.0f} s (setup {report['setup_s']:.0f} s)")
     for g in report["gates"]:
