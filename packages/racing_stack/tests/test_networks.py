@@ -48,6 +48,21 @@ def test_normalizer_statistics_are_those_of_every_weighted_row():
     assert norm.mean.dtype == norm.var.dtype == norm.count.dtype == torch.float64
 
 
+def test_a_normalizer_weight_is_a_mask():
+    """Any positive weight counts its row once, as documented: weights
+    0.5 and 3 give the statistics of weights 1."""
+    rng = np.random.default_rng(2)
+    x = torch.from_numpy(rng.normal(size=(9, FEATURES)))
+    mask = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0])
+    shares = mask * torch.tensor([0.5, 7.0, 3.0, 1.0, 0.0, 0.25, 1e-9, 2.0, 0.0])
+    norms = [Normalizer(FEATURES), Normalizer(FEATURES)]
+    norms[0].update(x, mask)
+    norms[1].update(x, shares)
+    for k, v in norms[0].state_dict().items():
+        assert torch.equal(v, norms[1].state_dict()[k]), k
+    assert norms[1].count.item() == 6
+
+
 def test_normalizer_one_row_then_equal_rows():
     """A single row has variance 0; equal rows keep it 0; the output of a
     zero-variance feature is clamped, not infinite."""

@@ -46,7 +46,9 @@ class Normalizer(nn.Module):
     def update(self, x: torch.Tensor, weight: torch.Tensor, group: Group = Group()) -> None:
         """Fold in the rows of ``x`` [N, size] whose ``weight`` [N] is 1 (0:
         left out) in every process of ``group``, on the device (Chan's
-        parallel combination of moments)."""
+        parallel combination of moments). A weight is a mask, not a share:
+        any positive weight counts the row once (no check, which would wait
+        for the device)."""
         keep = weight[:, None] > 0
         w = keep.double()
         x = torch.where(keep, x.double(), 0.0)  # a left-out row holds anything, NaN too: it must not reach a sum
