@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 
+import mujoco
 import numpy as np
 import pytest
 
@@ -119,9 +120,13 @@ def crafted(snap, key, value, world=1):
     ("state.steps", -1, r"'state.steps'\] must be in \[0, 4\] \(the Level's timeout\); world 1 .* holds -1$"),
     ("state.steps", 5, r"'state.steps'\]"),
     ("state.clipped", -2, r"'state.clipped'\] must be >= 0"),
-    ("physics.qvel", np.inf, r"'physics.qvel'\] must be finite; world 1 .* holds a value that is not finite$"),
+    ("physics.qvel", np.inf, r"'physics.qvel'\] must be finite and at most 1e\+10 in size \(past it MuJoCo takes "
+                             r"a state for diverged\); world 1 .* holds a value that is not finite or is beyond "
+                             r"1e\+10$"),
     ("physics.time", np.nan, r"'physics.time'\] must be finite"),
     ("physics.qacc_warmstart", -np.inf, r"'physics.qacc_warmstart'\] must be finite"),
+    ("physics.qacc_warmstart", np.float32(-1.1e10), r"'physics.qacc_warmstart'\] must be finite and at most 1e\+10"),
+    ("physics.qvel", [0.0] * 3 + [2e10] + [0.0] * 8, r"'physics.qvel'\] must be finite and at most 1e\+10"),
 ])
 def test_a_snapshot_holding_values_no_run_reaches_is_refused_and_changes_nothing(mjx_pool_env, key, value, match):
     """A snapshot of the right layout whose values no run of the env
@@ -150,12 +155,22 @@ def test_a_snapshot_whose_car_is_far_off_its_track_is_refused(mjx_pool_env, shor
     right = float(edges[:, 0].max())
     qpos = np.array(snap["physics.qpos"])
     qpos[2, 0] = right + SNAPSHOT_MARGIN_M + 1.0
-    far = (r"snapshot\['physics.qpos'\] must be a car within 50 m of its track's bounding box; "
+    far = (r"snapshot\['physics.qpos'\] must be a car within 50 m of its track's bounding box \(at z = 0\); "
            r"world 2 \(entry 2, pool row \d of \d+ segments\) holds a car at \(")
     with pytest.raises(ValueError, match=far):
         env.restore(dict(snap, **{"physics.qpos": qpos}))
     assert np.array_equal(env.snapshot()["physics.qpos"], snap["physics.qpos"])
     qpos[2, 0] = right + SNAPSHOT_MARGIN_M - 1.0
+    env.restore(dict(snap, **{"physics.qpos": qpos}))
+    np.testing.assert_array_equal(env.snapshot()["physics.qpos"], qpos)
+    for height in (SNAPSHOT_MARGIN_M + 1.0, -SNAPSHOT_MARGIN_M - 1.0):  # the track lies at z = 0
+        high = qpos.copy()
+        high[2, 2] = height
+        with pytest.raises(ValueError, match=r"'physics.qpos'\] must be a car within 50 m .* holds a car at \(.*, "
+                                             rf"{height}\) m$"):
+            env.restore(dict(snap, **{"physics.qpos": high}))
+        np.testing.assert_array_equal(env.snapshot()["physics.qpos"], qpos)
+    qpos[2, 2] = SNAPSHOT_MARGIN_M - 1.0
     env.restore(dict(snap, **{"physics.qpos": qpos}))
     np.testing.assert_array_equal(env.snapshot()["physics.qpos"], qpos)
 
@@ -167,16 +182,43 @@ def test_a_snapshot_whose_car_is_far_off_its_track_is_refused(mjx_pool_env, shor
     with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be a car within 50 m .* at \(1000000000.0, "):
         cpu.restore(dict(state, **{"physics.mujoco_state": far}))
     far[1], far[5] = state["physics.mujoco_state"][1], np.nan
-    with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be finite; world 0 "):
+    with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be finite and at most 1e\+10 .*; world 0 "):
+        cpu.restore(dict(state, **{"physics.mujoco_state": far}))
+    nq = cpu.physics.mj_model.nq
+    far[5], far[1 + nq + 3] = state["physics.mujoco_state"][5], -2e10  # a body rotation rate past MuJoCo's bound
+    with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be finite and at most 1e\+10 .*; world 0 "):
+        cpu.restore(dict(state, **{"physics.mujoco_state": far}))
+    far[1 + nq + 3], far[3] = state["physics.mujoco_state"][1 + nq + 3], 51.0  # z, 51 m above the track
+    with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be a car within 50 m .* 51.0\) m$"):
         cpu.restore(dict(state, **{"physics.mujoco_state": far}))
     assert all(np.array_equal(state[k], cpu.snapshot()[k]) for k in state)
+
+
+def test_a_physics_value_at_mujocos_bound_is_accepted_and_the_next_float_refused(mjx_pool_env):
+    """MuJoCo takes a state with a value beyond ``mjMAXVAL`` (1e10) for
+    diverged: a snapshot's value at it is restored, the next float32 past
+    it is refused, with nothing changed."""
+    assert mujoco.mjMAXVAL == 1e10
+    env = mjx_pool_env
+    env.reset(seed=6)
+    snap = env.snapshot()
+    warm = np.array(snap["physics.qacc_warmstart"])
+    warm[1, 0] = np.float32(1e10)
+    env.restore(dict(snap, **{"physics.qacc_warmstart": warm}))
+    accepted = env.snapshot()
+    np.testing.assert_array_equal(accepted["physics.qacc_warmstart"], warm)
+    warm[1, 0] = np.nextafter(np.float32(1e10), np.float32(np.inf))
+    with pytest.raises(ValueError, match=r"'physics.qacc_warmstart'\] must be finite and at most 1e\+10 in size"):
+        env.restore(dict(snap, **{"physics.qacc_warmstart": warm}))
+    assert all(np.array_equal(accepted[k], v, equal_nan=True) for k, v in env.snapshot().items())
 
 
 def test_a_snapshot_whose_car_is_faster_than_a_run_allows_is_refused(mjx_pool_env):
     """A car faster than `SNAPSHOT_SPEED_FACTOR` times what the largest
     acceleration (4 m/s^2) gives over the Level's timeout (4 calls of
     0.02 s here: 0.64 m/s) is refused by field on both backends, one at
-    that speed is accepted; a finite but absurd velocity (1e30 m/s) too."""
+    that speed is accepted; a finite but absurd velocity (1e9 m/s) too,
+    and one past float64's range (by MuJoCo's bound, without a warning)."""
     assert SNAPSHOT_SPEED_FACTOR == 2.0
     env = mjx_pool_env
     env.reset(seed=4)
@@ -199,16 +241,15 @@ def test_a_snapshot_whose_car_is_faster_than_a_run_allows_is_refused(mjx_pool_en
     state = cpu.snapshot()
     nq = cpu.physics.mj_model.nq
     fast = np.array(state["physics.mujoco_state"])
-    fast[1 + nq] = 1e30  # the integration state is the time, qpos, then qvel
+    fast[1 + nq] = 1e9  # the integration state is the time, qpos, then qvel
     with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be a car at most 4.8 m/s fast .* "
-                                         r"holds a car at 1e\+30 m/s$"):
+                                         r"holds a car at 1e\+09 m/s$"):
         cpu.restore(dict(state, **{"physics.mujoco_state": fast}))
     assert all(np.array_equal(state[k], cpu.snapshot()[k], equal_nan=True) for k in state)
     fast[1 + nq: 4 + nq] = [1e308, -1e308, 1e308]  # a speed past float64's range: refused, and without a warning
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be a car at most 4.8 m/s fast .* "
-                                             r"holds a car at inf m/s$"):
+        with pytest.raises(ValueError, match=r"'physics.mujoco_state'\] must be finite and at most 1e\+10 "):
             cpu.restore(dict(state, **{"physics.mujoco_state": fast}))
     assert all(np.array_equal(state[k], cpu.snapshot()[k], equal_nan=True) for k in state)
     fast[1 + nq: 4 + nq] = [4.8, 0.0, 0.0]  # 2 x 4 m/s^2 x 30 calls of 0.02 s

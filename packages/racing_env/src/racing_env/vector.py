@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
@@ -98,10 +99,10 @@ class _DeviceStepper:
 
     @staticmethod
     def positions(fields: dict[str, Any]) -> tuple[str, np.ndarray]:
-        """("qpos", float [E, 2]): the field holding each car's (x, y) in a
-        snapshot's physics fields, and those, m (the free joint's first
+        """("qpos", float [E, 3]): the field holding each car's (x, y, z) in
+        a snapshot's physics fields, and those, m (the free joint's first
         coordinates)."""
-        return "qpos", np.asarray(fields["qpos"])[:, :2]
+        return "qpos", np.asarray(fields["qpos"])[:, :3]
 
     def velocities(self, fields: dict[str, Any]) -> tuple[str, np.ndarray]:
         """("qvel", float [E, 3]): the field holding each car's body velocity
@@ -157,10 +158,11 @@ class _HostStepper:
 
     @staticmethod
     def positions(fields: dict[str, Any]) -> tuple[str, np.ndarray]:
-        """("mujoco_state", float [1, 2]): the field holding the car's (x, y)
-        in a snapshot's physics fields, and those, m (``mjSTATE_INTEGRATION``
-        starts with the time, then qpos, whose free joint comes first)."""
-        return "mujoco_state", np.asarray(fields["mujoco_state"])[None, 1:3]
+        """("mujoco_state", float [1, 3]): the field holding the car's (x, y,
+        z) in a snapshot's physics fields, and those, m
+        (``mjSTATE_INTEGRATION`` starts with the time, then qpos, whose free
+        joint comes first)."""
+        return "mujoco_state", np.asarray(fields["mujoco_state"])[None, 1:4]
 
     def velocities(self, fields: dict[str, Any]) -> tuple[str, np.ndarray]:
         """("mujoco_state", float [1, 3]): the field holding the car's body
@@ -429,11 +431,14 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
                 outside its row's loop (``progress_segment`` may pass the
                 finish by up to `racing_env.race.WINDOW` segments); progress
                 not finite or outside [0, 2 laps]; step counts outside [0,
-                the Level's timeout]; negative clip counts; a non-finite
-                physics value; a car more than `SNAPSHOT_MARGIN_M` outside
-                its track's bounding box, or faster than
-                `SNAPSHOT_SPEED_FACTOR` times the speed its largest
-                acceleration gives over the Level's timeout.
+                the Level's timeout]; negative clip counts; a physics
+                value that is not finite or is beyond ``mujoco.mjMAXVAL``
+                (1e10), where MuJoCo takes a state for diverged and resets
+                it; a car more than `SNAPSHOT_MARGIN_M` outside
+                its track's bounding box (the track at z = 0, so also above
+                or below the ground), faster than `SNAPSHOT_SPEED_FACTOR`
+                times the speed its largest acceleration gives over the
+                Level's timeout.
         """
         tracks = self._params.tracks
         n = np.asarray(tracks.num_points)[rows]
@@ -446,7 +451,9 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
         steps, limit = value["state.steps"], self.level.max_episode_steps
         physics = {k[len("physics."):]: v for k, v in snapshot.items() if k.startswith("physics.")}
         low, high = _track_boxes(tracks)
-        where, xy = self._stepper.positions(physics)
+        ground = np.zeros((len(rows), 1), low.dtype)  # the track lies at z = 0
+        low, high = np.concatenate([low[rows], ground], axis=1), np.concatenate([high[rows], ground], axis=1)
+        where, xyz = self._stepper.positions(physics)
         moving, velocity = self._stepper.velocities(physics)
         with np.errstate(over="ignore", invalid="ignore"):  # a speed past float64 is inf: refused below
             speed = np.linalg.norm(velocity.astype(np.float64), axis=1)
@@ -462,12 +469,14 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
              "finite, in [0, twice its row's lap] m", progress),
             ("state.steps", (steps >= 0) & (steps <= limit), f"in [0, {limit}] (the Level's timeout)", steps),
             ("state.clipped", value["state.clipped"] >= 0, ">= 0", value["state.clipped"]),
-            *((f"physics.{name}", np.isfinite(per_world).all(axis=1), "finite", "a value that is not finite")
+            *((f"physics.{name}", (np.abs(per_world) <= mujoco.mjMAXVAL).all(axis=1),
+               f"finite and at most {mujoco.mjMAXVAL:g} in size (past it MuJoCo takes a state for diverged)",
+               f"a value that is not finite or is beyond {mujoco.mjMAXVAL:g}")
               for name, per_world in self._stepper.by_world(physics).items()),
-            (f"physics.{where}", np.all((xy >= low[rows] - SNAPSHOT_MARGIN_M) & (xy <= high[rows] + SNAPSHOT_MARGIN_M),
+            (f"physics.{where}", np.all((xyz >= low - SNAPSHOT_MARGIN_M) & (xyz <= high + SNAPSHOT_MARGIN_M),
                                         axis=1),
-             f"a car within {SNAPSHOT_MARGIN_M:g} m of its track's bounding box",
-             [f"a car at {tuple(point.tolist())} m" for point in xy]),
+             f"a car within {SNAPSHOT_MARGIN_M:g} m of its track's bounding box (at z = 0)",
+             [f"a car at {tuple(point.tolist())} m" for point in xyz]),
             (f"physics.{moving}", speed <= top,
              f"a car at most {top:g} m/s fast ({SNAPSHOT_SPEED_FACTOR:g} x its largest acceleration over the "
              f"Level's timeout)", [f"a car at {v:g} m/s" for v in speed]),
