@@ -3,6 +3,7 @@ smoke runs: a few worlds and steps on Warp's CPU device, no throughput or
 memory gate), so a change to the env cannot silently break them."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -274,3 +275,39 @@ def test_the_ppo_scaling_gates_read_the_report():
     assert g["name"] == "curve_gap_2_gpus_over_seed_spread" and g["passed"] and g["value"] == pytest.approx(1.25)
     curve["two_gpus"] = {"mean_reward": [1.4] * 20}
     assert not bench.gates({"runs": [], "curve": curve})[0]["passed"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--worlds", "0"], "argument --worlds or --seed: worlds must be in"),
+    (["--worlds", "2147483648"], "argument --worlds or --seed: worlds must be in"),
+    (["--seed", "-1"], "argument --worlds or --seed: seed must be in"),
+    (["--seed", "4294967296"], "argument --worlds or --seed: seed must be in"),
+    (["--train-seconds", "nan"], "argument --train-seconds: must be finite and > 0, got nan"),
+    (["--train-seconds", "-1"], "argument --train-seconds: must be finite and > 0"),
+    (["--train-seconds", "inf"], "argument --train-seconds: must be finite and > 0"),
+    (["--eval-tracks", "0"], r"argument --eval-tracks: must be in \[1, 1000\] \(the Test split's tracks\), got 0"),
+    (["--eval-tracks", "1001"], r"argument --eval-tracks: must be in \[1, 1000\]"),
+    (["--out", "{tmp}/report.txt"], "argument --out: must end in one of .json"),
+    (["--out", "{tmp}/folder.json"], "argument --out: '.*folder.json' is a folder, not a file"),
+    (["--out", "{tmp}/notes.json"], "argument --out: the run's folder '.*notes' holds files but no training run"),
+    (["--run-dir", "{tmp}/notes"], "argument --run-dir: the run's folder '.*notes' holds files but no training run"),
+    (["--run-dir", "{tmp}/file"], "argument --run-dir: the run's folder '.*file' is a file"),
+])
+def test_the_ppo_benchmark_refuses_bad_arguments_before_touching_anything(tmp_path, monkeypatch, capsys, args,
+                                                                           message):
+    """A bad number or output is a usage error (exit 2) naming the flag,
+    and a folder the run would replace that holds something else than a
+    run is left as it is."""
+    (tmp_path / "folder.json").mkdir()
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep")
+    (tmp_path / "file").write_text("keep")
+    bench = _ppo_benchmark()
+    monkeypatch.setattr(sys, "argv", ["ppo_level1.py", "--dev", "--out", str(tmp_path / "r.json"),
+                                      *(a.format(tmp=tmp_path) for a in args)])
+    with pytest.raises(SystemExit) as stopped:
+        bench.main()
+    assert stopped.value.code == 2
+    assert re.search(message, capsys.readouterr().err), message
+    assert (tmp_path / "notes" / "mine.txt").read_text() == "keep" and (tmp_path / "file").read_text() == "keep"
+    assert not (tmp_path / "r").exists() and not (tmp_path / "r.json").exists()

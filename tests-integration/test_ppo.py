@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import math
 
 import jax
@@ -20,8 +19,7 @@ import torch
 
 from racing_stack import checkpoints
 from racing_stack.interop import to_jax, to_torch, tree_to_torch
-from racing_stack.ppo import LOG_FIELDS, PRESETS, PPOConfig, Trainer, finish, make_env, make_validation_env
-from racing_stack.prior import PursuitPrior
+from racing_stack.ppo import LOG_FIELDS, PRESETS, Trainer, finish, make_env, make_validation_env
 from racing_stack.wrappers import LocalTrack
 
 #: A tiny run: 4 worlds on the first 4 Train tracks, 24-step episodes, no
@@ -554,88 +552,6 @@ def test_a_time_budget_stops_after_the_update_that_spends_it(env, tmp_path):
     assert (tmp_path / "checkpoint.pt").exists()
     assert trainer.overhead["checkpoints"] == 1 and trainer.overhead["checkpoint_s"] > 0.0
     assert trainer.overhead["validations"] == 0  # not due at update 1 (validate_every 2)
-
-
-def test_a_residual_on_the_prior_is_set_by_name():
-    config = TINY.override(["features.prior={}", "residual=0.5"])
-    assert config.features.prior == PursuitPrior() and config.residual == 0.5
-    assert config.override(["features.prior.preview_m=60.0"]).features.prior == PursuitPrior(preview_m=60.0)
-    # A table at once, then one of its names; replaced whole; cleared (with the residual that needs it).
-    assert TINY.override(["features.prior={'preview_m': 80.0}", "features.prior={}"]).features.prior == PursuitPrior()
-    assert TINY.override(["residual=1.0", "features.prior={}", "features.prior.preview_m=80.0"]).features.prior \
-        == PursuitPrior(preview_m=80.0)
-    assert config.override(["residual=0.0", "features.prior=None"]) == TINY
-    with pytest.raises(ValueError, match="residual needs a prior"):
-        config.override(["features.prior=None"])
-    assert PPOConfig.from_json(json.loads(json.dumps(config.to_json()))) == config
-
-
-def test_settings_are_overridden_by_name_and_checked():
-    config = TINY.override(["learning_rate=1e-4", "reward.off_track_penalty=5", "hidden=(32, 16)",
-                            "tracks=None", "schedule='constant'", "init_log_std=(-1.0, -2.0)"])
-    assert (config.learning_rate, config.reward.off_track_penalty, config.hidden, config.tracks,
-            config.schedule, config.init_log_std) == (1e-4, 5, (32, 16), None, "constant", (-1.0, -2.0))
-    assert dataclasses.replace(config, learning_rate=TINY.learning_rate, reward=TINY.reward, hidden=TINY.hidden,
-                               tracks=TINY.tracks, schedule=TINY.schedule,
-                               init_log_std=TINY.init_log_std) == TINY  # nothing else moved
-    for settings, match in ((["learning_rate"], "must be name=value"), (["lr=1"], "unknown setting 'lr'"),
-                            (["reward.bonus=1"], "unknown setting 'reward.bonus'"),
-                            (["reward=1"], "unknown setting 'reward'"),
-                            (["learning_rate=fast"], "'fast' is not a Python literal"),
-                            (["learning_rate=-1.0"], "learning_rate must be in"),
-                            (["hidden=3"], "bad settings"), (["features.points=0"], "points must be in"),
-                            (["residual=0.5"], "residual needs a prior"),
-                            (["features.prior={'speed': 1}"], "bad settings")):
-        with pytest.raises(ValueError, match=match):
-            TINY.override(settings)
-
-
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"worlds": 0}, ValueError, "worlds must be in \\[1, 2\\*\\*31\\)"),
-    ({"worlds": 8.0}, TypeError, "worlds must be an int"),
-    ({"max_episode_steps": 2**31}, ValueError, "max_episode_steps must be in \\[1, 2\\*\\*31\\)"),
-    ({"stagger_steps": -1}, ValueError, "stagger_steps must be in \\[0, 2\\*\\*31\\)"),
-    ({"minibatches": 3}, ValueError, "minibatches \\(3\\) must divide"),
-    ({"gamma": 1.5}, ValueError, "gamma must be in"),
-    ({"tracks": 0}, ValueError, "tracks must be in \\[1, 10000\\]"),
-    ({"tracks": 10001}, ValueError, "tracks must be in \\[1, 10000\\]"),
-    ({"validation_tracks": 1001}, ValueError, "validation_tracks must be at most the Validation split's 1000"),
-    ({"tracks": True}, TypeError, "tracks must be an int"),
-    ({"learning_rate": float("nan")}, ValueError, "learning_rate must be in \\(0, 1\\]"),
-    ({"learning_rate": 1e30}, ValueError, "learning_rate must be in \\(0, 1\\]"),
-    ({"learning_rate": 10**400}, ValueError, "learning_rate must be in \\(0, 1\\]"),
-    ({"init_log_std": (1e6, 0.0)}, ValueError, "init_log_std must be in \\[-10, 2\\]"),
-    ({"init_log_std": (0.0, -200.0)}, ValueError, "init_log_std must be in \\[-10, 2\\]"),
-    ({"init_log_std": -1.0}, ValueError, "init_log_std must be a pair"),
-    ({"init_log_std": (0.0, 0.0, 0.0)}, ValueError, "init_log_std must be a pair"),
-    ({"desired_kl": 0.0}, ValueError, "desired_kl must be in \\(0, 10\\]"),
-    ({"select_success_rate": 0.0}, ValueError, "select_success_rate must be in \\(0, 1\\]"),
-    ({"select_success_rate": 1.01}, ValueError, "select_success_rate must be in \\(0, 1\\]"),
-    ({"min_learning_rate": 1e-2, "max_learning_rate": 1e-3}, ValueError, "min_learning_rate \\(0.01\\) exceeds"),
-    ({"value_coef": 1e300}, ValueError, "value_coef must be in \\[0, 1000\\]"),
-    ({"hidden": (1_000_000, 1_000_000)}, ValueError, "hidden must be a non-empty tuple of ints in \\[1, 16384\\]"),
-    ({"clip": 0.0}, ValueError, "clip must be in \\(0, 10\\]"),
-    ({"gamma": "0.9"}, TypeError, "gamma must be a real number"),
-    ({"entropy_coef": float("inf")}, ValueError, "entropy_coef must be in \\[0, 1000\\]"),
-    ({"hidden": ()}, ValueError, "hidden must be a non-empty tuple"),
-    ({"hidden": (64, 0)}, ValueError, "hidden must be a non-empty tuple"),
-    ({"seed": -1}, ValueError, "seed must be in \\[0, 2\\*\\*32\\)"),
-    ({"seed": 1.0}, TypeError, "seed must be an int"),
-    ({"features": None}, TypeError, "features must be a LocalTrack"),
-    ({"validate_every": -1}, ValueError, "validate_every must be in \\[0, 2\\*\\*31\\)"),
-    ({"validation_tracks": 0}, ValueError, "validation_tracks must be in \\[1, 2\\*\\*31\\)"),
-    ({"schedule": "cosine"}, ValueError, "schedule must be one of"),
-    ({"crash_warmup_success": 1.5}, ValueError, "crash_warmup_success must be in \\[0, 1\\]"),
-    ({"crash_warmup_success": math.nan}, ValueError, "crash_warmup_success must be in \\[0, 1\\]"),
-    ({"crash_warmup_success": "0.5"}, TypeError, "crash_warmup_success must be a real number"),
-    ({"residual": 0.5}, ValueError, "residual needs a prior to correct: set features.prior"),
-    ({"residual": 2.5, "features": LocalTrack(prior={})}, ValueError, "residual must be in \\[0, 2\\]"),
-    ({"residual": 1e-9, "features": LocalTrack(prior={})}, ValueError, "residual must be 0 or in \\[1e-6, 2\\]"),
-    ({"residual": math.nan, "features": LocalTrack(prior={})}, ValueError, "residual must be in \\[0, 2\\]"),
-])
-def test_bad_settings_are_refused_by_name(kwargs, error, match):
-    with pytest.raises(error, match=match):
-        dataclasses.replace(PPOConfig(), **kwargs)
 
 
 @pytest.mark.parametrize("settings", [[], ["reward.step_cost=0.01", "reward.off_track_penalty=0.2"],

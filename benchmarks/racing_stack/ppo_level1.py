@@ -90,9 +90,10 @@ import torch  # noqa: E402
 from protocol import EnvStepper, environment, gate, logger, process_seconds, source_hashes  # noqa: E402
 
 from racing_env.plugins import PURSUIT  # noqa: E402
+from racing_stack._cli import check_outputs  # noqa: E402
 from racing_stack.pools import SPLITS  # noqa: E402
 from racing_stack.ppo.export import export_plugin  # noqa: E402
-from racing_stack.ppo import PRESETS, PPOConfig, Trainer, draw_curve, make_env, make_validation_env  # noqa: E402
+from racing_stack.ppo import PRESETS, RUN_FILES, PPOConfig, Trainer, draw_curve, make_env, make_validation_env  # noqa: E402
 from racing_stack.ppo.networks import ActorCritic, prior_alone  # noqa: E402
 from racing_stack.ppo.validation import standing_starts, validate  # noqa: E402
 from racing_stack.prior import PursuitPrior  # noqa: E402
@@ -150,6 +151,19 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     return {"episodes": s["episodes"], "success_rate": s["success_rate"], "off_track_rate": s["off_track_rate"],
             "timeout_rate": s["timeout_rate"], "lap_time_s": s["lap_time_s"], "seconds": result["seconds"],
             "controller_errors": s["controller_errors"]}
+
+
+def check_run_dir(parser: argparse.ArgumentParser, run_dir: Path, flag: str) -> None:
+    """Refuse, as a usage error naming ``flag``, a run folder this command
+    would replace that holds something else than a training run: a file, or
+    a folder holding files but none of a run's (`RUN_FILES`). A new, empty
+    or run's folder is replaced."""
+    if run_dir.exists() and not run_dir.is_dir():
+        parser.error(f"argument {flag}: the run's folder {str(run_dir)!r} is a file")
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not any((run_dir / name).exists() for name in RUN_FILES):
+        parser.error(f"argument {flag}: the run's folder {str(run_dir)!r} holds files but no training run "
+                     f"(none of {', '.join(RUN_FILES)}), and this command replaces it: give a new, empty or "
+                     f"run's folder")
 
 
 def start_runner(plugin: Path, tracks: int, out: Path) -> subprocess.Popen:
@@ -273,8 +287,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.dev and args.publish:
         parser.error("--dev runs are not published")
+    if not 0.0 < args.train_seconds < float("inf"):
+        parser.error(f"argument --train-seconds: must be finite and > 0, got {args.train_seconds}")
+    if not 1 <= args.eval_tracks <= SPLITS["test"].size:
+        parser.error(f"argument --eval-tracks: must be in [1, {SPLITS['test'].size}] (the Test split's tracks), "
+                     f"got {args.eval_tracks}")
     gpu = jax.default_backend() == "gpu"
-    config = dataclasses.replace(PRESETS["gpu"], worlds=args.worlds, seed=args.seed)
+    try:
+        config = dataclasses.replace(PRESETS["gpu"], worlds=args.worlds, seed=args.seed)
+    except (TypeError, ValueError) as error:
+        parser.error(f"argument --worlds or --seed: {error}")
     if not gpu:
         config = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=8, minibatches=2, tracks=4, updates=100_000,
                                      validate_every=2, validation_tracks=2, max_episode_steps=50, stagger_steps=4,
@@ -289,8 +311,9 @@ def main() -> None:
                      f"Validation rows, the split has {SPLITS['validation'].size}")
     folder = "benchmarks/results/" if gpu and args.publish else "benchmarks/out/"
     out = args.out or Path(folder + ("ppo_level1.json" if gpu else "ppo_level1_cpu.json"))
-    out.parent.mkdir(parents=True, exist_ok=True)
+    check_outputs(parser, {"--out": out}, {"--out": {".json"}})
     run_dir = args.run_dir or out.with_suffix("")
+    check_run_dir(parser, run_dir, "--run-dir" if args.run_dir else "--out")
     shutil.rmtree(run_dir, ignore_errors=True)
     pursuit = {e["track_id"]: e for e in json.loads(PURSUIT_VALIDATION.read_text())["episodes"]}
     report: dict[str, Any] = {"protocol": "PPO Level 1", "dev": args.dev, "environment": environment(),

@@ -146,3 +146,21 @@ def test_each_entry_point_refuses_a_wrong_type_as_a_type_error_and_a_wrong_value
     with pytest.raises(error) as raised:
         make(bad)
     assert raised.type is error and name.split("[")[0] in str(raised.value), (label, str(raised.value))
+
+
+def test_a_settings_table_is_built_from_a_mapping_of_its_names():
+    """A mapping of some names gives the dataclass with the rest at their
+    defaults; a value that is not a mapping is a TypeError, a name that is
+    not one of its settings (or not a string) a ValueError, each naming
+    the table; the dataclass's own refusals pass through."""
+    made = checks.settings_table(ProjectConfig, {"wheelbase_m": 2.5}, "car")
+    assert made == ProjectConfig(wheelbase_m=2.5)
+    assert checks.settings_table(ProjectConfig, {}, "car") == ProjectConfig()
+    for value in (None, [("wheelbase_m", 2.5)], "wheelbase_m=2.5", 3):
+        with pytest.raises(TypeError, match=r"car must be a table \(a mapping of its settings by name\), got "):
+            checks.settings_table(ProjectConfig, value, "car")
+    for value, shown in (({"wheelbase_m": 2.5, "bogus": 2}, "'bogus'"), ({1: 2}, "1"), ({b"wheelbase_m": 2}, "b'")):
+        with pytest.raises(ValueError, match=rf"car has no setting {shown}.*; its settings are \['"):
+            checks.settings_table(ProjectConfig, value, "car")
+    with pytest.raises(ValueError, match="wheelbase_m"):
+        checks.settings_table(ProjectConfig, {"wheelbase_m": -1.0}, "car")

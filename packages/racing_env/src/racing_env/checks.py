@@ -5,19 +5,21 @@ One exception type per fault: a wrong type (a bool or a float where an int
 belongs, a string where a number belongs) raises ``TypeError``; a value of
 the right type outside its range (NaN, an infinity, a negative count)
 raises ``ValueError``. Scalars: ``integer_in``, ``real``, ``real_in``,
-``positive``, ``check_name``; then the shapes, kinds and values of tracks
-and pools, which ``Track``, ``TrackPool`` and ``track_files`` share.
+``positive``, ``check_name``; a table of settings: ``settings_table``;
+then the shapes, kinds and values of tracks and pools, which ``Track``,
+``TrackPool`` and ``track_files`` share.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import operator
 import re
 import reprlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +27,7 @@ import numpy as np
 from racing_env.types import MIN_TRACK_POINTS, TRACK_CAPACITY
 
 UINT32_LIMIT = 2**32
+_D = TypeVar("_D")
 NAME_PATTERN = re.compile(r"[0-9A-Za-z._-]{1,32}")
 #: The pool fields that hold points (float32, m).
 FLOAT_FIELDS = ("centerline", "left_boundary", "right_boundary")
@@ -47,19 +50,19 @@ def integer_in(value: object, name: str, low: int, end: int | None = None, end_t
     try:
         value = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {_shown(value)}") from None
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {shown(value)}") from None
     if end is None and value < low:
-        raise ValueError(f"{name} must be >= {low}, got {_shown(value)}")
+        raise ValueError(f"{name} must be >= {low}, got {shown(value)}")
     if end is not None and not low <= value < end:
         interval = f"[{low}, {end_text})" if end_text else f"[{low}, {end - 1}]"
-        raise ValueError(f"{name} must be in {interval}, got {_shown(value)}")
+        raise ValueError(f"{name} must be in {interval}, got {shown(value)}")
     return value
 
 
 def _real(value: object, name: str) -> float:
     """``value`` as a Python float (``inf`` for an int beyond a float's range)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {_shown(value)}")
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {shown(value)}")
     try:
         return float(value)
     except OverflowError:
@@ -75,7 +78,7 @@ def real(value: object, name: str) -> float:
     """
     result = _real(value, name)
     if not math.isfinite(result):
-        raise ValueError(f"{name} must be finite, got {_shown(value)}")
+        raise ValueError(f"{name} must be finite, got {shown(value)}")
     return result
 
 
@@ -93,7 +96,7 @@ def real_in(value: object, name: str, low: float, high: float, *, low_open: bool
     above = result >= high if high_open else result > high
     if not math.isfinite(result) or below or above:
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        raise ValueError(f"{name} must be in {interval}{' ' + unit if unit else ''}, got {_shown(value)}")
+        raise ValueError(f"{name} must be in {interval}{' ' + unit if unit else ''}, got {shown(value)}")
     return result
 
 
@@ -106,15 +109,34 @@ def positive(value: object, name: str) -> float:
     """
     result = _real(value, name)
     if not (math.isfinite(result) and result > 0):
-        raise ValueError(f"{name} must be finite and > 0, got {_shown(value)}")
+        raise ValueError(f"{name} must be finite and > 0, got {shown(value)}")
     return result
+
+
+def settings_table(kind: type[_D], value: object, name: str) -> _D:
+    """``kind`` (a dataclass of settings) built from ``value``, a mapping of
+    some of its settings by name (the others take their defaults).
+
+    Raises:
+        TypeError: ``value`` is not a mapping.
+        ValueError: a name that is not one of ``kind``'s settings (or not
+            a string). ``kind``'s own refusals of a value pass through
+            (they name the setting).
+    """
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a table (a mapping of its settings by name), got {shown(value)}")
+    known = [field.name for field in dataclasses.fields(kind)]
+    unknown = [key for key in value if not isinstance(key, str) or key not in known]
+    if unknown:
+        raise ValueError(f"{name} has no setting {shown(unknown[0])}; its settings are {known}")
+    return kind(**value)
 
 
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = _REPR.maxlong = 60
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
     """``repr(value)``, at most 60 characters (an int of 400 digits is cut)."""
     return _REPR.repr(value)
 

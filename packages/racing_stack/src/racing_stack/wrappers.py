@@ -157,11 +157,12 @@ class LocalTrack:
             object.__setattr__(self, name, checks.real_in(getattr(self, name), name, 0.0, MAX_LENGTH_M,
                                                           low_open=True, unit="m"))
         if not isinstance(self.interpolate, bool):
-            raise TypeError(f"interpolate must be a bool, got {self.interpolate!r}")
+            raise TypeError(f"interpolate must be a bool, got {checks.shown(self.interpolate)}")
         if isinstance(self.prior, Mapping):  # as JSON and TOML hold it
-            object.__setattr__(self, "prior", PursuitPrior(**self.prior))
+            object.__setattr__(self, "prior", checks.settings_table(PursuitPrior, self.prior, "prior"))
         if self.prior is not None and not isinstance(self.prior, PursuitPrior):
-            raise TypeError(f"prior must be a PursuitPrior, a mapping of its gains or None, got {self.prior!r}")
+            raise TypeError(f"prior must be a PursuitPrior, a mapping of its gains or None, "
+                            f"got {checks.shown(self.prior)}")
 
     @property
     def size(self) -> int:

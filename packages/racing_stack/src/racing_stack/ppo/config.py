@@ -9,11 +9,14 @@ from typing import Any
 from racing_env import checks
 
 from racing_stack.pools import SPLITS
+from racing_stack.prior import PursuitPrior
 from racing_stack.ppo.networks import MIN_RESIDUAL
 from racing_stack.wrappers import LocalTrack, ShapedReward
 
 __all__ = ["MAX_WIDTH", "PRESETS", "SCHEDULES", "PPOConfig"]
 
+#: The tables a setting can name (dotted), what each holds and whether it may be None.
+_TABLES = {"features": (LocalTrack, False), "reward": (ShapedReward, False), "features.prior": (PursuitPrior, True)}
 #: The widest hidden layer a config accepts.
 MAX_WIDTH = 16384
 #: How the step size moves: on the KL of each update, linearly to
@@ -119,8 +122,11 @@ class PPOConfig:
             value, low = getattr(self, name), 0 if name in ("validate_every", "stagger_steps",
                                                           "crash_warmup_updates") else 1
             object.__setattr__(self, name, checks.integer_in(value, name, low, 2**31, "2**31"))
+        if not isinstance(self.schedule, str):
+            raise TypeError(f"schedule must be a str, one of {SCHEDULES}, got {checks.shown(self.schedule)}")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {checks.shown(self.schedule)}")
+        object.__setattr__(self, "schedule", str(self.schedule))
         if (self.worlds * self.steps) % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide worlds x steps "
                              f"({self.worlds * self.steps})")
@@ -142,13 +148,14 @@ class PPOConfig:
                              f"({self.max_learning_rate})")
         std = self.init_log_std
         if not isinstance(std, tuple) or len(std) != 2:
-            raise ValueError(f"init_log_std must be a pair (steering, acceleration), got {std!r}")
+            raise ValueError(f"init_log_std must be a pair (steering, acceleration), got {checks.shown(std)}")
         object.__setattr__(self, "init_log_std", tuple(checks.real_in(value, "init_log_std", -10.0, 2.0)
                                                        for value in std))
         if (not isinstance(self.hidden, tuple) or not self.hidden
                 or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH
                            for h in self.hidden)):
-            raise ValueError(f"hidden must be a non-empty tuple of ints in [1, {MAX_WIDTH}], got {self.hidden!r}")
+            raise ValueError(f"hidden must be a non-empty tuple of ints in [1, {MAX_WIDTH}], "
+                             f"got {checks.shown(self.hidden)}")
         object.__setattr__(self, "seed", checks.integer_in(self.seed, "seed", 0, 2**32, "2**32"))
         if not isinstance(self.features, LocalTrack) or not isinstance(self.reward, ShapedReward):
             raise TypeError("features must be a LocalTrack and reward a ShapedReward")
@@ -182,45 +189,65 @@ class PPOConfig:
 
         Raises:
             ValueError: a setting that is not ``name=value``, an unknown
-                name, a value that is not a literal, or one the config refuses.
+                name, a value that is not a literal, or one the config
+                refuses (a table's values as soon as it is given, the
+                others once every setting is in: one may need the next).
+            TypeError: a setting that is not a string.
         """
+        if not isinstance(settings, (list, tuple)):
+            raise TypeError(f"settings must be a list of name=value strings, got {checks.shown(settings)}")
         data = self.to_json()
         for setting in settings:
+            if not isinstance(setting, str):
+                raise TypeError(f"a setting must be a str, name=value, got {checks.shown(setting)}")
             name, sep, text = setting.partition("=")
             path = name.strip().split(".")
             if not sep or not all(path):
-                raise ValueError(f"a setting must be name=value, got {setting!r}")
+                raise ValueError(f"a setting must be name=value, got {checks.shown(setting)}")
             node = data
             for key in path[:-1]:
                 if not isinstance(node.get(key), dict):
-                    raise ValueError(f"unknown setting {name!r}")
+                    raise ValueError(f"unknown setting {checks.shown(name)}")
                 node = node[key]
             if path[-1] not in node:
-                raise ValueError(f"unknown setting {name!r}; the settings are {sorted(flat(self.to_json()))}")
+                raise ValueError(f"unknown setting {checks.shown(name)}; the settings are "
+                                 f"{sorted(flat(self.to_json()))}")
             try:
                 value = ast.literal_eval(text.strip())
             except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-                raise ValueError(f"setting {name!r}: {text!r} is not a Python literal") from None
-            if isinstance(node[path[-1]], dict) and not (value is None or isinstance(value, dict)):
-                raise ValueError(f"unknown setting {name!r}; the settings are {sorted(flat(self.to_json()))}")
+                raise ValueError(f"setting {checks.shown(name)}: {checks.shown(text)} is not a Python "
+                                 f"literal") from None
+            table = _TABLES.get(".".join(path))
+            if table is not None:  # checked at once, and every name of it is there for the next settings
+                if value is None and not table[1]:
+                    raise ValueError(f"setting {checks.shown(name)} is a table: give a dict of its settings")
+                try:
+                    value = None if value is None else dataclasses.asdict(checks.settings_table(table[0], value,
+                                                                                                name))
+                except TypeError as error:
+                    raise ValueError(f"setting {checks.shown(name)}: {error}") from None
             node[path[-1]] = value
-            try:  # a table given as a dict takes its defaults' every name (for the next settings)
-                data = PPOConfig.from_json(data).to_json()
-            except (ValueError, TypeError):
-                pass  # refused below, once every setting is in (one may need the next)
         try:
             return PPOConfig.from_json(data)
         except TypeError as error:  # e.g. hidden=3: not a sequence
-            raise ValueError(f"bad settings {settings}: {error}") from None
+            raise ValueError(f"bad settings: {error}") from None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PPOConfig:
-        """The inverse of `to_json`."""
+        """The inverse of `to_json`.
+
+        Raises:
+            TypeError: ``hidden`` or ``init_log_std`` not a list or tuple,
+                ``features`` or ``reward`` not a mapping; and as `PPOConfig`.
+            ValueError: as `PPOConfig`, and a table's unknown name.
+        """
         data = dict(data)
-        data["hidden"] = tuple(data["hidden"])
-        data["init_log_std"] = tuple(data["init_log_std"])
-        data["features"] = LocalTrack(**data["features"])
-        data["reward"] = ShapedReward(**data["reward"])
+        for name in ("hidden", "init_log_std"):
+            if not isinstance(data[name], (list, tuple)):
+                raise TypeError(f"{name} must be a list or tuple, got {checks.shown(data[name])}")
+            data[name] = tuple(data[name])
+        data["features"] = checks.settings_table(LocalTrack, data["features"], "features")
+        data["reward"] = checks.settings_table(ShapedReward, data["reward"], "reward")
         return cls(**data)
 
 
