@@ -117,10 +117,30 @@ def test_an_out_that_is_a_file_or_under_a_file_is_refused(capsys, envs, tmp_path
     path = tmp_path / "somefile"
     path.write_text("mine")
     message = usage_error(capsys, FLAGS + ["--out", str(path)])
-    assert message.startswith(f"--out {path}") and "is a file" in message
+    assert message == f"argument --out: {str(path)!r} is a file, not a folder"
     message = usage_error(capsys, FLAGS + ["--out", str(path / "sub")])
-    assert message.startswith(f"--out {path / 'sub'}") and "cannot be created" in message
+    assert message == f"argument --out: {str(path)!r} is a file, not a folder"
+    message = usage_error(capsys, FLAGS + ["--out", str(tmp_path / ("a" * 300) / "b")])  # the system's refusal
+    assert message.startswith("argument --out: cannot write in ") and message.endswith("(File name too long)")
     assert path.read_text() == "mine" and envs == []
+
+
+def test_overwrite_removes_a_link_in_the_run_not_what_it_points_to(capsys, envs, tmp_path):
+    """A run file that is a link (to a folder or a file) is removed as a
+    link: what it points to stays."""
+    from racing_stack.ppo.train import Trainer
+
+    out, other = tmp_path / "run", tmp_path / "other"
+    out.mkdir()
+    other.mkdir()
+    (other / "mine.txt").write_text("keep")
+    (out / "log.csv").write_text("x")
+    (out / "plugin").symlink_to(other, target_is_directory=True)
+    (out / "policy.gif").symlink_to(other / "mine.txt")
+    trainer = Trainer.__new__(Trainer)
+    trainer.out = out
+    trainer._claim(overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == [] and (other / "mine.txt").read_text() == "keep"
 
 
 @pytest.mark.parametrize("out", ["", "  "])
@@ -219,3 +239,12 @@ def test_more_tracks_than_a_split_holds_are_refused_before_any_work(capsys, envs
     message = usage_error(capsys, flags + ["--out", str(tmp_path / "out"), "--set", setting])
     assert message.startswith("--set") and said in message, message
     assert envs == [] and not (tmp_path / "out").exists()
+
+
+def test_envs_too_large_for_this_machine_are_a_usage_error(capsys, envs, tmp_path):
+    """The env refuses a batch whose buffers cannot fit before it allocates
+    them; train-ppo reports that as a usage error of --set, not a traceback."""
+    worlds = 2**31 - 8  # a multiple of the preset's 2 minibatches x 8 steps' divisor
+    message = usage_error(capsys, FLAGS + ["--out", str(tmp_path / "big"), "--set", f"worlds={worlds}"])
+    assert message.startswith(f"--set: the envs cannot be built: num_envs={worlds} needs at least "), message
+    assert "GiB of host memory" in message and [c.worlds for c in envs] == [worlds]

@@ -128,7 +128,8 @@ def _entry_points():
                   for bad in (0.0, -1.0, *NOT_FINITE)]
     cases += [("Isolation.memory_limit_mb", lambda v: Isolation(memory_limit_mb=v), bad, TypeError)
               for bad in (True, 2048.0, "4096")]
-    cases += [("Isolation.memory_limit_mb", lambda v: Isolation(memory_limit_mb=v), 1023, ValueError)]
+    cases += [("Isolation.memory_limit_mb", lambda v: Isolation(memory_limit_mb=v), bad, ValueError)
+              for bad in (1023, 2**40, 10**25)]  # 2**40 MiB in bytes no longer fits the child's C long
     cases += [("FramePainter.size", lambda v: FramePainter((v, 600)), bad, error)
               for bad, error in ((True, TypeError), (800.0, TypeError), (63, ValueError), (4097, ValueError))]
     cases += [("EpisodeView.control_dt_s", lambda v: EpisodeView(v, record="x.mp4"), bad, error)

@@ -232,7 +232,8 @@ def test_check_plugin_imports_in_a_child_only(tmp_path):
     ({"call_timeout_s": 0}, ValueError, "call_timeout_s must be finite and > 0"),
     ({"start_timeout_s": float("inf")}, ValueError, "start_timeout_s"),
     ({"call_timeout_s": "1"}, TypeError, "call_timeout_s must be a real number"),
-    ({"memory_limit_mb": 100}, ValueError, "memory_limit_mb must be >= 1024"),
+    ({"memory_limit_mb": 100}, ValueError, r"memory_limit_mb must be in \[1024, 2\*\*40\), got 100"),
+    ({"memory_limit_mb": 2**40}, ValueError, r"memory_limit_mb must be in \[1024, 2\*\*40\)"),
     ({"memory_limit_mb": 2048.0}, TypeError, "memory_limit_mb must be an int"),
 ])
 def test_bad_limits_are_refused(kwargs, error, match):

@@ -187,3 +187,19 @@ def test_a_schedule_must_be_one_of_the_named_strings(schedule, error):
         dataclasses.replace(BASE, schedule=schedule)
     made = dataclasses.replace(BASE, schedule=type("Named", (str,), {})("linear"))
     assert type(made.schedule) is str and made.schedule == "linear" and hash(made) is not None
+
+
+def test_a_network_of_more_than_max_weights_is_refused():
+    """hidden is bounded by the weights it makes on the features, not only
+    by each layer's width: two layers of the widest width fit, five do not,
+    and nor do 41 (about 11e9 weights)."""
+    from racing_stack.ppo.config import MAX_WEIGHTS
+
+    assert MAX_WEIGHTS == 2**30
+    assert dataclasses.replace(BASE, hidden=(16384, 16384)).hidden == (16384, 16384)
+    for hidden in ((16384,) * 5, (16384,) * 41):
+        with pytest.raises(ValueError, match=r"hidden makes a network of [\d,]+ weights on \d+ features; at most "
+                                             r"1,073,741,824 \(2\*\*30\)"):
+            dataclasses.replace(BASE, hidden=hidden)
+    with pytest.raises(ValueError, match="hidden makes a network of"):
+        BASE.override(["hidden=(16384, 16384, 16384, 16384, 16384)"])

@@ -3,6 +3,7 @@ verified split, the JSON result on the pool's own rows, the picture, clear
 errors for a bad level, split or count."""
 
 import json
+import os
 
 import pytest
 from PIL import Image
@@ -92,18 +93,59 @@ def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsy
     (["--call-timeout", "0"], "argument --call-timeout: must be in (0, 3600], got 0"),
     (["--start-timeout", "nan"], "argument --start-timeout: must be in (0, 3600], got nan"),
     (["--memory-limit", "512"], "argument --memory-limit: must be >= 1024, got 512"),
+    (["--memory-limit", str(2**40)], "argument --memory-limit: memory_limit_mb must be in [1024, 2**40)"),
+    (["--out", "taken.json"], "argument --out's episodes: 'taken.episodes.jsonl' is a folder, not a file"),
+    (["--out", "same.png", "--plot", "same.png"], "arguments --out and --plot name one file, 'same.png'"),
+    (["--record", "x.gif", "--plot", "./x.gif"], "arguments --plot and --record name one file, 'x.gif'"),
+    (["--out", "a" * 300 + ".json"], "argument --out: 'aaaa"),
+    (["--reference", "fifo"], "argument --reference: cannot read a JSON result from 'fifo' ('fifo' is not a regular"),
+    (["--out", "fifo"], "argument --out: 'fifo' is not a regular file"),
+    (["--from-result", "no_episodes.json"], "argument --from-result: 'no_episodes.json' is not an evaluate result "
+                                            "(episodes must be a list of objects with track_id"),
+    (["--reference", "no_lap.json"], "argument --reference: 'no_lap.json' is not an evaluate result (episodes must "
+                                     "be a list of objects with track_id, termination_reason, lap_completed, "
+                                     "lap_time_s (a lap time where lapped))"),
+    (["--from-result", "no_length.json"], "'no_length.json' is not an evaluate result (track_length_m must give "
+                                          "each episode's track length)"),
 ])
 def test_bad_options_are_usage_errors_naming_the_flag(argv, message, cache, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "taken").mkdir()
+    (tmp_path / "taken.episodes.jsonl").mkdir()
     (tmp_path / "file.txt").write_text("")
+    os.mkfifo(tmp_path / "fifo")
+    episode = {"track_id": 7, "termination_reason": "success", "lap_completed": True, "lap_time_s": 30.0}
+    result = {"plugin": "p", "backend": "cpu_reference", "worlds": 1, "level": 1, "split": "test",
+              "summary": {"success_rate": 1.0, "lap_time_s": {"median": 30.0}}, "seconds": 1.0,
+              "track_length_m": {"7": 500.0}, "episodes": [episode]}
+    for name, changed in (("no_episodes", {"episodes": [{}]}),
+                          ("no_lap", {"episodes": [{**episode, "lap_time_s": None}]}),
+                          ("no_length", {"track_length_m": {"8": 500.0}})):
+        (tmp_path / f"{name}.json").write_text(json.dumps({**result, **changed}))
+    before = sorted(p.name for p in tmp_path.rglob("*"))
     monkeypatch.setattr(evaluate, "evaluate", None)  # nothing may run
     with pytest.raises(SystemExit) as stop:
         evaluate.main(["--split", "train", *argv])
     assert stop.value.code == 2
     assert message in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["file.txt", "taken"]  # nothing written
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+@pytest.mark.parametrize("argv", [["--split", "bogus"], ["--tracks", "5000"], ["--level", "0", "--worlds", "2"],
+                                  ["--level", "0", "--controller", "/nonexistent/plugin"]])
+def test_a_refused_run_leaves_an_earlier_runs_episodes_as_they_were(argv, cache, tmp_path, monkeypatch, capsys):
+    """The episodes file beside ``--out`` is written from the first ended
+    episode on: a run refused before any (exit 2) leaves the one an
+    earlier run wrote, or none, as it was."""
+    monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
+    kept = tmp_path / "kept.json"
+    evaluate.episodes_file(kept).write_text('{"earlier": "run"}\n')
+    assert evaluate.main(["--backend", "cpu_reference", *argv, "--out", str(kept)]) == 2
+    assert evaluate.episodes_file(kept).read_text() == '{"earlier": "run"}\n'
+    assert evaluate.main(["--backend", "cpu_reference", *argv, "--out", str(tmp_path / "new.json")]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.episodes.jsonl"]
+    capsys.readouterr()
 
 
 def test_a_from_result_without_a_summary_is_named(tmp_path, capsys):

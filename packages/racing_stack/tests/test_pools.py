@@ -272,9 +272,23 @@ def test_the_run_after_a_killed_one_cleans_up_and_rebuilds(small_split, small_po
     assert sorted(p.name for p in cache.iterdir()) == sorted([f".{NAME}.lock", f"{NAME}.json", f"{NAME}.npz"])
 
 
-def test_a_cache_that_cannot_be_made_is_an_error_naming_it(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("cache, variable, said", [
+    ("{tmp}/cache/sub", None, "argument --cache: '{tmp}/cache' is a file, not a folder"),
+    ("{tmp}/cache", None, "argument --cache: '{tmp}/cache' is a file, not a folder"),
+    ("", None, "argument --cache: must name a folder, got ''"),
+    ("{tmp}/" + "a" * 300, None, "argument --cache: cannot write in '{tmp}/aaaa"),
+    (None, "{tmp}/cache", "argument $RACING_STACK_CACHE: '{tmp}/cache' is a file, not a folder"),
+    (None, "", "$RACING_STACK_CACHE is set but empty: it must name a folder (or be unset)"),
+])
+def test_a_cache_that_cannot_be_made_is_a_usage_error_naming_it(tmp_path, monkeypatch, capsys, cache, variable, said):
+    """A cache folder that is empty, a file, under a file or a name the
+    system refuses is refused (exit 2) before anything is built."""
     monkeypatch.setattr(pools, "build_pool", lambda *args, **kwargs: pytest.fail("built without a cache"))
     (tmp_path / "cache").write_text("a file in the way")
-    assert pools.main(["--splits", "test", "--cache", str(tmp_path / "cache" / "sub")]) == 1
+    if variable is not None:
+        monkeypatch.setenv("RACING_STACK_CACHE", variable.format(tmp=tmp_path))
+    with pytest.raises(SystemExit) as stop:
+        pools.main(["--splits", "test"] + ([] if cache is None else ["--cache", cache.format(tmp=tmp_path)]))
     err = capsys.readouterr().err
-    assert err.startswith("materialize-track-pool: ") and str(tmp_path / "cache") in err and "Traceback" not in err
+    assert stop.value.code == 2 and said.format(tmp=tmp_path) in err and "Traceback" not in err, err
+    assert (tmp_path / "cache").read_text() == "a file in the way"

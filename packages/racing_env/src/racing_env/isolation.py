@@ -46,8 +46,8 @@ from racing_env.controller import Controller, DebugDraw, checked_action
 from racing_env.plugins import PluginError, load_plugin
 from racing_env.render import DrawList
 
-__all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_MEMORY_LIMIT_MB", "DEFAULT_START_TIMEOUT_S", "ChildController",
-           "ChildControllers", "ControllerFailed", "Isolation", "check_plugin"]
+__all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_MEMORY_LIMIT_MB", "DEFAULT_START_TIMEOUT_S", "MAX_MEMORY_LIMIT_MB",
+           "ChildController", "ChildControllers", "ControllerFailed", "Isolation", "check_plugin"]
 
 #: The default wall-clock limit of one controller call (s).
 DEFAULT_CALL_TIMEOUT_S = 5.0
@@ -56,6 +56,8 @@ DEFAULT_CALL_TIMEOUT_S = 5.0
 DEFAULT_START_TIMEOUT_S = 60.0
 #: The default address-space limit of a child (MiB; its own imports take about 500).
 DEFAULT_MEMORY_LIMIT_MB = 4096
+#: The end of the address-space limits a child takes (MiB): 2**40 MiB in bytes is 2**60, within a C long.
+MAX_MEMORY_LIMIT_MB = 2**40
 #: The largest reply a child may send (bytes): a frame's 100,000 points as JSON fit.
 _MAX_REPLY_BYTES = 64 << 20
 _SPAWN = multiprocessing.get_context("spawn")
@@ -73,7 +75,8 @@ class Isolation:
             the child's start-up where it is not ready yet, the plugin's
             import and its constructor.
         memory_limit_mb: the child's address-space limit (``RLIMIT_AS``,
-            MiB, >= 1024), set once its own imports are done; None: none.
+            MiB, in [1024, 2**40): in bytes a C long holds it), set once its
+            own imports are done; None: none.
     """
 
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
@@ -84,7 +87,7 @@ class Isolation:
         for name in ("call_timeout_s", "start_timeout_s"):
             object.__setattr__(self, name, checks.positive(getattr(self, name), name))
         if self.memory_limit_mb is not None:  # a NumPy int would overflow the child's shift to bytes
-            limit = checks.integer_in(self.memory_limit_mb, "memory_limit_mb", 1024)
+            limit = checks.integer_in(self.memory_limit_mb, "memory_limit_mb", 1024, MAX_MEMORY_LIMIT_MB, "2**40")
             object.__setattr__(self, "memory_limit_mb", limit)
 
 

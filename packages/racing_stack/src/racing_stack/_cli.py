@@ -206,40 +206,81 @@ def quiet_warp(verbose: bool) -> None:
     wp.config.log_level = wp.LOG_INFO if verbose else wp.LOG_WARNING
 
 
+def folder_path(text: str) -> Path:
+    """An argparse ``type``: a folder's path (an empty one would be the
+    working folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must name a folder, got {text!r}")
+    return Path(text)
+
+
+def check_folder(parser: argparse.ArgumentParser, flag: str, folder: Path) -> None:
+    """Refuse, as a usage error naming ``flag``, a folder to write in that
+    is a file, lies under a file, cannot be
+    written in (it, or its nearest existing parent where it is still to be
+    made: a temporary file is written there and removed) or that the system
+    refuses (a name too long)."""
+    try:
+        nearest = folder.absolute()
+        while not nearest.exists():
+            nearest = nearest.parent
+        if not nearest.is_dir():
+            parser.error(f"argument {flag}: {str(nearest)!r} is a file, not a folder")
+        with tempfile.TemporaryFile(dir=nearest):
+            pass
+    except OSError as error:
+        parser.error(f"argument {flag}: cannot write in {str(folder)!r} ({error.strerror or error})")
+
+
 def check_outputs(parser: argparse.ArgumentParser, outputs: Mapping[str, Path | None],
                   suffixes: Mapping[str, Collection[str]] | None = None) -> None:
     """Refuse, as a usage error naming the flag, an output file (flag ->
     path; None: not asked for) without one of its flag's ``suffixes``
-    (lower case, with the dot), that is a folder or cannot be written, or a
-    new one whose folder is a file or cannot be written in; then create
-    the missing folders.
+    (lower case, with the dot), that is a folder, not a regular file or
+    cannot be written, a new one whose folder is a file or cannot be written
+    in, a path the system refuses (a name too long), and two outputs that
+    are one file; then create the missing folders.
 
     The folder check writes and removes a temporary file there (or in its
     nearest existing parent, where the folder is still to be made), so a
     read-only file system or missing permission is found, root included.
     """
-    for flag, path in outputs.items():
-        if path is None:
-            continue
-        allowed = sorted((suffixes or {}).get(flag, ()))
-        if allowed and path.suffix.lower() not in allowed:
-            parser.error(f"argument {flag}: must end in one of {', '.join(allowed)}, got {str(path)!r}")
-        if path.is_dir():
-            parser.error(f"argument {flag}: {str(path)!r} is a folder, not a file")
-        if path.exists():
-            if not os.access(path, os.W_OK):
-                parser.error(f"argument {flag}: {str(path)!r} exists and cannot be written")
-            continue
-        folder = path.absolute().parent
-        while not folder.exists():
-            folder = folder.parent
-        if not folder.is_dir():
-            parser.error(f"argument {flag}: {str(folder)!r} is a file, not a folder")
+    given = {flag: path for flag, path in outputs.items() if path is not None}
+    for flag, path in given.items():
         try:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
-        except OSError as error:
-            parser.error(f"argument {flag}: cannot write in {str(folder)!r} ({error.strerror or error})")
-    for path in outputs.values():
-        if path is not None:
-            path.absolute().parent.mkdir(parents=True, exist_ok=True)
+            _check_output(parser, flag, path, sorted((suffixes or {}).get(flag, ())))
+        except OSError as error:  # a name too long, a loop of links: the system's own refusal
+            parser.error(f"argument {flag}: {str(path)!r} cannot be used ({error.strerror or error})")
+    seen: dict[Path, str] = {}
+    for flag, path in given.items():
+        same = seen.setdefault(path.resolve(), flag)
+        if same != flag:
+            parser.error(f"arguments {same} and {flag} name one file, {str(path)!r}: each needs its own")
+    for path in given.values():
+        path.absolute().parent.mkdir(parents=True, exist_ok=True)
+
+
+def _check_output(parser: argparse.ArgumentParser, flag: str, path: Path, allowed: list[str]) -> None:
+    """`check_outputs` for one output."""
+    if allowed and path.suffix.lower() not in allowed:
+        parser.error(f"argument {flag}: must end in one of {', '.join(allowed)}, got {str(path)!r}")
+    if path.is_dir():
+        parser.error(f"argument {flag}: {str(path)!r} is a folder, not a file")
+    if path.exists():
+        if not (path.is_file() or path.is_char_device()):  # /dev/null is fine; a pipe would wait for a reader
+            parser.error(f"argument {flag}: {str(path)!r} is not a regular file")
+        if not os.access(path, os.W_OK):
+            parser.error(f"argument {flag}: {str(path)!r} exists and cannot be written")
+        return
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        parser.error(f"argument {flag}: {str(folder)!r} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        parser.error(f"argument {flag}: cannot write in {str(folder)!r} ({error.strerror or error})")
+
+

@@ -242,18 +242,21 @@ def main(argv: list[str] | None = None) -> int:
     from racing_env.render import RECORD_SUFFIXES
 
     pictures = {f".{kind}" for kind in FigureCanvasBase.get_supported_filetypes()}
-    check_outputs(parser, {"--out": args.out, "--plot": args.plot, "--record": args.record},
+    check_outputs(parser, {"--out": args.out, "--out's episodes": None if args.out is None else episodes_file(args.out),
+                           "--plot": args.plot, "--record": args.record},
                   {"--plot": pictures, "--record": RECORD_SUFFIXES})
     limits = {name: value for name, value in (("call_timeout_s", args.call_timeout),
                                               ("start_timeout_s", args.start_timeout),
                                               ("memory_limit_mb", args.memory_limit)) if value is not None}
-    reference = None if args.reference is None else _read_result(parser, "--reference", args.reference,
-                                                                  ("plugin", "episodes"))
+    try:
+        isolation = Isolation(**limits)
+    except ValueError as error:  # beyond what the child's limit can hold
+        parser.error(f"argument --memory-limit: {error}")
+    reference = None if args.reference is None else _read_result(parser, "--reference", args.reference, drawn=False)
     quiet_warp(args.verbose)
     status = 0
     if args.from_result is not None:
-        result = _read_result(parser, "--from-result", args.from_result,
-                              (*_SUMMARY_KEYS, "episodes", "track_length_m"))
+        result = _read_result(parser, "--from-result", args.from_result, drawn=True)
     else:
         def progress(ended: int, total: int) -> None:
             if ended == total or ended % max(1, total // 20) == 0:
@@ -271,16 +274,18 @@ def main(argv: list[str] | None = None) -> int:
                     stack.enter_context(view)
                 record = None
                 if args.out is not None:
-                    appended = stack.enter_context(episodes_file(args.out).open("w"))
+                    journal: list = []  # opened at the first ended episode: a refused run leaves it as it was
 
                     def record(episode) -> None:
-                        appended.write(json.dumps(dataclasses.asdict(episode)) + "\n")
-                        appended.flush()
+                        if not journal:
+                            journal.append(stack.enter_context(episodes_file(args.out).open("w")))
+                        journal[0].write(json.dumps(dataclasses.asdict(episode)) + "\n")
+                        journal[0].flush()
 
                 stack.enter_context(ctrl_c_not_lost())  # a Ctrl-C dropped in a GC callback is raised again
                 result = evaluate(args.controller, args.level, args.split, args.tracks, args.episodes,
                                   args.backend, args.worlds, args.seed, progress, view, args.isolate,
-                                  Isolation(**limits), record)
+                                  isolation, record)
         except (ValueError, PluginError) as error:
             print(f"evaluate: {error}", file=sys.stderr)
             return 2
@@ -305,17 +310,51 @@ def main(argv: list[str] | None = None) -> int:
     return status
 
 
-def _read_result(parser: argparse.ArgumentParser, flag: str, path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
-    """The JSON result in ``path`` (an object with ``keys``), or a usage
-    error naming ``flag``."""
+def _read_result(parser: argparse.ArgumentParser, flag: str, path: Path, drawn: bool) -> dict[str, Any]:
+    """The JSON result in ``path``, or a usage error naming ``flag``: a
+    regular file holding a result whose episodes give what `draw` reads
+    (and, where the result itself is ``drawn``, its summary and track
+    lengths; else it is a reference: its plugin)."""
     try:
+        if not path.is_file():  # a pipe would wait for a writer
+            raise OSError(f"{str(path)!r} is not a regular file")
         result = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         parser.error(f"argument {flag}: cannot read a JSON result from {str(path)!r} ({error})")
-    missing = [k for k in keys if not isinstance(result, dict) or k not in result]
-    if missing:
-        parser.error(f"argument {flag}: {str(path)!r} is not an evaluate result (no {', '.join(missing)})")
+    problem = _result_problem(result, drawn)
+    if problem:
+        parser.error(f"argument {flag}: {str(path)!r} is not an evaluate result ({problem})")
     return result
+
+
+def _result_problem(result: Any, drawn: bool) -> str | None:
+    """What keeps ``result`` (parsed JSON) from being a result `draw` can
+    read (``drawn``) or use as a reference, or None."""
+    if not isinstance(result, dict):
+        return "not a JSON object"
+    keys = (*_SUMMARY_KEYS, "episodes", "track_length_m") if drawn else ("plugin", "episodes")
+    missing = [k for k in keys if k not in result]
+    if missing:
+        return f"no {', '.join(missing)}"
+    if not isinstance(result["plugin"], str):
+        return "plugin is not a string"
+    episodes = result["episodes"]
+    real = (int, float)
+    fields = {"track_id": int, "termination_reason": str, "lap_completed": bool, "lap_time_s": (*real, type(None))}
+    if not isinstance(episodes, list) or not all(
+            isinstance(e, dict) and all(isinstance(e.get(k), kind) for k, kind in fields.items())
+            and (isinstance(e["lap_time_s"], real) or not e["lap_completed"]) for e in episodes):
+        return f"episodes must be a list of objects with {', '.join(fields)} (a lap time where lapped)"
+    if not drawn:
+        return None
+    lengths, summary = result["track_length_m"], result["summary"]
+    if not isinstance(lengths, dict) or not all(isinstance(lengths.get(str(e["track_id"])), real) for e in episodes):
+        return "track_length_m must give each episode's track length"
+    if not (isinstance(summary, dict) and isinstance(summary.get("success_rate"), (*real, type(None)))
+            and isinstance(summary.get("lap_time_s"), dict)
+            and isinstance(summary["lap_time_s"].get("median"), (*real, type(None)))):
+        return "summary must hold success_rate and lap_time_s's median"
+    return None
 
 
 if __name__ == "__main__":

@@ -19,6 +19,12 @@ Concurrent runs take turns (a lock file per pool), a killed run's temporary
 files are removed by the next, and a damaged cache entry (a part missing,
 truncated or failing verification) is rebuilt, never loaded: see
 `materialize`.
+
+Exit status: 0 when every split asked for is in the cache and verified; 1
+when a build or a verification failed (the message says which split and
+why); 2 for a usage error (a bad option, or a cache folder that cannot be
+written in: empty, a file, under a file, read-only), refused before any
+build.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from racing_stack._cli import add_verbose_argument, quiet_warp
+from racing_stack._cli import add_verbose_argument, check_folder, folder_path, quiet_warp
 from racing_stack._files import exclusive_lock, remove_stale
 
 
@@ -253,10 +259,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="materialize-track-pool", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--splits", nargs="+", choices=sorted(SPLITS), default=["train", "validation", "test"])
-    parser.add_argument("--cache", type=Path, default=None)
+    parser.add_argument("--cache", type=folder_path, default=None)
     parser.add_argument("--write-manifests", action="store_true")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    if args.cache is None and not os.environ.get("RACING_STACK_CACHE", "unset").strip():
+        parser.error("$RACING_STACK_CACHE is set but empty: it must name a folder (or be unset)")
+    check_folder(parser, "--cache" if args.cache is not None else "$RACING_STACK_CACHE",
+                 cache_dir() if args.cache is None else args.cache)
     quiet_warp(args.verbose)
     for split in args.splits:
         try:

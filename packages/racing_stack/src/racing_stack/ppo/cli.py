@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from racing_stack import checkpoints
-from racing_stack._cli import add_verbose_argument, ctrl_c_not_lost, quiet_warp
+from racing_stack._cli import add_verbose_argument, check_folder, ctrl_c_not_lost, folder_path, quiet_warp
 from racing_stack.ppo import distributed, train
 from racing_stack.ppo.config import PRESETS, PPOConfig
 from racing_stack.ppo.train import RUN_FILES, GuardError, Trainer, finish, make_env, make_validation_env, \
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="train-ppo", description=train.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-    parser.add_argument("--out", type=_folder, default=Path("runs/ppo"), help="the run's folder (default runs/ppo)")
+    parser.add_argument("--out", type=folder_path, default=Path("runs/ppo"), help="the run's folder (default runs/ppo)")
     parser.add_argument("--updates", type=int, default=None, help="override the preset's number of updates")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     parser.add_argument("--overwrite", action="store_true", help="delete the run already in OUT and start anew")
@@ -60,8 +60,11 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
     trainer = None
     try:
         with ctrl_c_not_lost():  # a Ctrl-C raised inside a garbage collector callback is raised again
-            validation = make_validation_env(config) if config.validate_every and group.lead else None
-            trainer = Trainer(config, make_env(config, group), args.out, validation=validation, group=group)
+            try:
+                validation = make_validation_env(config) if config.validate_every and group.lead else None
+                trainer = Trainer(config, make_env(config, group), args.out, validation=validation, group=group)
+            except ValueError as error:  # e.g. more worlds than this machine's memory holds: refused before any
+                parser.error(f"--set: the envs cannot be built: {error}")
             try:
                 trainer.run(resume=args.resume, overwrite=args.overwrite)
             except ValueError as error:  # CorruptFile too
@@ -100,13 +103,6 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
     return 0
 
 
-def _folder(text: str) -> Path:
-    """``--out``: a folder's path; an empty one would be the working folder."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"must name a folder, got {text!r}")
-    return Path(text)
-
-
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PPOConfig:
     """The preset with ``--updates`` and ``--set`` applied; a bad one is a usage error naming its flag."""
     config = PRESETS[args.preset]
@@ -127,6 +123,7 @@ def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config
     out: Path = args.out
     if args.resume and args.overwrite:
         parser.error("--resume and --overwrite exclude each other")
+    check_folder(parser, "--out", out)  # a file, under a file, read-only, a name the system refuses
     if args.resume and not (out / "checkpoint.pt").is_file():
         parser.error(f"--resume: {out} holds no checkpoint.pt to continue from")
     if out.exists() and not out.is_dir():

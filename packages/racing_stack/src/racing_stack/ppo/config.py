@@ -13,12 +13,15 @@ from racing_stack.prior import PursuitPrior
 from racing_stack.ppo.networks import MIN_RESIDUAL
 from racing_stack.wrappers import LocalTrack, ShapedReward
 
-__all__ = ["MAX_WIDTH", "PRESETS", "SCHEDULES", "PPOConfig"]
+__all__ = ["MAX_WEIGHTS", "MAX_WIDTH", "PRESETS", "SCHEDULES", "PPOConfig"]
 
 #: The tables a setting can name (dotted), what each holds and whether it may be None.
 _TABLES = {"features": (LocalTrack, False), "reward": (ShapedReward, False), "features.prior": (PursuitPrior, True)}
 #: The widest hidden layer a config accepts.
 MAX_WIDTH = 16384
+#: The most weights a config's policy or value network may hold (4 GiB of
+#: float32; its gradient and the optimizer's moments hold three times that).
+MAX_WEIGHTS = 2**30
 #: How the step size moves: on the KL of each update, linearly to
 #: ``learning_rate / updates``, or not at all.
 SCHEDULES = ("adaptive", "linear", "constant")
@@ -159,6 +162,11 @@ class PPOConfig:
         object.__setattr__(self, "seed", checks.integer_in(self.seed, "seed", 0, 2**32, "2**32"))
         if not isinstance(self.features, LocalTrack) or not isinstance(self.reward, ShapedReward):
             raise TypeError("features must be a LocalTrack and reward a ShapedReward")
+        widths = (self.features.size, *self.hidden, 2)
+        weights = sum(a * b for a, b in zip(widths, widths[1:]))
+        if weights > MAX_WEIGHTS:
+            raise ValueError(f"hidden makes a network of {weights:,} weights on {self.features.size} features; "
+                             f"at most {MAX_WEIGHTS:,} (2**30)")
         if 0.0 < self.residual < MIN_RESIDUAL:
             raise ValueError(f"residual must be 0 or in [1e-6, 2], got {self.residual!r}")
         if self.residual and self.features.prior is None:

@@ -473,7 +473,8 @@ class Trainer:
             raise RunExists(f"{self.out} already holds a run ({', '.join(found)}): resume it or overwrite it")
         for name in found:
             path = self.out / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            # A link is removed, never what it points to (rmtree refuses a link to a folder).
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the run's next update depends on (tensors and plain
