@@ -182,7 +182,7 @@ def test_the_ppo_benchmark_drives_a_plugin_on_test_in_a_child_process(tmp_path):
     """The release drives each plugin on Test in a child process (beside
     its Validation checks): on the first Test track the child's summary is
     the one the Runner in this process gives, run beside it; a child that
-    fails is an error naming where its output is; a stopped child ends."""
+    fails is an error naming where its output is."""
     from racing_env.plugins import PURSUIT
     from racing_stack import evaluate
 
@@ -208,9 +208,35 @@ def test_the_ppo_benchmark_drives_a_plugin_on_test_in_a_child_process(tmp_path):
                                            "        raise RuntimeError('no action')\n")
     failed = bench.runner_result(bench.start_runner(raising, 1, tmp_path / "raising.json"), tmp_path / "raising.json")
     assert failed["episodes"] == failed["controller_errors"] == 1 and failed["success_rate"] == 0.0
-    running = bench.start_runner(PURSUIT, 1, tmp_path / "stopped.json")
-    bench.stop_runner(running, grace_s=60.0)
-    assert running.poll() is not None
+
+
+def test_a_runner_child_is_interrupted_then_killed_when_the_benchmark_stops():
+    """`stop_runner` interrupts a child (as Ctrl-C does: a Runner writes the
+    episodes that had ended), kills one that is still running after the
+    grace, and leaves one that has ended as it was."""
+    import signal
+
+    bench = _ppo_benchmark()
+
+    def started(code: str) -> subprocess.Popen:
+        program = f"{code}\nprint('up', flush=True)\nimport time\ntime.sleep(60)"
+        child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline() == "up\n"
+        return child
+
+    polite = started("")
+    bench.stop_runner(polite, grace_s=30.0)
+    assert polite.returncode == -signal.SIGINT  # ended by the interrupt (an uncaught KeyboardInterrupt)
+    stubborn = started("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)")
+    start = time.perf_counter()
+    bench.stop_runner(stubborn, grace_s=0.5)
+    assert stubborn.returncode == -signal.SIGKILL and time.perf_counter() - start < 10.0
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    bench.stop_runner(ended)
+    assert ended.returncode == 0
+    for child in (polite, stubborn):
+        child.stdout.close()
 
 
 def test_the_ppo_benchmark_gates_read_the_report():
@@ -278,10 +304,12 @@ def test_the_ppo_scaling_gates_read_the_report():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--worlds", "0"], "argument --worlds or --seed: worlds must be in"),
-    (["--worlds", "2147483648"], "argument --worlds or --seed: worlds must be in"),
-    (["--seed", "-1"], "argument --worlds or --seed: seed must be in"),
-    (["--seed", "4294967296"], "argument --worlds or --seed: seed must be in"),
+    (["--worlds", "0"], "argument --worlds: worlds must be in"),
+    (["--worlds", "2147483648"], "argument --worlds: worlds must be in"),
+    (["--seed", "-1"], "argument --seed: seed must be in"),
+    (["--seed", "4294967296"], "argument --seed: seed must be in"),
+    (["--set", "hidden=3"], "argument --set: bad settings: hidden must be a list or tuple"),
+    (["--out", "{tmp}/new/deep/r.json", "--run-dir", "{tmp}/notes"], "argument --run-dir: the run's folder"),
     (["--train-seconds", "nan"], "argument --train-seconds: must be finite and > 0, got nan"),
     (["--train-seconds", "-1"], "argument --train-seconds: must be finite and > 0"),
     (["--train-seconds", "inf"], "argument --train-seconds: must be finite and > 0"),
@@ -310,4 +338,4 @@ def test_the_ppo_benchmark_refuses_bad_arguments_before_touching_anything(tmp_pa
     assert stopped.value.code == 2
     assert re.search(message, capsys.readouterr().err), message
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep" and (tmp_path / "file").read_text() == "keep"
-    assert not (tmp_path / "r").exists() and not (tmp_path / "r.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.json", "notes"]  # no folder made

@@ -243,8 +243,8 @@ def test_more_tracks_than_a_split_holds_are_refused_before_any_work(capsys, envs
 
 def test_envs_too_large_for_this_machine_are_a_usage_error(capsys, envs, tmp_path):
     """The env refuses a batch whose buffers cannot fit before it allocates
-    them; train-ppo reports that as a usage error of --set, not a traceback."""
+    them; train-ppo reports that as a usage error, not a traceback."""
     worlds = 2**31 - 8  # a multiple of the preset's 2 minibatches x 8 steps' divisor
     message = usage_error(capsys, FLAGS + ["--out", str(tmp_path / "big"), "--set", f"worlds={worlds}"])
-    assert message.startswith(f"--set: the envs cannot be built: num_envs={worlds} needs at least "), message
+    assert message.startswith(f"the envs cannot be built: num_envs={worlds} needs at least "), message
     assert "GiB of host memory" in message and [c.worlds for c in envs] == [worlds]

@@ -158,9 +158,14 @@ def check_run_dir(parser: argparse.ArgumentParser, run_dir: Path, flag: str) -> 
     would replace that holds something else than a training run: a file, or
     a folder holding files but none of a run's (`RUN_FILES`). A new, empty
     or run's folder is replaced."""
-    if run_dir.exists() and not run_dir.is_dir():
-        parser.error(f"argument {flag}: the run's folder {str(run_dir)!r} is a file")
-    if run_dir.is_dir() and any(run_dir.iterdir()) and not any((run_dir / name).exists() for name in RUN_FILES):
+    try:
+        if run_dir.exists() and not run_dir.is_dir():
+            parser.error(f"argument {flag}: the run's folder {str(run_dir)!r} is a file")
+        foreign = run_dir.is_dir() and any(run_dir.iterdir()) and not any((run_dir / name).exists()
+                                                                         for name in RUN_FILES)
+    except OSError as error:  # unreadable, a name too long
+        parser.error(f"argument {flag}: the run's folder {str(run_dir)!r} cannot be used ({error.strerror or error})")
+    if foreign:
         parser.error(f"argument {flag}: the run's folder {str(run_dir)!r} holds files but no training run "
                      f"(none of {', '.join(RUN_FILES)}), and this command replaces it: give a new, empty or "
                      f"run's folder")
@@ -293,10 +298,12 @@ def main() -> None:
         parser.error(f"argument --eval-tracks: must be in [1, {SPLITS['test'].size}] (the Test split's tracks), "
                      f"got {args.eval_tracks}")
     gpu = jax.default_backend() == "gpu"
-    try:
-        config = dataclasses.replace(PRESETS["gpu"], worlds=args.worlds, seed=args.seed)
-    except (TypeError, ValueError) as error:
-        parser.error(f"argument --worlds or --seed: {error}")
+    config = PRESETS["gpu"]
+    for flag, name in (("--worlds", "worlds"), ("--seed", "seed")):
+        try:
+            config = dataclasses.replace(config, **{name: getattr(args, name)})
+        except (TypeError, ValueError) as error:
+            parser.error(f"argument {flag}: {error}")
     if not gpu:
         config = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=8, minibatches=2, tracks=4, updates=100_000,
                                      validate_every=2, validation_tracks=2, max_episode_steps=50, stagger_steps=4,
@@ -304,17 +311,16 @@ def main() -> None:
         args.train_seconds, args.eval_tracks = 5.0, 2
     try:
         config = config.override(args.set)
-    except ValueError as error:
-        parser.error(str(error))
+    except (TypeError, ValueError) as error:
+        parser.error(f"argument --set: {error}")
     if 2 * config.validation_tracks > SPLITS["validation"].size:
         parser.error(f"--set validation_tracks: selection and confirmation need 2 x {config.validation_tracks} "
                      f"Validation rows, the split has {SPLITS['validation'].size}")
     folder = "benchmarks/results/" if gpu and args.publish else "benchmarks/out/"
     out = args.out or Path(folder + ("ppo_level1.json" if gpu else "ppo_level1_cpu.json"))
-    check_outputs(parser, {"--out": out}, {"--out": {".json"}})
     run_dir = args.run_dir or out.with_suffix("")
-    check_run_dir(parser, run_dir, "--run-dir" if args.run_dir else "--out")
-    shutil.rmtree(run_dir, ignore_errors=True)
+    check_run_dir(parser, run_dir, "--run-dir" if args.run_dir else "--out")  # before check_outputs makes folders
+    check_outputs(parser, {"--out": out}, {"--out": {".json"}})
     pursuit = {e["track_id"]: e for e in json.loads(PURSUIT_VALIDATION.read_text())["episodes"]}
     report: dict[str, Any] = {"protocol": "PPO Level 1", "dev": args.dev, "environment": environment(),
                               "source_sha256": source_hashes(__file__),
@@ -333,7 +339,12 @@ def main() -> None:
 
     log(f"env: {config.worlds} worlds on the Train pool")
     t0 = time.perf_counter()
-    trainer = Trainer(config, make_env(config), run_dir, validation=make_validation_env(config))
+    try:
+        env, validation = make_env(config), make_validation_env(config)
+    except ValueError as error:  # e.g. more worlds than this machine's memory holds: refused before any
+        parser.error(f"the envs cannot be built: {error}")
+    shutil.rmtree(run_dir, ignore_errors=True)  # a run's folder (check_run_dir): this run replaces it
+    trainer = Trainer(config, env, run_dir, validation=validation)
     if config.validate_every:
         trainer.compile_validation()  # a compile is setup, like the training env's
     report["setup_s"] = time.perf_counter() - t0

@@ -99,7 +99,8 @@ def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsy
     (["--record", "x.gif", "--plot", "./x.gif"], "arguments --plot and --record name one file, 'x.gif'"),
     (["--out", "a" * 300 + ".json"], "argument --out: 'aaaa"),
     (["--reference", "fifo"], "argument --reference: cannot read a JSON result from 'fifo' ('fifo' is not a regular"),
-    (["--out", "fifo"], "argument --out: 'fifo' is not a regular file"),
+    (["--out", "fifo"], "argument --out: 'fifo' is a pipe that no process reads"),
+    (["--out", "loop.json"], "argument --out: 'loop.json' cannot be used (Too many levels of symbolic links)"),
     (["--from-result", "no_episodes.json"], "argument --from-result: 'no_episodes.json' is not an evaluate result "
                                             "(episodes must be a list of objects with track_id"),
     (["--reference", "no_lap.json"], "argument --reference: 'no_lap.json' is not an evaluate result (episodes must "
@@ -115,6 +116,8 @@ def test_bad_options_are_usage_errors_naming_the_flag(argv, message, cache, tmp_
     (tmp_path / "taken.episodes.jsonl").mkdir()
     (tmp_path / "file.txt").write_text("")
     os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "loop.json").symlink_to("loop2.json")
+    (tmp_path / "loop2.json").symlink_to("loop.json")
     episode = {"track_id": 7, "termination_reason": "success", "lap_completed": True, "lap_time_s": 30.0}
     result = {"plugin": "p", "backend": "cpu_reference", "worlds": 1, "level": 1, "split": "test",
               "summary": {"success_rate": 1.0, "lap_time_s": {"median": 30.0}}, "seconds": 1.0,
@@ -410,3 +413,12 @@ def test_isolation_is_on_by_default_for_level_1_and_its_plugin_check_runs_in_a_c
     assert evaluate.main(["--controller", str(plugin), "--backend", "cpu_reference", "--tracks", "1"]) == 2
     assert "failed to import: ImportError: nope" in capsys.readouterr().err
     assert not hasattr(builtins, "broken_ran")
+
+
+def test_an_out_that_is_no_file_of_its_own_gets_no_episodes_file(tmp_path, monkeypatch, capsys):
+    """``--out /dev/null`` writes the result there and no episodes file
+    beside it (none can live in /dev)."""
+    monkeypatch.chdir(tmp_path)
+    assert evaluate.main(["--level", "0", "--backend", "cpu_reference", "--out", os.devnull]) == 0
+    assert not os.path.exists(os.devnull + ".episodes.jsonl") and os.listdir(tmp_path) == []
+    assert json.loads(capsys.readouterr().out)["level"] == 0

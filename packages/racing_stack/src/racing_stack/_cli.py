@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import math
 import os
 import signal
@@ -17,8 +18,9 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SEED_END", "INTERRUPTED_STATUS", "Interrupted", "int_in", "float_in", "check_outputs",
-           "add_verbose_argument", "quiet_warp", "report_interrupted", "ctrl_c_not_lost", "keep_early_ctrl_c"]
+__all__ = ["SEED_END", "INTERRUPTED_STATUS", "Interrupted", "int_in", "float_in", "check_outputs", "check_folder",
+           "folder_path", "add_verbose_argument", "quiet_warp", "report_interrupted", "ctrl_c_not_lost",
+           "keep_early_ctrl_c"]
 
 #: Reset seeds are one uint32 SeedSequence word: ``[0, 2**32)``.
 SEED_END = 2**32
@@ -251,13 +253,25 @@ def check_outputs(parser: argparse.ArgumentParser, outputs: Mapping[str, Path | 
             _check_output(parser, flag, path, sorted((suffixes or {}).get(flag, ())))
         except OSError as error:  # a name too long, a loop of links: the system's own refusal
             parser.error(f"argument {flag}: {str(path)!r} cannot be used ({error.strerror or error})")
-    seen: dict[Path, str] = {}
+    seen: dict[str, str] = {}
     for flag, path in given.items():
-        same = seen.setdefault(path.resolve(), flag)
+        same = seen.setdefault(os.path.realpath(path), flag)  # a loop of links resolves to itself, no error
         if same != flag:
             parser.error(f"arguments {same} and {flag} name one file, {str(path)!r}: each needs its own")
     for path in given.values():
         path.absolute().parent.mkdir(parents=True, exist_ok=True)
+
+
+def _has_reader(pipe: Path) -> bool:
+    """Whether a named pipe has a process reading it (opening it to write
+    without waiting fails with ENXIO where none does)."""
+    try:
+        os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as error:
+        if error.errno == errno.ENXIO:
+            return False
+        raise
+    return True
 
 
 def _check_output(parser: argparse.ArgumentParser, flag: str, path: Path, allowed: list[str]) -> None:
@@ -266,9 +280,16 @@ def _check_output(parser: argparse.ArgumentParser, flag: str, path: Path, allowe
         parser.error(f"argument {flag}: must end in one of {', '.join(allowed)}, got {str(path)!r}")
     if path.is_dir():
         parser.error(f"argument {flag}: {str(path)!r} is a folder, not a file")
+    if path.is_symlink() and not path.exists():
+        try:
+            os.stat(path)  # a loop of links raises here (OSError: the caller's usage error)
+        except FileNotFoundError:
+            pass  # a link to a file still to be made: writing makes it
     if path.exists():
-        if not (path.is_file() or path.is_char_device()):  # /dev/null is fine; a pipe would wait for a reader
-            parser.error(f"argument {flag}: {str(path)!r} is not a regular file")
+        if path.is_fifo() and not _has_reader(path):  # writing would wait for a reader
+            parser.error(f"argument {flag}: {str(path)!r} is a pipe that no process reads")
+        if not (path.is_file() or path.is_char_device() or path.is_fifo()):  # /dev/null, /dev/stdout are fine
+            parser.error(f"argument {flag}: {str(path)!r} is not a file")
         if not os.access(path, os.W_OK):
             parser.error(f"argument {flag}: {str(path)!r} exists and cannot be written")
         return

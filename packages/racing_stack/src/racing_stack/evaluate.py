@@ -242,9 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     from racing_env.render import RECORD_SUFFIXES
 
     pictures = {f".{kind}" for kind in FigureCanvasBase.get_supported_filetypes()}
-    check_outputs(parser, {"--out": args.out, "--out's episodes": None if args.out is None else episodes_file(args.out),
-                           "--plot": args.plot, "--record": args.record},
-                  {"--plot": pictures, "--record": RECORD_SUFFIXES})
+    journal = None if args.out is None or _special(args.out) else episodes_file(args.out)
+    check_outputs(parser, {"--out": args.out, "--out's episodes": journal, "--plot": args.plot,
+                           "--record": args.record}, {"--plot": pictures, "--record": RECORD_SUFFIXES})
     limits = {name: value for name, value in (("call_timeout_s", args.call_timeout),
                                               ("start_timeout_s", args.start_timeout),
                                               ("memory_limit_mb", args.memory_limit)) if value is not None}
@@ -273,14 +273,14 @@ def main(argv: list[str] | None = None) -> int:
                 if view is not None:
                     stack.enter_context(view)
                 record = None
-                if args.out is not None:
-                    journal: list = []  # opened at the first ended episode: a refused run leaves it as it was
+                if journal is not None:
+                    opened: list = []  # at the first ended episode: a refused run leaves an earlier one's as it was
 
                     def record(episode) -> None:
-                        if not journal:
-                            journal.append(stack.enter_context(episodes_file(args.out).open("w")))
-                        journal[0].write(json.dumps(dataclasses.asdict(episode)) + "\n")
-                        journal[0].flush()
+                        if not opened:
+                            opened.append(stack.enter_context(journal.open("w")))
+                        opened[0].write(json.dumps(dataclasses.asdict(episode)) + "\n")
+                        opened[0].flush()
 
                 stack.enter_context(ctrl_c_not_lost())  # a Ctrl-C dropped in a GC callback is raised again
                 result = evaluate(args.controller, args.level, args.split, args.tracks, args.episodes,
@@ -291,9 +291,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         except Interrupted as stop:
             result, status = report_interrupted("evaluate", stop)
-        if args.out is not None:
+        if journal is not None:
             # A Ctrl-C between an episode's end and its line: the journal is made to match the result.
-            episodes_file(args.out).write_text("".join(json.dumps(e) + "\n" for e in result["episodes"]))
+            journal.write_text("".join(json.dumps(e) + "\n" for e in result["episodes"]))
+        if args.out is not None:
             args.out.write_text(json.dumps(result, indent=1) + "\n")
         errors = result["summary"]["controller_errors"]
         if status == 0 and errors == result["summary"]["episodes"]:
@@ -308,6 +309,16 @@ def main(argv: list[str] | None = None) -> int:
         printed["interrupted"] = True
     print(json.dumps(printed, indent=2))
     return status
+
+
+def _special(out: Path) -> bool:
+    """Whether ``out`` is no file of its own (/dev/null, a pipe), which gets
+    no episodes file beside it (a name the system refuses is left to
+    `check_outputs`)."""
+    try:
+        return out.exists() and not out.is_file()
+    except OSError:
+        return False
 
 
 def _read_result(parser: argparse.ArgumentParser, flag: str, path: Path, drawn: bool) -> dict[str, Any]:

@@ -265,8 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cache is None and not os.environ.get("RACING_STACK_CACHE", "unset").strip():
         parser.error("$RACING_STACK_CACHE is set but empty: it must name a folder (or be unset)")
-    check_folder(parser, "--cache" if args.cache is not None else "$RACING_STACK_CACHE",
-                 cache_dir() if args.cache is None else args.cache)
+    source = "--cache" if args.cache is not None else (
+        "$RACING_STACK_CACHE" if "RACING_STACK_CACHE" in os.environ else "--cache (by default ~/.cache/racing_stack)")
+    check_folder(parser, source, cache_dir() if args.cache is None else args.cache)
     quiet_warp(args.verbose)
     for split in args.splits:
         try:

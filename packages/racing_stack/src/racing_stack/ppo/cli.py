@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import sys
 from pathlib import Path
 
@@ -64,7 +63,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
                 validation = make_validation_env(config) if config.validate_every and group.lead else None
                 trainer = Trainer(config, make_env(config, group), args.out, validation=validation, group=group)
             except ValueError as error:  # e.g. more worlds than this machine's memory holds: refused before any
-                parser.error(f"--set: the envs cannot be built: {error}")
+                parser.error(f"the envs cannot be built: {error}")
             try:
                 trainer.run(resume=args.resume, overwrite=args.overwrite)
             except ValueError as error:  # CorruptFile too
@@ -126,14 +125,10 @@ def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config
     check_folder(parser, "--out", out)  # a file, under a file, read-only, a name the system refuses
     if args.resume and not (out / "checkpoint.pt").is_file():
         parser.error(f"--resume: {out} holds no checkpoint.pt to continue from")
-    if out.exists() and not out.is_dir():
-        parser.error(f"--out {out} is a file, not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         parser.error(f"--out {out} cannot be created: {error.strerror}")
-    if not os.access(out, os.W_OK | os.X_OK):
-        parser.error(f"--out {out} is not writable")
     found = [name for name in RUN_FILES if (out / name).exists()]
     if args.resume:
         try:
