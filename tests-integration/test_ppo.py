@@ -480,7 +480,7 @@ def test_validation_reads_each_world_first_ending_only(env, validation, tmp_path
         trainer.validate()
     with pytest.raises(ValueError, match="no validation env"):
         trainer.compile_validation()
-    trainer.validation = ScriptedEnds(validation)
+    trainer.selection.env = ScriptedEnds(validation)
     trainer.compile_validation()
     assert trainer.validation.calls == 1  # one call compiles the step; it is not a validation
     assert trainer.overhead["validations"] == 0 and trainer.best is None
@@ -498,8 +498,9 @@ def test_the_best_validated_policy_is_kept_and_exported(env, tmp_path):
     assert trainer.best is None and trainer.best_policy() is trainer.policy
 
     def offer(rate, lap, progress):
-        trainer._keep_if_best({"validation_success_rate": rate, "validation_median_lap_time_s": lap,
-                               "validation_mean_progress": progress})
+        result = {"validation_success_rate": rate, "validation_median_lap_time_s": lap,
+                  "validation_mean_progress": progress}
+        trainer.selection.keep_if_best(trainer.policy, trainer.update, result)
         return trainer.best["update"]
 
     trainer.update = 1
@@ -528,14 +529,16 @@ def test_the_best_validated_policy_is_kept_and_exported(env, tmp_path):
     for update, (rate, lap, want) in enumerate([(0.98, 25.0, 1), (1.0, 33.0, 2), (0.992, 27.0, 3), (0.99, 26.0, 4),
                                                 (0.996, 26.5, 4), (0.985, 20.0, 4), (1.0, 26.0, 4)], start=1):
         picky.update = update
-        picky._keep_if_best({"validation_success_rate": rate, "validation_median_lap_time_s": lap,
-                             "validation_mean_progress": 1.0})
+        picky.selection.keep_if_best(picky.policy, update, {"validation_success_rate": rate,
+                                                            "validation_median_lap_time_s": lap,
+                                                            "validation_mean_progress": 1.0})
         assert picky.best["update"] == want, (update, rate, lap)
     strict = Trainer(dataclasses.replace(TINY, select_success_rate=1.0), env, tmp_path / "strict")
     for update, (rate, lap) in enumerate([(0.996, 25.0), (1.0, 33.0), (0.999, 20.0)], start=1):
         strict.update = update
-        strict._keep_if_best({"validation_success_rate": rate, "validation_median_lap_time_s": lap,
-                              "validation_mean_progress": 1.0})
+        strict.selection.keep_if_best(strict.policy, update, {"validation_success_rate": rate,
+                                                              "validation_median_lap_time_s": lap,
+                                                              "validation_mean_progress": 1.0})
     assert strict.best["update"] == 2  # the most laps first
     for key, value in kept.items():
         torch.testing.assert_close(best.state_dict()[key], value, rtol=0, atol=0)

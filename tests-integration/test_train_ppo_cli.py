@@ -128,7 +128,7 @@ def test_an_out_that_is_a_file_or_under_a_file_is_refused(capsys, envs, tmp_path
 def test_overwrite_removes_a_link_in_the_run_not_what_it_points_to(capsys, envs, tmp_path):
     """A run file that is a link (to a folder or a file) is removed as a
     link: what it points to stays."""
-    from racing_stack.ppo.train import Trainer
+    from racing_stack.ppo.train import claim
 
     out, other = tmp_path / "run", tmp_path / "other"
     out.mkdir()
@@ -137,9 +137,7 @@ def test_overwrite_removes_a_link_in_the_run_not_what_it_points_to(capsys, envs,
     (out / "log.csv").write_text("x")
     (out / "plugin").symlink_to(other, target_is_directory=True)
     (out / "policy.gif").symlink_to(other / "mine.txt")
-    trainer = Trainer.__new__(Trainer)
-    trainer.out = out
-    trainer._claim(overwrite=True)
+    claim(out, overwrite=True)
     assert sorted(p.name for p in out.iterdir()) == [] and (other / "mine.txt").read_text() == "keep"
 
 

@@ -13,7 +13,8 @@ import torch
 
 from racing_stack.ppo import PRESETS, Trainer
 from racing_stack.ppo.distributed import Group, start
-from racing_stack.ppo.train import _first_worst, _share, _union, whole_config
+from racing_stack.ppo.algorithm import first_worst as _first_worst
+from racing_stack.ppo.checkpoint import _share, _union, whole_config
 
 
 def test_a_process_alone_changes_nothing():

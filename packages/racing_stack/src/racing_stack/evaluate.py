@@ -98,12 +98,13 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
             the partial result.
     """
     import jax.numpy as jnp
-    from racing_env import LEVEL_0, LEVEL_1, ProjectConfig, VecCarRacingEnv, level0_track
+    from racing_env import LEVEL_0, LEVEL_1, level0_track
     from racing_env.isolation import Isolation, check_plugin
     from racing_env.plugins import PURSUIT, load_plugin
     from racing_env.runner import RunInterrupted, run
 
-    from racing_stack.pools import SPLITS, materialize
+    from racing_stack.levels import level_env
+    from racing_stack.pools import SPLITS
 
     if level not in (0, 1):
         raise ValueError(f"level must be 0 or 1, got {level!r}")
@@ -122,11 +123,10 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
         count = size if tracks is None else tracks
         if not 1 <= count <= size:
             raise ValueError(f"tracks must be in [1, {size}] for split {split!r}, got {count}")
-        source, total, rows = {"track_pool": materialize(split)}, count, list(range(count))
+        source, total, rows = {"split": split}, count, list(range(count))
     if worlds is None:
         worlds = 1 if backend == "cpu_reference" else min(total, ISOLATED_WORLDS if isolate else 1024)
-    env = VecCarRacingEnv(worlds, config=ProjectConfig(), level=LEVEL_0 if level == 0 else LEVEL_1,
-                          backend=backend, **source)
+    env = level_env(worlds, LEVEL_0 if level == 0 else LEVEL_1, backend=backend, **source)
     stopped = None
     try:
         if rows is None:

@@ -95,9 +95,11 @@ def _simulate(args: argparse.Namespace) -> dict | None:
     Raises:
         Interrupted: Ctrl-C during the episode, with the partial result.
     """
-    from racing_env import LEVEL_1, ProjectConfig, VecCarRacingEnv
+    from racing_env import LEVEL_1, ProjectConfig
     from racing_env.plugins import TEMPLATE, PluginError, load_plugin
     from racing_env.runner import RunInterrupted, run
+
+    from racing_stack.levels import level_env
 
     config = ProjectConfig()
     try:
@@ -110,7 +112,7 @@ def _simulate(args: argparse.Namespace) -> dict | None:
         if view is not None:
             stack.enter_context(view)
         track = build_track(args.backend)
-        env = VecCarRacingEnv(1, config=config, level=LEVEL_1, backend=args.backend, track=track)
+        env = level_env(1, LEVEL_1, track=track, backend=args.backend)
 
         def progress(ended: int, total: int) -> None:
             print(f"sim: episode {ended}/{total} ended", file=sys.stderr)

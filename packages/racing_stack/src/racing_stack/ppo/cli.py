@@ -11,14 +11,17 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from racing_stack import checkpoints
+from racing_stack import checkpoints, levels
 from racing_stack._cli import add_verbose_argument, check_folder, ctrl_c_not_lost, folder_path, quiet_warp
 from racing_stack.ppo import distributed, train
+from racing_stack.ppo.checkpoint import resume_problem, whole_config
 from racing_stack.ppo.config import PRESETS, PPOConfig
-from racing_stack.ppo.train import RUN_FILES, GuardError, Trainer, finish, make_env, make_validation_env, \
-    resume_problem, whole_config
+from racing_stack.ppo.envs import make_env, make_validation_env
+from racing_stack.ppo.export import export_plugin
+from racing_stack.ppo.logs import draw_curve
+from racing_stack.ppo.train import RUN_FILES, GuardError, Trainer
 
-__all__ = ["main"]
+__all__ = ["finish", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,6 +103,24 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
         print(f"train-ppo: interrupted {where}; {then}", file=sys.stderr)
         return 130
     return 0
+
+
+def finish(trainer: Trainer, video_steps: int = 1500) -> dict[str, Path]:
+    """After a run: the best validated policy's plugin (``out/plugin``), the learning curve
+    (``out/learning_curve.png``) and one recorded episode of the plugin on
+    Train row 0 (``out/policy.gif``, at most ``video_steps`` steps)."""
+    from racing_env.plugins import load_plugin
+    from racing_env.render import EpisodeView
+    from racing_env.runner import run
+
+    out = trainer.out
+    plugin = export_plugin(trainer.best_policy(), trainer.config, out / "plugin")
+    draw_curve(out / "log.csv", out / "learning_curve.png")
+    env = levels.level_env(1, levels.timed("ppo-video", video_steps), track=trainer.env.track_pool.track(0),
+                           backend="cpu_reference")
+    with EpisodeView(env.config.control_dt_s, record=out / "policy.gif", size=(480, 360)) as view:
+        run(load_plugin(plugin), env, episodes=1, view=view)
+    return {"plugin": plugin, "curve": out / "learning_curve.png", "video": out / "policy.gif"}
 
 
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PPOConfig:

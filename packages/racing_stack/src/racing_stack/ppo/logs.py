@@ -17,7 +17,8 @@ from racing_stack import checkpoints
 from racing_stack.ppo.losses import LOSS_FIELDS
 from racing_stack.ppo.validation import VALIDATION_FIELDS
 
-__all__ = ["LOG_FIELDS", "NOT_VALIDATED", "add_events", "draw_curve", "log_rows", "tensorboard", "write_log"]
+__all__ = ["LOG_FIELDS", "NOT_VALIDATED", "add_events", "draw_curve", "log_rows", "progress_line", "start_log",
+           "tensorboard", "write_log"]
 
 #: The log's columns, in order.
 LOG_FIELDS = ("update", "transitions", "seconds", "transitions_per_s", "episodes", "success_rate",
@@ -47,6 +48,31 @@ def log_rows(path: Path, update: int) -> list[dict[str, str]]:
             if number is not None and 1 <= number <= update:
                 kept.append(row)
     return kept
+
+
+def start_log(out: Path, update: int):
+    """Start (``update`` 0) or continue (after update ``update``) the log
+    of the run in ``out``: stale temporary files removed, ``log.csv``
+    rewritten with its complete rows up to ``update``, and the
+    TensorBoard events rewritten from them (`tensorboard`), so that
+    neither loses nor repeats an update. Returns the TensorBoard writer."""
+    for name in ("checkpoint.pt", "log.csv"):
+        checkpoints.remove_stale(out, name)
+    kept = log_rows(out / "log.csv", update) if update else []
+    write_log(out / "log.csv", kept)
+    return tensorboard(out / "tensorboard", kept)
+
+
+def progress_line(row: dict[str, Any], updates: int) -> str:
+    """An update's progress line, from its log ``row``, of a run of ``updates`` updates."""
+    done = row["update"] / updates
+    bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
+    validated = ""
+    if math.isfinite(row["validation_success_rate"]):
+        validated = f"  validation success {row['validation_success_rate']:.3f}"
+    return (f"ppo [{bar}] {row['update']}/{updates}  {row['transitions_per_s']:,.0f} transitions/s  "
+            f"episodes {row['episodes']}  success {row['success_rate']:.2f}  "
+            f"progress {row['mean_progress']:.3f}  margin endings {row['margin_endings']}{validated}")
 
 
 def write_log(path: Path, rows: list[dict[str, str]]) -> None:

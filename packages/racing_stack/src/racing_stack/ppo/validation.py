@@ -15,8 +15,10 @@ is stuck.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import time
 from typing import Any
 
 import jax
@@ -30,12 +32,69 @@ from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.networks import ActorCritic
 from racing_stack.wrappers import LocalTrack
 
-__all__ = ["STALL_S", "VALIDATION_FIELDS", "check_noise", "result_row", "standing_starts", "validate"]
+__all__ = ["STALL_S", "VALIDATION_FIELDS", "Selection", "check_noise", "result_row", "score", "standing_starts",
+           "validate"]
 
 #: Seconds without legal progress after which an early-exit validation gives a world up.
 STALL_S = 5.0
 #: The log columns of a validation.
 VALIDATION_FIELDS = ("validation_success_rate", "validation_median_lap_time_s", "validation_mean_progress")
+
+
+class Selection:
+    """A run's validations and the best policy they found: the policy's
+    mean action on the validation env's "select" rows (the Validation
+    split's first ``config.validation_tracks``), early exit, and the best
+    by `score`.
+
+    Args:
+        env: the validation env (`racing_stack.ppo.envs.make_validation_env`); None: no validation.
+        config: the run's settings.
+    """
+
+    def __init__(self, env, config: PPOConfig) -> None:
+        self.env, self.config = env, config
+        #: The best validated policy: {"update", its `validate` result, "policy": a state dict}; None before one.
+        self.best: dict[str, Any] | None = None
+        #: Wall time (s) spent validating, and how often.
+        self.overhead = {"validation_s": 0.0, "validations": 0}
+
+    def validate(self, policy: ActorCritic, crossing: Handover, early_exit: bool = True) -> dict[str, float]:
+        """``policy`` on the select rows (`validate`); the `VALIDATION_FIELDS` of its episodes.
+
+        Raises:
+            ValueError: there is no validation env.
+        """
+        env, cfg = self._env(), self.config
+        start = time.perf_counter()
+        result = result_row(validate(policy, env, cfg, crossing, list(range(cfg.validation_tracks)), early_exit))
+        self.overhead["validation_s"] += time.perf_counter() - start
+        self.overhead["validations"] += 1
+        return result
+
+    def compile(self, policy: ActorCritic, crossing: Handover) -> None:
+        """Compile the validation env's calls (a reset and one early-exit
+        step; nothing is kept), so that a validation inside a timed run
+        costs its driving alone, like an update after the first.
+
+        Raises:
+            ValueError: there is no validation env.
+        """
+        env = self._env()
+        once = dataclasses.replace(self.config, validation_steps=1)
+        validate(policy, env, once, crossing, list(range(once.validation_tracks)), True)
+
+    def keep_if_best(self, policy: ActorCritic, update: int, result: dict[str, float]) -> None:
+        """Keep (a copy of) ``policy``, validated after ``update`` updates with ``result``, if it beats the best."""
+        enough = self.config.select_success_rate
+        if self.best is None or score(result, enough) > score(self.best, enough):
+            state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
+            self.best = {"update": update, **result, "policy": state}
+
+    def _env(self):
+        if self.env is None:
+            raise ValueError("no validation env: give the Trainer one (validation=make_validation_env(config))")
+        return self.env
 
 
 def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, rows: list[int],
@@ -157,6 +216,16 @@ def _after_validation_step(features: LocalTrack, stall: int | None, endings: Fir
     still = jnp.where(reached > endings.progress, 0, still + 1).astype(jnp.int32)
     give_up = None if stall is None else still >= stall
     return endings.record(reached, terminated, truncated, reason, lap_time, give_up), still, features(obs, action)
+
+
+def score(result: dict[str, Any], enough: float) -> tuple[float, float]:
+    """How a validation ``result`` (`VALIDATION_FIELDS`) ranks when a run
+    picks its best policy (higher is better): the success rate up to
+    ``enough`` (rates at or above it are equal), then a faster median lap
+    (no lap: more progress)."""
+    rate = result["validation_success_rate"]
+    faster = -result["validation_median_lap_time_s"] if rate > 0 else result["validation_mean_progress"]
+    return min(rate, enough), faster
 
 
 def result_row(episodes: list[EpisodeResult]) -> dict[str, Any]:
