@@ -8,6 +8,7 @@
 #   make benchmark-track-pool  the racing_env M5 TrackPool protocol (formal report on a CUDA GPU)
 #   make benchmark-ppo         PPO on Level 1 Train, against pure pursuit on Validation and Test (report on a CUDA GPU)
 #   make benchmark-ppo-integrity  PPO's zero-copy rollouts against a host-copy reference (report on a CUDA GPU)
+#   make benchmark-ppo-speed   PPO's transitions/s against the env alone, and its time to skill (report on a CUDA GPU)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -27,7 +28,7 @@ DEV := "ruff>=0.6" "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.
 .DEFAULT_GOAL := help
 
 .PHONY: help lint tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration examples sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity matrix clean
+        test-integration examples sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity benchmark-ppo-speed matrix clean
 
 # `make` or `make help`: every target with its line (the `##` comments).
 help:
@@ -125,6 +126,10 @@ benchmark-ppo: $(STAMP) ## PPO trained and evaluated against the reference
 
 benchmark-ppo-integrity: $(STAMP) ## PPO's zero-copy rollouts checked against a host-copy reference
 	$(PY) benchmarks/racing_stack/ppo_integrity.py $(ARGS)
+
+# ARGS="--profile" adds Torch's profile of each variant, "--publish" writes the committed report.
+benchmark-ppo-speed: $(STAMP) ## PPO's transitions/s against the env's own, and its time to skill
+	$(PY) benchmarks/racing_stack/ppo_speed.py $(ARGS)
 
 # Each package installed alone in its own environment, with its own tests:
 # proves that its pyproject.toml declares everything it needs. Each

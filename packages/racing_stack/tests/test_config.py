@@ -180,13 +180,22 @@ def test_a_local_track_prior_of_the_wrong_kind_is_refused_by_name(prior, error, 
     assert ShapedReward() == ShapedReward(**dataclasses.asdict(ShapedReward()))
 
 
-@pytest.mark.parametrize("schedule, error", [(np.array(["linear"]), TypeError), (np.array([-1.0, -1.0]), TypeError),
-                                             (b"linear", TypeError), ("cosine", ValueError)])
-def test_a_schedule_must_be_one_of_the_named_strings(schedule, error):
-    with pytest.raises(error, match="schedule must be"):
-        dataclasses.replace(BASE, schedule=schedule)
-    made = dataclasses.replace(BASE, schedule=type("Named", (str,), {})("linear"))
-    assert type(made.schedule) is str and made.schedule == "linear" and hash(made) is not None
+@pytest.mark.parametrize("name, good", [("schedule", "linear"), ("update_path", "graph"),
+                                        ("matmul_precision", "high")])
+@pytest.mark.parametrize("value, error", [(np.array(["linear"]), TypeError), (np.array([-1.0, -1.0]), TypeError),
+                                          (b"linear", TypeError), (None, TypeError), ("cosine", ValueError),
+                                          ("", ValueError)])
+def test_a_named_choice_must_be_one_of_its_strings(name, good, value, error):
+    with pytest.raises(error, match=f"{name} must be"):
+        dataclasses.replace(BASE, **{name: value})
+    made = dataclasses.replace(BASE, **{name: type("Named", (str,), {})(good)})
+    assert type(getattr(made, name)) is str and getattr(made, name) == good and hash(made) is not None
+    assert BASE.override([f"{name}={good!r}"]) == made
+
+
+def test_the_update_path_and_matmul_precision_default_to_the_reference():
+    assert (BASE.update_path, BASE.matmul_precision) == ("eager", "highest")
+    assert {PRESETS[p].update_path for p in PRESETS} == {"eager"}
 
 
 def test_a_network_of_more_than_max_weights_is_refused():

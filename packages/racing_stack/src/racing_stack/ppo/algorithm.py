@@ -8,7 +8,9 @@ processes of a `Group`; the guard's reads of what an update computed.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -22,7 +24,7 @@ from racing_stack.ppo.losses import LOSS_FIELDS, normalised_advantages, ppo_loss
 from racing_stack.ppo.networks import ActorCritic
 from racing_stack.ppo.rollout import Rollout
 
-__all__ = ["UPDATE_FIELDS", "PPOUpdate", "crash_weight", "first_worst"]
+__all__ = ["UPDATE_FIELDS", "CapturedStep", "PPOUpdate", "crash_weight", "first_worst", "matmul_precision"]
 
 #: What `PPOUpdate.optimise` returns, in order.
 UPDATE_FIELDS = (*LOSS_FIELDS, "actor_grad_norm", "critic_grad_norm", "explained_variance", "std_steering",
@@ -54,6 +56,7 @@ class PPOUpdate:
         self.optimizer = self.new_optimizer(self.policy)
         self.generator = torch.Generator(device)
         self.generator.manual_seed(config.seed)
+        self._step: CapturedStep | None = None
 
     def new_policy(self) -> ActorCritic:
         """A freshly initialised actor-critic for the config and the action bounds, on the device."""
@@ -100,27 +103,36 @@ class PPOUpdate:
         rollout's valid features. Returns the `UPDATE_FIELDS`: the mean
         `LOSS_FIELDS`, the mean gradient norms (before clipping), the
         explained variance of the values and the policy's standard
-        deviations."""
+        deviations.
+
+        On the ``"graph"`` path (`graphed`), each minibatch's loss,
+        backward and clipping replay one `CapturedStep`, captured at the
+        first update (and again when the policy or the buffers are new);
+        the optimizer steps after it as on the eager path.
+        """
+        with matmul_precision(self.config.matmul_precision):
+            return self._optimise(buf, advantage, returns)
+
+    def _optimise(self, buf: dict[str, torch.Tensor], advantage: torch.Tensor,
+                  returns: torch.Tensor) -> dict[str, float]:
         cfg, policy, group = self.config, self.policy, self.group
         n = cfg.steps * cfg.worlds
         flat = {k: buf[k].reshape(n, *buf[k].shape[2:]) for k in ("x", "u", "logp", "value", "valid")}
         mask = flat["valid"]
         adv, ret = normalised_advantages(advantage.reshape(n), mask, group), returns.reshape(n)
         stats = torch.zeros(len(LOSS_FIELDS) + 2, device=self.device)
-        actor, critic = policy.actor_parameters(), list(policy.critic.parameters())
+        captured = self._captured(flat, adv, ret) if self.graphed else None
         for _ in range(cfg.epochs):
             parts = self._minibatches()
             counts = group.sum(torch.stack([mask[i].sum() for i in parts]))  # valid slots of each whole minibatch
             for i, count in zip(parts, counts):
-                loss, losses = ppo_losses(policy, cfg, flat["x"][i], flat["u"][i], flat["logp"][i], adv[i],
-                                          ret[i], mask[i], count)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self._sum_gradients()
-                norms = torch.stack([nn.utils.clip_grad_norm_(actor, cfg.max_grad_norm),
-                                     nn.utils.clip_grad_norm_(critic, cfg.max_grad_norm)])
+                if captured is None:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    stats += self.gradients(flat["x"][i], flat["u"][i], flat["logp"][i], adv[i], ret[i], mask[i],
+                                            count)
+                else:
+                    stats += captured.replay(i, count)
                 self.optimizer.step()
-                stats += torch.cat([losses, norms.detach()])
         stats /= cfg.epochs * cfg.minibatches
         group.sum(stats[:len(LOSS_FIELDS)])  # each process's part of the minibatches' means
         error = (ret - flat["value"]) * mask
@@ -132,6 +144,38 @@ class PPOUpdate:
         policy.normalizer.update(flat["x"], mask, group)
         read = torch.cat([stats, explained[None], policy.log_std.detach().exp()]).tolist()
         return dict(zip(UPDATE_FIELDS, read))
+
+    @property
+    def graphed(self) -> bool:
+        """Whether the minibatch steps replay a `CapturedStep`: ``config.update_path`` is
+        ``"graph"``, on a CUDA device, in a process training alone (else the eager path)."""
+        return self.config.update_path == "graph" and self.device.type == "cuda" and self.group.size == 1
+
+    def gradients(self, x: torch.Tensor, u: torch.Tensor, logp: torch.Tensor, advantage: torch.Tensor,
+                  returns: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """One minibatch's clipped PPO loss (`ppo_losses`; rows as there),
+        its gradients added to the parameters' (summed over the processes)
+        and clipped, the actor's and the critic's apart, to
+        ``max_grad_norm``. Returns float32 [7]: the detached `LOSS_FIELDS`
+        and the two gradient norms before clipping. No host read."""
+        cfg, policy = self.config, self.policy
+        loss, losses = ppo_losses(policy, cfg, x, u, logp, advantage, returns, mask, count)
+        loss.backward()
+        self._sum_gradients()
+        norms = torch.stack([nn.utils.clip_grad_norm_(policy.actor_parameters(), cfg.max_grad_norm),
+                             nn.utils.clip_grad_norm_(list(policy.critic.parameters()), cfg.max_grad_norm)])
+        return torch.cat([losses, norms.detach()])
+
+    def _captured(self, flat: dict[str, torch.Tensor], advantage: torch.Tensor,
+                  returns: torch.Tensor) -> CapturedStep:
+        """This update's `CapturedStep` (captured anew when the policy or the buffers changed), holding
+        ``advantage`` and ``returns`` [N]."""
+        step = self._step
+        if step is None or not step.fits(self.policy, flat):
+            step = self._step = CapturedStep(self, flat)
+        step.advantage.copy_(advantage)
+        step.returns.copy_(returns)
+        return step
 
     def _minibatches(self) -> list[torch.Tensor]:
         """This process's slots (flat indices into its [T x E] rollout) of
@@ -197,6 +241,79 @@ class PPOUpdate:
     def acting_parameters(self) -> torch.Tensor:
         """`racing_stack.guard.violations` of the parameters now (on the device, no wait)."""
         return violations([self.parameters("acting parameter")])
+
+
+class CapturedStep:
+    """One minibatch step of a `PPOUpdate` (`PPOUpdate.gradients`: the
+    loss, the backward pass, the clipping) captured as a CUDA graph over
+    static buffers: the rollout's flat buffers (views: a rollout writes
+    them in place), the update's advantages and returns (copied in once an
+    update), the minibatch's rows and its valid count (copied in before
+    each replay), and the parameters' gradients, allocated once and zeroed
+    inside the graph. A replay launches the kernels the eager step would,
+    on the same data: the same numbers.
+
+    Args:
+        update: the update whose policy it steps (its device is CUDA).
+        flat: the rollout's buffers as [N, ...] rows ("x", "u", "logp", "valid").
+    """
+
+    def __init__(self, update: PPOUpdate, flat: dict[str, torch.Tensor]) -> None:
+        cfg, device = update.config, update.device
+        n = flat["x"].shape[0]
+        self.policy, self.flat = update.policy, flat
+        self._pointers = self._buffers(update.policy, flat)
+        #: The update's advantages and returns [N], and one minibatch's rows [B] and valid count [].
+        self.advantage, self.returns = torch.zeros(n, device=device), torch.zeros(n, device=device)
+        self.rows = torch.zeros(n // cfg.minibatches, dtype=torch.int64, device=device)
+        self.count = torch.zeros((), device=device)
+        for p in update.policy.parameters():
+            p.grad = torch.zeros_like(p)
+        self._grads = [p.grad for p in update.policy.parameters()]
+        # Warm up on a side stream (cuBLAS and autograd set themselves up at first use), then capture.
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._body(update)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.stats = self._body(update)
+
+    @staticmethod
+    def _buffers(policy: ActorCritic, flat: dict[str, torch.Tensor]) -> tuple[int, ...]:
+        return (id(policy), *(flat[k].data_ptr() for k in ("x", "u", "logp", "valid")))
+
+    def fits(self, policy: ActorCritic, flat: dict[str, torch.Tensor]) -> bool:
+        """Whether this capture steps ``policy`` over these buffers."""
+        return self._buffers(policy, flat) == self._pointers
+
+    def _body(self, update: PPOUpdate) -> torch.Tensor:
+        torch._foreach_zero_(self._grads)
+        i, flat = self.rows, self.flat
+        return update.gradients(flat["x"][i], flat["u"][i], flat["logp"][i], self.advantage[i], self.returns[i],
+                                flat["valid"][i], self.count)
+
+    def replay(self, rows: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """The step of minibatch ``rows`` [B] holding ``count`` valid rows: the gradients left in the
+        parameters' ``grad``; returns its [7] statistics (a static buffer: add it up before the next replay)."""
+        self.rows.copy_(rows)
+        self.count.copy_(count)
+        self.graph.replay()
+        return self.stats
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str) -> Iterator[None]:
+    """Torch's float32 matmul precision set to ``precision`` (``"highest"`` or ``"high"``:
+    `torch.set_float32_matmul_precision`) inside, and back to what it was after."""
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def crash_weight(config: PPOConfig, clock: int) -> float:

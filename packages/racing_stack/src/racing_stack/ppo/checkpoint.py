@@ -25,12 +25,17 @@ from racing_stack.ppo.networks import ActorCritic
 from racing_stack.ppo.rollout import Rollout
 from racing_stack.ppo.validation import VALIDATION_FIELDS
 
-__all__ = ["CHECKPOINT_FIELDS", "Resumed", "checked", "read", "resume_problem", "resumed", "whole_config",
-           "worlds_state", "write"]
+__all__ = ["CHECKPOINT_FIELDS", "HOW", "WRITTEN_BEFORE", "Resumed", "checked", "read", "resume_problem", "resumed",
+           "whole_config", "worlds_state", "write"]
 
 #: The fields of a checkpoint.
 CHECKPOINT_FIELDS = {"config", "update", "policy", "best", "optimizer", "learning_rate", "crash_clock", "generator",
                      "rollout", "env", "obs"}
+
+#: Settings of how an update runs, not of what it computes: a resume may change them.
+HOW = ("update_path",)
+#: Settings added after checkpoints were first written, each with the value that runs as those runs did.
+WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest"}
 
 
 class Resumed(NamedTuple):
@@ -58,11 +63,14 @@ def whole_config(config: PPOConfig, group: Group) -> PPOConfig:
 
 def resume_problem(config: PPOConfig, theirs: dict[str, Any], path: Path) -> None:
     """Refuse to continue the run of checkpoint ``path`` (its config as
-    JSON) with ``config``: only ``updates`` may differ, and only grow.
+    JSON) with ``config``: only ``updates`` may differ, and only grow, and
+    the settings of how the update runs (`HOW`). A setting the checkpoint
+    was written before takes the value its run had (`WRITTEN_BEFORE`).
 
     Raises:
         ValueError: naming the settings that are missing or differ, or the updates.
     """
+    theirs = {**WRITTEN_BEFORE, **theirs}
     missing = sorted({f.name for f in dataclasses.fields(PPOConfig)} - set(theirs))
     if missing:
         raise ValueError(f"the checkpoint {path} was written by an older racing_stack: it lacks the settings "
@@ -72,7 +80,7 @@ def resume_problem(config: PPOConfig, theirs: dict[str, Any], path: Path) -> Non
     except (ValueError, TypeError, KeyError) as error:
         raise checkpoints.CorruptFile(f"{path}: its settings are not a valid configuration: {error}") from None
     differ = [f.name for f in dataclasses.fields(PPOConfig)
-              if f.name != "updates" and getattr(their_config, f.name) != getattr(config, f.name)]
+              if f.name not in ("updates", *HOW) and getattr(their_config, f.name) != getattr(config, f.name)]
     if differ:
         raise ValueError(f"the checkpoint {path} was trained with other settings: {differ}")
     if config.updates < their_config.updates:

@@ -13,7 +13,7 @@ from racing_stack.prior import PursuitPrior
 from racing_stack.ppo.networks import MIN_RESIDUAL
 from racing_stack.wrappers import LocalTrack, ShapedReward
 
-__all__ = ["MAX_WEIGHTS", "MAX_WIDTH", "PRESETS", "SCHEDULES", "PPOConfig"]
+__all__ = ["MATMUL_PRECISIONS", "MAX_WEIGHTS", "MAX_WIDTH", "PRESETS", "SCHEDULES", "UPDATE_PATHS", "PPOConfig"]
 
 #: The tables a setting can name (dotted), what each holds and whether it may be None.
 _TABLES = {"features": (LocalTrack, False), "reward": (ShapedReward, False), "features.prior": (PursuitPrior, True)}
@@ -25,6 +25,10 @@ MAX_WEIGHTS = 2**30
 #: How the step size moves: on the KL of each update, linearly to
 #: ``learning_rate / updates``, or not at all.
 SCHEDULES = ("adaptive", "linear", "constant")
+#: How an update's minibatch steps run (`racing_stack.ppo.algorithm.PPOUpdate`).
+UPDATE_PATHS = ("eager", "graph")
+#: Torch's float32 matmul precisions a run may train with (`torch.set_float32_matmul_precision`).
+MATMUL_PRECISIONS = ("highest", "high")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +87,18 @@ class PPOConfig:
             `racing_stack.ppo.validation.STALL_S`, 5 s) as failed.
         features: the observation wrapper.
         reward: the reward wrapper.
+        update_path: ``"eager"`` (every kernel of a minibatch step launched
+            from Python: the reference, and the path on the CPU) or
+            ``"graph"`` (on one CUDA device: each minibatch's forward,
+            backward and gradient clipping replayed as one captured CUDA
+            graph, the optimizer's fused step after it: the same kernels on
+            the same data, so the eager update's numbers; on the CPU and
+            under ``torchrun``, eager). How, not what: a run may resume on
+            the other path.
+        matmul_precision: the float32 matmul precision of the policy's
+            rollout steps and of the update: ``"highest"`` (float32) or
+            ``"high"`` (TF32 on the tensor cores of GPUs that have them:
+            another rounding of every matmul's inputs, so other numbers).
     """
 
     worlds: int = 8192
@@ -117,6 +133,8 @@ class PPOConfig:
     select_success_rate: float = 0.99
     features: LocalTrack = LocalTrack()
     reward: ShapedReward = ShapedReward()
+    update_path: str = "eager"
+    matmul_precision: str = "highest"
 
     def __post_init__(self) -> None:
         for name in ("worlds", "steps", "updates", "epochs", "minibatches", "max_episode_steps",
@@ -125,11 +143,14 @@ class PPOConfig:
             value, low = getattr(self, name), 0 if name in ("validate_every", "stagger_steps",
                                                           "crash_warmup_updates") else 1
             object.__setattr__(self, name, checks.integer_in(value, name, low, 2**31, "2**31"))
-        if not isinstance(self.schedule, str):
-            raise TypeError(f"schedule must be a str, one of {SCHEDULES}, got {checks.shown(self.schedule)}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {checks.shown(self.schedule)}")
-        object.__setattr__(self, "schedule", str(self.schedule))
+        for name, choices in (("schedule", SCHEDULES), ("update_path", UPDATE_PATHS),
+                              ("matmul_precision", MATMUL_PRECISIONS)):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str, one of {choices}, got {checks.shown(value)}")
+            if value not in choices:
+                raise ValueError(f"{name} must be one of {choices}, got {checks.shown(value)}")
+            object.__setattr__(self, name, str(value))
         if (self.worlds * self.steps) % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide worlds x steps "
                              f"({self.worlds * self.steps})")

@@ -47,7 +47,7 @@ import torch
 from racing_stack.guard import GuardError
 from racing_stack.interop import Handover, share_gpu
 from racing_stack.ppo import checkpoint
-from racing_stack.ppo.algorithm import PPOUpdate, crash_weight
+from racing_stack.ppo.algorithm import PPOUpdate, crash_weight, matmul_precision
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.logs import LOG_FIELDS, NOT_VALIDATED, add_events, progress_line, start_log
@@ -172,9 +172,10 @@ class Trainer:
     # -- one update ------------------------------------------------------------
 
     def collect(self) -> None:
-        """One rollout into the buffers (`racing_stack.ppo.rollout.Rollout.collect`),
-        paying the crash and slide costs' share of `crash_weight`."""
-        self.rollout.collect(self.policy, self.generator, self.crash_weight())
+        """One rollout into the buffers (`racing_stack.ppo.rollout.Rollout.collect`), paying the
+        crash and slide costs' share of `crash_weight`, at ``config.matmul_precision``."""
+        with matmul_precision(self.config.matmul_precision):
+            self.rollout.collect(self.policy, self.generator, self.crash_weight())
 
     def crash_weight(self) -> float:
         """The share of the crash and slide costs the next rollout pays

@@ -1,0 +1,337 @@
+"""PPO's speed against the env's own: how much of the env's rate the
+trainer keeps, where an update's time goes, and how soon a policy laps.
+
+    python benchmarks/racing_stack/ppo_speed.py [--worlds 8192 65536] [--paths eager/highest graph/high ...]
+        [--updates 8] [--profile] [--skill-worlds 8192 32768 65536] [--skill-seeds 0 1]
+        [--skill-seconds 60] [--set NAME=VALUE ...] [--out FILE] [--publish]
+
+1. Throughput, at each of ``--worlds`` (one env a world count, the GPU
+   preset's wrappers and reward, the full Train pool):
+   - the env alone: ``env.step`` under cycled random actions, then the
+     same with the training's reward and feature wrappers after every
+     step (one jitted call, as a rollout makes it): the rate the trainer
+     is held to, in this process, on these worlds;
+   - each ``--paths`` variant (``update_path/matmul_precision``): a
+     trainer on that env, two updates to compile (and capture), then
+     ``--updates`` updates timed end to end (rollout, GAE, optimisation,
+     the guard's read, the episodes' read), their median transitions/s;
+     one more update timed phase by phase with the device synchronised
+     between phases (rollout, GAE, optimisation);
+   - with ``--profile``: Torch's profiler over one optimisation and one
+     rollout of each variant: the kernels launched and the ten operators
+     of most device time.
+2. Time to skill, at each of ``--skill-worlds`` for each of
+   ``--skill-seeds``, each run alone: a trainer of the best variant
+   validates with early exit on Validation rows 0-499 every
+   ``validate_every`` updates (``round(200,000 / worlds)`` unless set);
+   training seconds are the updates' own (compiles included, validations
+   and pool and env building not). At the first validation of at least
+   99 %, the policy drives all 1,000 Validation tracks to their end and
+   its laps are compared with pure pursuit's committed ones; the run stops
+   when that check passes (or after ``--skill-seconds`` of training). The
+   curve of Validation success against training seconds is drawn beside
+   the report.
+
+Gates (one GPU, named in the report): end to end >= 0.85 of the env with
+its wrappers at every ``--worlds`` count (the best variant); time to
+skill <= 30 s of training for every seed at one world count (the
+preset's), with >= 99 % of all 1,000 Validation tracks lapped at a median
+per-track ratio <= 0.80 of pure pursuit's laps. Without CUDA a tiny smoke
+runs every phase on the CPU (no gate evaluated) into
+``benchmarks/out/ppo_speed_cpu.json``; on a GPU
+``benchmarks/out/ppo_speed.json``, or with ``--publish`` the committed
+``benchmarks/results/ppo_speed.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "racing_env"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from ppo_level1 import PURSUIT_VALIDATION, _finite, against_pursuit, phases, sync  # noqa: E402
+from protocol import EnvStepper, environment, gate, logger, source_hashes  # noqa: E402
+
+from racing_stack._cli import check_outputs  # noqa: E402
+from racing_stack.ppo import PRESETS, PPOConfig, Trainer, make_env, make_validation_env  # noqa: E402
+from racing_stack.ppo.rollout import _after_step  # noqa: E402
+from racing_stack.ppo.validation import validate  # noqa: E402
+
+GATE_RATIO = 0.85
+GATE_SKILL_S = 30.0
+GATE_SKILL_SUCCESS = 0.99
+GATE_SKILL_RATIO = 0.80
+log = logger("ppo-speed")
+
+
+class WrappedEnvStepper(EnvStepper):
+    """The env under cycled random actions with the training's reward and
+    feature wrappers after every step (`racing_stack.ppo.rollout`'s one
+    jitted call), no policy: the rate a rollout is held to."""
+
+    name = "env_with_wrappers"
+
+    def __init__(self, env, config: PPOConfig) -> None:
+        super().__init__(env)
+        self.config = config
+        self.endings = config.reward.start(env.num_envs)
+        self.driven = jax.numpy.ones(env.num_envs, jax.numpy.float32)
+        self.weight = jax.device_put(np.float32(1.0))
+
+    def run(self, steps: int) -> float:
+        cfg, start = self.config, time.perf_counter()
+        for _ in range(steps):
+            action = self.actions[self.calls % len(self.actions)]
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            self.out = _after_step(cfg.reward, cfg.features, self.endings, reward, obs, info["termination_reason"],
+                                   info["lap_time_s"], terminated, truncated, action, self.driven, self.weight)
+            self.endings = self.out[2]
+            self.calls += 1
+        jax.block_until_ready(self.out)
+        return time.perf_counter() - start
+
+
+def env_rates(env, config: PPOConfig, steps: int) -> dict[str, float]:
+    """Transitions/s of the env alone and with its wrappers, each compiled first."""
+    rates = {}
+    env.reset(seed=config.seed)
+    for stepper in (EnvStepper(env), WrappedEnvStepper(env, config)):
+        stepper.run(3)
+        rates[stepper.name] = steps * env.num_envs / stepper.run(steps)
+    return rates
+
+
+def profiled(trainer: Trainer) -> dict[str, Any]:
+    """One optimisation and one rollout of ``trainer`` under Torch's
+    profiler: the kernels each launched and its ten operators of most
+    device time (self time, ms)."""
+    out = {}
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    for phase in ("optimise", "rollout"):
+        trainer.collect()
+        advantage, returns = trainer.advantages()
+        sync()
+        with torch.profiler.profile(activities=activities) as prof:
+            if phase == "optimise":
+                trainer.optimise(advantage, returns)
+            else:
+                trainer.collect()
+            sync()
+        events = prof.key_averages()
+        device = [e for e in events if getattr(e, "self_device_time_total", 0) > 0]
+        device.sort(key=lambda e: e.self_device_time_total, reverse=True)
+        kernels = sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+        out[phase] = {"kernels_launched": int(kernels),
+                      "device_ms": sum(e.self_device_time_total for e in device) / 1e3,
+                      "host_ms": sum(e.self_cpu_time_total for e in events) / 1e3,
+                      "top": [{"name": e.key[:80], "calls": e.count, "device_ms": e.self_device_time_total / 1e3}
+                              for e in device[:10]]}
+    return out
+
+
+def throughput(env, config: PPOConfig, variants: list[str], updates: int, profile: bool,
+               env_steps: int) -> dict[str, Any]:
+    """The env's rates and each variant's, at ``env``'s worlds."""
+    result: dict[str, Any] = {"worlds": config.worlds, "env": env_rates(env, config, env_steps), "variants": {}}
+    baseline = result["env"][WrappedEnvStepper.name]
+    for variant in variants:
+        path, precision = variant.split("/")
+        cfg = dataclasses.replace(config, update_path=path, matmul_precision=precision)
+        with tempfile.TemporaryDirectory() as out:
+            trainer = Trainer(cfg, env, Path(out), progress=lambda row: None)
+            warm = [trainer._one_update() for _ in range(2)]
+            rows = [trainer._one_update() for _ in range(updates)]
+            tps = float(np.median([r["transitions_per_s"] for r in rows]))
+            entry = {"compile_s": sum(r["seconds"] for r in warm), "median_transitions_per_s": tps,
+                     "ratio_to_env_with_wrappers": tps / baseline,
+                     "phases": phases(trainer, baseline),
+                     "last_losses": {k: rows[-1][k] for k in ("policy_loss", "value_loss", "approx_kl")}}
+            if profile:
+                entry["profile"] = profiled(trainer)
+            result["variants"][variant] = entry
+            log(f"{config.worlds} worlds, {variant}: {tps:,.0f} transitions/s, {tps / baseline:.3f} of the env "
+                f"with its wrappers ({baseline:,.0f}/s)")
+            del trainer
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    best = max(result["variants"], key=lambda v: result["variants"][v]["median_transitions_per_s"])
+    result["best"] = best
+    result["best_ratio"] = result["variants"][best]["ratio_to_env_with_wrappers"]
+    return result
+
+
+def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """One training run until its policy passes the skill check (or
+    ``budget_s`` of training): its curve and the check (module docstring)."""
+    t0 = time.perf_counter()
+    env, validation = make_env(config), make_validation_env(config)
+    setup_s = time.perf_counter() - t0
+    curve, checks, trained = [], [], 0.0
+    with tempfile.TemporaryDirectory() as out:
+        trainer = Trainer(config, env, Path(out), progress=lambda row: None, validation=validation)
+        trainer.compile_validation()
+        reached = None
+        while trained < budget_s and trainer.update < config.updates and reached is None:
+            row = trainer._one_update()
+            trained += row["seconds"]
+            rate = row["validation_success_rate"]
+            if not np.isfinite(rate):
+                continue
+            curve.append({"update": trainer.update, "training_s": trained, "validation_success_rate": rate})
+            if rate >= GATE_SKILL_SUCCESS:
+                n = config.validation_tracks
+                episodes = [e for rows in (range(n), range(n, 2 * n)) for e in
+                            validate(trainer.policy, validation, config, trainer.crossing, list(rows), False)]
+                check = {"update": trainer.update, "training_s": trained, **against_pursuit(episodes, pursuit)}
+                check.pop("failures", None)
+                checks.append(check)
+                log(f"  update {trainer.update} at {trained:.1f} s: all {2 * n} Validation tracks "
+                    f"{check['success_rate']:.3f}, ratio {check['median_per_track_ratio']}")
+                if check["success_rate"] >= GATE_SKILL_SUCCESS and \
+                        (check["median_per_track_ratio"] or np.inf) <= GATE_SKILL_RATIO:
+                    reached = trained
+        result = {"worlds": config.worlds, "seed": config.seed, "validate_every": config.validate_every,
+                  "setup_s": setup_s, "training_s": trained, "updates": trainer.update,
+                  "time_to_skill_s": reached, "curve": curve, "checks": checks}
+        del trainer
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return result
+
+
+def draw(report: dict[str, Any], path: Path) -> None:
+    """Validation success against training seconds, one line a run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for run in report.get("skill", []):
+        xs = [p["training_s"] for p in run["curve"]]
+        ys = [p["validation_success_rate"] for p in run["curve"]]
+        ax.plot(xs, ys, marker=".", label=f"{run['worlds']:,} worlds, seed {run['seed']}")
+    ax.axhline(GATE_SKILL_SUCCESS, color="grey", lw=0.8, ls="--")
+    ax.axvline(GATE_SKILL_S, color="grey", lw=0.8, ls=":")
+    ax.set(xlabel="training seconds (updates only, compiles included)",
+           ylabel="Validation success (rows 0-499, early exit)", ylim=(0, 1.02),
+           title=f"PPO time to skill ({report['device']})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def gates(report: dict[str, Any]) -> list[dict[str, Any]]:
+    out = [gate(f"end to end / env with wrappers at {t['worlds']} worlds ({t['best']})", round(t["best_ratio"], 3),
+                f">= {GATE_RATIO}", t["best_ratio"] >= GATE_RATIO) for t in report["throughput"]]
+    by_worlds: dict[int, list[dict[str, Any]]] = {}
+    for run in report.get("skill", []):
+        by_worlds.setdefault(run["worlds"], []).append(run)
+    if by_worlds:
+        times = {w: [r["time_to_skill_s"] for r in runs] for w, runs in by_worlds.items()}
+        best = min(times, key=lambda w: max(np.inf if t is None else t for t in times[w]))
+        worst = max(np.inf if t is None else t for t in times[best])
+        out.append(gate(f"time to skill, every seed, at {best} worlds (s of training)",
+                        None if not np.isfinite(worst) else round(worst, 1), f"<= {GATE_SKILL_S}",
+                        worst <= GATE_SKILL_S))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worlds", type=int, nargs="+", default=[8192, 65536])
+    parser.add_argument("--paths", nargs="+", default=["eager/highest", "graph/highest", "eager/high", "graph/high"],
+                        help="update_path/matmul_precision variants")
+    parser.add_argument("--updates", type=int, default=8, help="timed updates a variant")
+    parser.add_argument("--profile", action="store_true", help="profile one optimisation and rollout a variant")
+    parser.add_argument("--skill-worlds", type=int, nargs="*", default=[8192, 32768, 65536])
+    parser.add_argument("--skill-seeds", type=int, nargs="*", default=[0, 1])
+    parser.add_argument("--skill-seconds", type=float, default=60.0, help="training seconds a skill run may take")
+    parser.add_argument("--validate-every", type=int, default=None,
+                        help="updates between a skill run's validations (default round(200,000 / worlds))")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a setting of the GPU preset (as train-ppo's --set)")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--publish", action="store_true", help="write benchmarks/results/ppo_speed.json (GPU only)")
+    args = parser.parse_args()
+    gpu = jax.default_backend() == "gpu" and torch.cuda.is_available()
+    for variant in args.paths:
+        path, _, precision = variant.partition("/")
+        try:
+            dataclasses.replace(PRESETS["cpu"], update_path=path, matmul_precision=precision)
+        except (TypeError, ValueError) as error:
+            parser.error(f"argument --paths: {variant!r}: {error}")
+    if any(w < 1 for w in args.worlds + args.skill_worlds) or args.updates < 1 or not 0 < args.skill_seconds < 1e6:
+        parser.error("--worlds, --skill-worlds and --updates must be >= 1, --skill-seconds in (0, 1e6)")
+    config = PRESETS["gpu"]
+    env_steps = 50
+    if not gpu:
+        config = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=4, minibatches=2, tracks=4, updates=100_000,
+                                     validation_tracks=2, max_episode_steps=30, stagger_steps=2, validation_steps=30)
+        args.worlds, args.skill_worlds, args.skill_seeds = [4], [4], args.skill_seeds[:1]
+        args.updates, args.skill_seconds, env_steps = 2, 3.0, 3
+        args.validate_every = args.validate_every or 2
+    try:
+        config = dataclasses.replace(config.override(args.set), validate_every=0)
+    except (TypeError, ValueError) as error:
+        parser.error(f"argument --set: {error}")
+    if args.publish and not gpu:
+        parser.error("--publish needs a CUDA GPU")
+    folder = "benchmarks/results/" if args.publish else "benchmarks/out/"
+    out = args.out or Path(folder + ("ppo_speed.json" if gpu else "ppo_speed_cpu.json"))
+    check_outputs(parser, {"--out": out}, {"--out": {".json"}})
+    pursuit = {e["track_id"]: e for e in json.loads(PURSUIT_VALIDATION.read_text())["episodes"]}
+    report: dict[str, Any] = {"protocol": "PPO speed", "environment": environment(),
+                              "device": torch.cuda.get_device_name() if gpu else "cpu",
+                              "source_sha256": source_hashes(__file__), "config": config.to_json(),
+                              "paths": args.paths, "timed_updates": args.updates, "throughput": [], "skill": []}
+
+    def write() -> None:
+        report["gates"] = gates(report) if gpu else []
+        report["passed"] = gpu and bool(report["gates"]) and all(g["passed"] for g in report["gates"])
+        out.write_text(json.dumps(_finite(report), indent=2, allow_nan=False) + "\n")
+
+    for worlds in args.worlds:
+        cfg = dataclasses.replace(config, worlds=worlds)
+        log(f"throughput at {worlds} worlds")
+        env = make_env(cfg)
+        report["throughput"].append(throughput(env, cfg, args.paths, args.updates, args.profile, env_steps))
+        del env
+        gc.collect()
+        write()
+    best = report["throughput"][0]["best"] if report["throughput"] else "eager/highest"
+    path, precision = best.split("/")
+    for worlds in args.skill_worlds:
+        for seed in args.skill_seeds:
+            every = args.validate_every or max(1, round(200_000 / worlds))
+            cfg = dataclasses.replace(config, worlds=worlds, seed=seed, update_path=path, matmul_precision=precision,
+                                      validate_every=every)
+            log(f"time to skill at {worlds} worlds, seed {seed} ({best}, validating every {every} updates)")
+            report["skill"].append(time_to_skill(cfg, args.skill_seconds, pursuit))
+            log(f"  time to skill: {report['skill'][-1]['time_to_skill_s']}")
+            draw(report, out.with_suffix(".png"))
+            write()
+    write()
+    for g in report["gates"]:
+        log(f"  {'PASS' if g['passed'] else 'FAIL'} {g['name']}: {g['value']} (gate {g['threshold']})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""`racing_stack.ppo.algorithm` and the checkpoint's settings rule: the
+update's paths (the captured one falls back to the eager one where it
+cannot run), the matmul precision set and restored, and which settings a
+resume may change."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from racing_stack.ppo import PRESETS
+from racing_stack.ppo.algorithm import PPOUpdate, matmul_precision
+from racing_stack.ppo.checkpoint import HOW, WRITTEN_BEFORE, resume_problem
+from racing_stack.ppo.distributed import Group
+
+CONFIG = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=6, minibatches=3, epochs=2, hidden=(16, 16))
+LOW, HIGH = np.array([-0.6, -8.0], np.float32), np.array([0.6, 4.0], np.float32)
+
+
+def rollout_buffers(config, seed: int) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Random rollout buffers [T, E, ...] (a quarter of the slots not valid), advantages and returns [T, E]."""
+    g = torch.Generator().manual_seed(seed)
+    t, e, d = config.steps, config.worlds, config.features.size
+    buf = {"x": torch.randn((t, e, d), generator=g), "u": torch.randn((t, e, 2), generator=g),
+           "logp": torch.randn((t, e), generator=g) - 2.0, "value": torch.randn((t, e), generator=g),
+           "valid": (torch.rand((t, e), generator=g) > 0.25).float()}
+    return buf, torch.randn((t, e), generator=g), torch.randn((t, e), generator=g)
+
+
+def updated(config) -> tuple[PPOUpdate, dict[str, float]]:
+    """A fresh update of ``config`` after two optimisations on random buffers."""
+    update = PPOUpdate(config, LOW, HIGH, torch.device("cpu"))
+    for seed in (1, 2):
+        buf, advantage, returns = rollout_buffers(config, seed)
+        stats = update.optimise(buf, advantage, returns)
+    return update, stats
+
+
+def test_the_graph_path_falls_back_to_the_eager_update_on_the_cpu():
+    eager, eager_stats = updated(CONFIG)
+    graph, graph_stats = updated(dataclasses.replace(CONFIG, update_path="graph"))
+    assert not graph.graphed and not eager.graphed
+    assert graph._step is None  # nothing was captured
+    assert graph_stats == eager_stats
+    for (name, a), (_, b) in zip(eager.policy.state_dict().items(), graph.policy.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+    for a, b in zip(eager.optimizer.state.values(), graph.optimizer.state.values()):
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+
+
+def test_the_graph_path_is_for_one_cuda_process_only():
+    cpu = PPOUpdate(dataclasses.replace(CONFIG, update_path="graph"), LOW, HIGH, torch.device("cpu"))
+    assert not cpu.graphed
+    shared = PPOUpdate(dataclasses.replace(CONFIG, update_path="graph"), LOW, HIGH, torch.device("cpu"))
+    shared.device, shared.group = torch.device("cuda", 0), Group(0, 2)
+    assert not shared.graphed  # under torchrun: eager
+    shared.group = Group()
+    assert shared.graphed
+
+
+def test_a_minibatch_step_adds_its_gradients_and_returns_its_statistics():
+    """`PPOUpdate.gradients`, the step both paths run: the loss's own
+    gradients (clipped) land in the parameters, its statistics come back."""
+    update = PPOUpdate(CONFIG, LOW, HIGH, torch.device("cpu"))
+    buf, advantage, returns = rollout_buffers(CONFIG, 3)
+    rows = torch.arange(8)
+    flat = {k: v.reshape(-1, *v.shape[2:])[rows] for k, v in buf.items()}
+    stats = update.gradients(flat["x"], flat["u"], flat["logp"], advantage.reshape(-1)[rows],
+                             returns.reshape(-1)[rows], flat["valid"], flat["valid"].sum())
+    assert stats.shape == (7,) and torch.isfinite(stats).all()
+    norms = [torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in part]))
+             for part in (update.policy.actor_parameters(), list(update.policy.critic.parameters()))]
+    for before, after in zip(stats[5:], norms):  # clipped to max_grad_norm, or left as they were
+        assert float(after) == pytest.approx(min(float(before), CONFIG.max_grad_norm), rel=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["high", "highest"])
+def test_the_matmul_precision_is_set_inside_and_restored_after(precision):
+    before = torch.get_float32_matmul_precision()
+    with matmul_precision(precision):
+        assert torch.get_float32_matmul_precision() == precision
+    assert torch.get_float32_matmul_precision() == before
+    with pytest.raises(RuntimeError), matmul_precision(precision):
+        raise RuntimeError("an error inside")
+    assert torch.get_float32_matmul_precision() == before
+
+
+def test_a_resume_may_change_how_an_update_runs_but_not_what_it_computes(tmp_path: Path):
+    path = tmp_path / "checkpoint.pt"
+    written = CONFIG.to_json()
+    assert HOW == ("update_path",)
+    resume_problem(dataclasses.replace(CONFIG, update_path="graph"), written, path)
+    with pytest.raises(ValueError, match=r"trained with other settings: \['matmul_precision'\]"):
+        resume_problem(dataclasses.replace(CONFIG, matmul_precision="high"), written, path)
+
+
+def test_a_checkpoint_written_before_the_newer_settings_resumes_as_its_run_ran(tmp_path: Path):
+    path = tmp_path / "checkpoint.pt"
+    older = {k: v for k, v in CONFIG.to_json().items() if k not in WRITTEN_BEFORE}
+    resume_problem(CONFIG, older, path)
+    resume_problem(dataclasses.replace(CONFIG, update_path="graph"), older, path)
+    with pytest.raises(ValueError, match=r"other settings: \['matmul_precision'\]"):
+        resume_problem(dataclasses.replace(CONFIG, matmul_precision="high"), older, path)
+    with pytest.raises(ValueError, match=r"lacks the settings \['gamma'\]"):
+        resume_problem(CONFIG, {k: v for k, v in older.items() if k != "gamma"}, path)

@@ -1,0 +1,78 @@
+"""The captured update on a CUDA device: the ``"graph"`` path's update is
+bitwise the eager one (the same kernels on the same data), it is captured
+again for a new policy, and TF32 (``matmul_precision="high"``) changes the
+numbers a little, not the update."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from test_algorithm import CONFIG, HIGH, LOW, rollout_buffers
+
+from racing_stack.ppo.algorithm import PPOUpdate
+
+pytestmark = pytest.mark.gpu
+
+#: Minibatches of 2,048 rows of the preset's network, so that the matmuls use the tensor cores.
+BIG = dataclasses.replace(CONFIG, worlds=1024, steps=8, minibatches=4, epochs=2, hidden=(256, 256))
+
+
+@pytest.fixture(autouse=True)
+def cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+
+
+def optimised(config, seeds=(1, 2)) -> tuple[PPOUpdate, list[dict[str, float]]]:
+    update = PPOUpdate(config, LOW, HIGH, torch.device("cuda", 0))
+    buf, advantage, returns = (None, None, None)
+    stats = []
+    for seed in seeds:
+        cpu, a, r = rollout_buffers(config, seed)
+        if buf is None:  # the rollout's buffers are written in place, as a Rollout's are
+            buf = {k: v.cuda() for k, v in cpu.items()}
+        else:
+            for k, v in cpu.items():
+                buf[k].copy_(v)
+        advantage, returns = a.cuda(), r.cuda()
+        stats.append(update.optimise(buf, advantage, returns))
+    return update, stats
+
+
+def assert_same_update(a: PPOUpdate, b: PPOUpdate) -> None:
+    for (name, x), (_, y) in zip(a.policy.state_dict().items(), b.policy.state_dict().items()):
+        torch.testing.assert_close(x, y, rtol=0, atol=0, msg=name)
+    for x, y in zip(a.optimizer.state.values(), b.optimizer.state.values()):
+        for key in x:
+            torch.testing.assert_close(x[key], y[key], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("config", [CONFIG, BIG], ids=["small", "preset network"])
+def test_the_graph_path_updates_bitwise_as_the_eager_path(config):
+    eager, eager_stats = optimised(config)
+    graph, graph_stats = optimised(dataclasses.replace(config, update_path="graph"))
+    assert graph.graphed and graph._step is not None and not eager.graphed
+    assert graph_stats == eager_stats
+    assert_same_update(eager, graph)
+
+
+def test_a_new_policy_is_captured_again():
+    config = dataclasses.replace(CONFIG, update_path="graph")
+    update, _ = optimised(config, seeds=(1,))
+    first = update._step
+    update.policy = update.new_policy()
+    update.optimizer = update.new_optimizer(update.policy)
+    buf, advantage, returns = rollout_buffers(config, 5)
+    update.optimise({k: v.cuda() for k, v in buf.items()}, advantage.cuda(), returns.cuda())
+    assert update._step is not first and update._step.fits(update.policy, update._step.flat)
+
+
+def test_tf32_changes_the_numbers_a_little():
+    highest, a = optimised(BIG, seeds=(1,))
+    high, b = optimised(dataclasses.replace(BIG, matmul_precision="high"), seeds=(1,))
+    assert torch.get_float32_matmul_precision() == "highest"  # restored after each update
+    assert a != b
+    for key in ("policy_loss", "value_loss", "entropy"):
+        assert b[0][key] == pytest.approx(a[0][key], rel=2e-2, abs=1e-3), key
