@@ -246,3 +246,23 @@ def test_envs_too_large_for_this_machine_are_a_usage_error(capsys, envs, tmp_pat
     message = usage_error(capsys, FLAGS + ["--out", str(tmp_path / "big"), "--set", f"worlds={worlds}"])
     assert message.startswith(f"the envs cannot be built: num_envs={worlds} needs at least "), message
     assert "GiB of host memory" in message and [c.worlds for c in envs] == [worlds]
+
+
+def test_without_the_train_extra_a_run_exports_says_what_it_skipped_and_exits_0(capsys, envs, tmp_path,
+                                                                                 monkeypatch):
+    """matplotlib, pygame and Pillow missing (the ``train`` extra not
+    installed): the plugin is exported, the curve and the video are named
+    as skipped with the extra that brings them, no traceback, exit 0."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name in ("matplotlib", "pygame", "PIL") else real(name, *args))
+    out = tmp_path / "bare"
+    assert ppo.main([*FLAGS, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "no curve: matplotlib not installed (pip install 'racing-stack[train]' brings it)" in err
+    assert "no video: pygame, PIL not installed (pip install 'racing-stack[train]' brings it)" in err
+    assert (out / "plugin" / "weights.pt").is_file() and f"plugin {out / 'plugin'}" in err
+    assert not (out / "learning_curve.png").exists() and not (out / "policy.gif").exists()

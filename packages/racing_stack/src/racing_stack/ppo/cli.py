@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from racing_stack import checkpoints, levels
@@ -90,7 +92,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
                 if trainer.best is not None:
                     say(f"exporting update {trainer.best['update']}'s policy (validation success "
                         f"{trainer.best['validation_success_rate']:.2f})")
-                for name, path in finish(trainer).items():
+                for name, path in finish(trainer, say=say).items():
                     say(f"{name} {path}")
     except KeyboardInterrupt:
         where = "before training" if trainer is None else f"at update {trainer.update}"
@@ -105,22 +107,43 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
     return 0
 
 
-def finish(trainer: Trainer, video_steps: int = 1500) -> dict[str, Path]:
-    """After a run: the best validated policy's plugin (``out/plugin``), the learning curve
-    (``out/learning_curve.png``) and one recorded episode of the plugin on
-    Train row 0 (``out/policy.gif``, at most ``video_steps`` steps)."""
+#: What `finish` draws, the modules it needs, and the extra that brings them.
+EXTRAS = {"curve": (("matplotlib",), "racing-stack[train]"), "video": (("pygame", "PIL"), "racing-stack[train]")}
+
+
+def finish(trainer: Trainer, video_steps: int = 1500,
+           say: Callable[[str], None] = lambda text: print(f"train-ppo: {text}", file=sys.stderr)) -> dict[str, Path]:
+    """After a run: the best validated policy's plugin (``out/plugin``),
+    the learning curve (``out/learning_curve.png``) and one recorded
+    episode of the plugin on Train row 0 (``out/policy.gif``, at most
+    ``video_steps`` steps). A picture whose modules are not installed
+    (`EXTRAS`) is skipped, and ``say`` names it with the extra that
+    brings it; the plugin is always exported.
+
+    Returns:
+        What was made, by name ("plugin", "curve", "video").
+    """
     from racing_env.plugins import load_plugin
-    from racing_env.render import EpisodeView
-    from racing_env.runner import run
 
     out = trainer.out
-    plugin = export_plugin(trainer.best_policy(), trainer.config, out / "plugin")
-    draw_curve(out / "log.csv", out / "learning_curve.png")
-    env = levels.level_env(1, levels.timed("ppo-video", video_steps), track=trainer.env.track_pool.track(0),
-                           backend="cpu_reference")
-    with EpisodeView(env.config.control_dt_s, record=out / "policy.gif", size=(480, 360)) as view:
-        run(load_plugin(plugin), env, episodes=1, view=view)
-    return {"plugin": plugin, "curve": out / "learning_curve.png", "video": out / "policy.gif"}
+    made = {"plugin": export_plugin(trainer.best_policy(), trainer.config, out / "plugin")}
+    for name, (modules, extra) in EXTRAS.items():
+        missing = [m for m in modules if importlib.util.find_spec(m) is None]
+        if missing:
+            say(f"no {name}: {', '.join(missing)} not installed (pip install '{extra}' brings it)")
+        elif name == "curve":
+            draw_curve(out / "log.csv", out / "learning_curve.png")
+            made["curve"] = out / "learning_curve.png"
+        else:
+            from racing_env.render import EpisodeView
+            from racing_env.runner import run
+
+            env = levels.level_env(1, levels.timed("ppo-video", video_steps), track=trainer.env.track_pool.track(0),
+                                   backend="cpu_reference")
+            with EpisodeView(env.config.control_dt_s, record=out / "policy.gif", size=(480, 360)) as view:
+                run(load_plugin(made["plugin"]), env, episodes=1, view=view)
+            made["video"] = out / "policy.gif"
+    return made
 
 
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PPOConfig:
