@@ -16,6 +16,7 @@ from racing_stack.ppo import PRESETS
 from racing_stack.ppo.algorithm import PPOUpdate, matmul_precision
 from racing_stack.ppo.checkpoint import HOW, WRITTEN_BEFORE, resume_problem
 from racing_stack.ppo.distributed import Group
+from racing_stack.ppo.rollout import captured
 
 CONFIG = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=6, minibatches=3, epochs=2, hidden=(16, 16))
 LOW, HIGH = np.array([-0.6, -8.0], np.float32), np.array([0.6, 4.0], np.float32)
@@ -54,6 +55,9 @@ def test_the_graph_path_falls_back_to_the_eager_update_on_the_cpu():
 
 
 def test_the_graph_path_is_for_one_cuda_process_only():
+    graph, cuda = dataclasses.replace(CONFIG, update_path="graph"), torch.device("cuda", 0)
+    assert captured(graph, cuda, Group()) and not captured(CONFIG, cuda, Group())
+    assert not captured(graph, torch.device("cpu"), Group()) and not captured(graph, cuda, Group(1, 2))
     cpu = PPOUpdate(dataclasses.replace(CONFIG, update_path="graph"), LOW, HIGH, torch.device("cpu"))
     assert not cpu.graphed
     shared = PPOUpdate(dataclasses.replace(CONFIG, update_path="graph"), LOW, HIGH, torch.device("cpu"))

@@ -64,6 +64,25 @@ def test_an_update_trains_on_the_gpu(trainer):
     assert rows and rows[-1]["update"] == 1 and trainer.policy.log_std.is_cuda
 
 
+def test_the_graph_path_collects_and_updates_bitwise_as_the_eager_path(trainer, tmp_path):
+    """``update_path="graph"``: the rollout's policy steps and the minibatch
+    steps replay captured graphs, on one env's worlds from the same reset,
+    with the eager path's numbers (buffers, losses, weights)."""
+    rows, trainers, env = {}, {}, make_env(CONFIG)
+    for path in ("eager", "graph"):
+        config = dataclasses.replace(CONFIG, update_path=path, updates=3)
+        trainers[path] = Trainer(config, env, tmp_path / path)  # the env is reset with the config's seed
+        rows[path] = [{k: v for k, v in trainers[path]._one_update().items()
+                       if k not in ("seconds", "transitions_per_s")} for _ in range(2)]
+    eager, graph = trainers["eager"], trainers["graph"]
+    assert graph.rollout._act is not None and graph.learner._step is not None and eager.rollout._act is None
+    assert rows["eager"] == rows["graph"]
+    for key in ("x", "u", "logp", "value", "valid", "reward", "terminated"):
+        assert torch.equal(eager.buf[key], graph.buf[key]), key
+    for (name, a), (_, b) in zip(eager.policy.state_dict().items(), graph.policy.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
 def test_a_validation_on_the_gpu_drives_what_the_runner_drives(trainer, tmp_path):
     from racing_env.plugins import load_plugin
     from racing_env.runner import run

@@ -22,7 +22,7 @@ from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.losses import LOSS_FIELDS, normalised_advantages, ppo_losses
 from racing_stack.ppo.networks import ActorCritic
-from racing_stack.ppo.rollout import Rollout
+from racing_stack.ppo.rollout import Rollout, captured
 
 __all__ = ["UPDATE_FIELDS", "CapturedStep", "PPOUpdate", "crash_weight", "first_worst", "matmul_precision"]
 
@@ -149,7 +149,7 @@ class PPOUpdate:
     def graphed(self) -> bool:
         """Whether the minibatch steps replay a `CapturedStep`: ``config.update_path`` is
         ``"graph"``, on a CUDA device, in a process training alone (else the eager path)."""
-        return self.config.update_path == "graph" and self.device.type == "cuda" and self.group.size == 1
+        return captured(self.config, self.device, self.group)
 
     def gradients(self, x: torch.Tensor, u: torch.Tensor, logp: torch.Tensor, advantage: torch.Tensor,
                   returns: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:

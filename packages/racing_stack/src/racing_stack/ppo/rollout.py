@@ -32,7 +32,15 @@ from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.networks import ActorCritic
 from racing_stack.wrappers import MARGIN, STALL, Endings, LocalTrack, ShapedReward
 
-__all__ = ["Rollout"]
+__all__ = ["CapturedAct", "Rollout", "captured"]
+
+
+def captured(config: PPOConfig, device: torch.device, group: Group) -> bool:
+    """Whether the policy's work replays captured CUDA graphs
+    (`CapturedAct`, `racing_stack.ppo.algorithm.CapturedStep`):
+    ``config.update_path`` is ``"graph"``, on a CUDA device, in a process
+    training alone (else the eager path)."""
+    return config.update_path == "graph" and device.type == "cuda" and group.size == 1
 
 class Rollout:
     """The rollout buffers and the state that carries from one rollout to
@@ -70,6 +78,7 @@ class Rollout:
         self.obs = obs
         self.last_value = torch.zeros(e, **z)
         self.pending = torch.zeros(e, dtype=torch.bool, **z)  # the next call only resets
+        self._act: CapturedAct | None = None
         self.hold = group.share(torch.randint(0, config.stagger_steps + 1, (e * group.size,), generator=generator,
                                               dtype=torch.int32, **z))
         self.endings = config.reward.start(e)
@@ -87,19 +96,18 @@ class Rollout:
         env, buf, cfg, cross = self.env, self.buf, self.config, self.crossing
         weight = jax.device_put(np.float32(crash_weight))  # once a rollout: no transfer inside the loop
         features = cfg.features(self.obs, self.previous_action)
+        act = self._captured_act(policy) if captured(cfg, self.device, self.group) else None
         with torch.no_grad():
             for t in range(cfg.steps):
                 x = cross.to_torch(features)
-                noise = self.group.share(torch.randn((cfg.worlds * self.group.size, 2), generator=generator,
-                                                     device=self.device))
-                u, buf["logp"][t], buf["value"][t] = policy.act(x, noise)
-                held = self.hold > 0
-                buf["x"][t] = x
-                buf["u"][t] = u
-                # Driven: neither held nor a reset-only call (whose action the env ignores).
-                driven = torch.logical_or(held, self.pending).logical_not_().float()
-                buf["valid"][t] = driven
-                action = torch.where(held[:, None], self.brake, policy.env_action(u, x))
+                if act is None:
+                    noise = self.group.share(torch.randn((cfg.worlds * self.group.size, 2), generator=generator,
+                                                         device=self.device))
+                    action, driven = self.act(policy, t, x, noise)
+                else:
+                    buf["x"][t] = x
+                    torch.randn(act.noise.shape, generator=generator, device=self.device, out=act.noise)
+                    action, driven = act.replay(t)
                 sent = cross.to_jax(action)
                 obs, reward, terminated, truncated, info = env.step(sent)
                 floats, ints, self.endings, self.previous_action, features = _after_step(
@@ -111,11 +119,34 @@ class Rollout:
                 self.ints[t] = ints[:2]
                 torch.ne(ints[2:], 0, out=self.done[t])
                 cross.fence()
-                self.pending = self.done[t].any(0)
-                self.hold = (self.hold - 1).clamp(min=0)
+                torch.any(self.done[t], 0, out=self.pending)  # in place: a captured step reads it
+                self.hold.sub_(1).clamp_(min=0)
                 self.obs = obs
             self.last_value = policy.value(cross.to_torch(features))
             cross.fence()
+
+    def act(self, policy: ActorCritic, t: int, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """The policy's work of rollout step ``t`` on features ``x`` [E, D]
+        and standard normal ``noise`` [E, 2]: the features, the normalised
+        action, its log probability, the value and whether the world is
+        driven (neither held nor a reset-only call, whose action the env
+        ignores) into the buffers' slot ``t``; returns the env's action
+        [E, 2] (full braking where held) and whether driven (float32 [E],
+        1 or 0). No host read."""
+        buf = self.buf
+        u, buf["logp"][t], buf["value"][t] = policy.act(x, noise)
+        held = self.hold > 0
+        buf["x"][t] = x
+        buf["u"][t] = u
+        driven = torch.logical_or(held, self.pending).logical_not_().float()
+        buf["valid"][t] = driven
+        return torch.where(held[:, None], self.brake, policy.env_action(u, x)), driven
+
+    def _captured_act(self, policy: ActorCritic) -> CapturedAct:
+        """This rollout's `CapturedAct` of ``policy`` (captured anew for another policy)."""
+        if self._act is None or self._act.policy is not policy:
+            self._act = CapturedAct(self, policy)
+        return self._act
 
     def returns_cut(self) -> torch.Tensor:
         """bool [T, E]: where a return ends (no bootstrap)."""
@@ -193,11 +224,58 @@ class Rollout:
 
     def restore(self, state: dict[str, torch.Tensor], obs: dict[str, Any]) -> None:
         """Continue from a checked ``state`` and observation."""
-        self.pending = state["pending"].to(self.device)
-        self.hold = state["hold"].to(self.device)
+        self.pending.copy_(state["pending"])  # in place: a captured step reads them
+        self.hold.copy_(state["hold"])
         self.endings = Endings(*(jnp.asarray(state[k].numpy()) for k in Endings._fields))
         self.previous_action = jnp.asarray(state["previous_action"].numpy())
         self.obs = {k: jnp.asarray(v) for k, v in obs.items()}
+
+
+class CapturedAct:
+    """`Rollout.act` of each rollout step ``t`` captured as CUDA graph ``t``
+    (one memory pool for all, replayed in order): it reads the features
+    the loop wrote into slot ``t``, the step's noise (drawn into `noise`
+    before each replay), the holds and pending resets (updated in place),
+    and the policy's parameters and feature statistics (updated in place
+    by the optimizer and the normaliser); it writes slot ``t`` of the
+    buffers and the env's action into `action`. A replay launches the
+    eager step's kernels on the same data: the same numbers.
+
+    Args:
+        rollout: the rollout whose buffers and state it reads (on a CUDA device).
+        policy: the policy it runs.
+    """
+
+    def __init__(self, rollout: Rollout, policy: ActorCritic) -> None:
+        cfg, device = rollout.config, rollout.device
+        self.policy = policy
+        #: Standard normal draws [E, 2] of the next replay; the env's action [E, 2] and whether
+        #: driven [E] it wrote.
+        self.noise = torch.zeros((cfg.worlds, 2), device=device)
+        self.action = torch.zeros((cfg.worlds, 2), device=device)
+        self.driven = torch.zeros(cfg.worlds, device=device)
+        x = rollout.buf["x"]
+        side = torch.cuda.Stream(device)  # warm up (cuBLAS sets itself up at first use), then capture
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side), torch.no_grad():
+            for _ in range(2):
+                rollout.act(policy, 0, x[0].clone(), self.noise)
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graphs, pool = [], None
+        with torch.no_grad():
+            for t in range(cfg.steps):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    action, driven = rollout.act(policy, t, x[t], self.noise)
+                    self.action.copy_(action)
+                    self.driven.copy_(driven)
+                pool = graph.pool()
+                self.graphs.append(graph)
+
+    def replay(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step ``t``'s policy work; returns `action` and `driven` (static: read them before the next replay)."""
+        self.graphs[t].replay()
+        return self.action, self.driven
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
