@@ -256,7 +256,7 @@ def gates(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--worlds", type=int, nargs="+", default=[8192, 65536])
+    parser.add_argument("--worlds", type=int, nargs="*", default=[8192, 65536])
     parser.add_argument("--paths", nargs="+", default=["eager/highest", "graph/highest", "eager/high", "graph/high"],
                         help="update_path/matmul_precision variants")
     parser.add_argument("--updates", type=int, default=8, help="timed updates a variant")
@@ -264,6 +264,8 @@ def main() -> None:
     parser.add_argument("--skill-worlds", type=int, nargs="*", default=[8192, 32768, 65536])
     parser.add_argument("--skill-seeds", type=int, nargs="*", default=[0, 1])
     parser.add_argument("--skill-seconds", type=float, default=60.0, help="training seconds a skill run may take")
+    parser.add_argument("--skill-path", default=None,
+                        help="the skill runs' update_path/matmul_precision (default: the fastest measured here)")
     parser.add_argument("--validate-every", type=int, default=None,
                         help="updates between a skill run's validations (default round(200,000 / worlds))")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -272,7 +274,7 @@ def main() -> None:
     parser.add_argument("--publish", action="store_true", help="write benchmarks/results/ppo_speed.json (GPU only)")
     args = parser.parse_args()
     gpu = jax.default_backend() == "gpu" and torch.cuda.is_available()
-    for variant in args.paths:
+    for variant in args.paths + ([args.skill_path] if args.skill_path else []):
         path, _, precision = variant.partition("/")
         try:
             dataclasses.replace(PRESETS["cpu"], update_path=path, matmul_precision=precision)
@@ -316,7 +318,7 @@ def main() -> None:
         del env
         gc.collect()
         write()
-    best = report["throughput"][0]["best"] if report["throughput"] else "eager/highest"
+    best = args.skill_path or (report["throughput"][0]["best"] if report["throughput"] else "eager/highest")
     path, precision = best.split("/")
     for worlds in args.skill_worlds:
         for seed in args.skill_seeds:
