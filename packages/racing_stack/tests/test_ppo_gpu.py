@@ -76,7 +76,7 @@ def test_the_graph_path_collects_and_updates_bitwise_as_the_eager_path(trainer, 
                        if k not in ("seconds", "transitions_per_s")} for _ in range(2)]
     eager, graph = trainers["eager"], trainers["graph"]
     assert graph.rollout._act is not None and graph.learner._step is not None and eager.rollout._act is None
-    assert rows["eager"] == rows["graph"]
+    assert json.dumps(rows["eager"]) == json.dumps(rows["graph"])  # NaN (no lap, no validation) included
     for key in ("x", "u", "logp", "value", "valid", "reward", "terminated"):
         assert torch.equal(eager.buf[key], graph.buf[key]), key
     for (name, a), (_, b) in zip(eager.policy.state_dict().items(), graph.policy.state_dict().items()):
