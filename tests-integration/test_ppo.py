@@ -20,7 +20,7 @@ import torch
 from racing_stack import checkpoints
 from racing_stack.interop import to_jax, to_torch, tree_to_torch
 from racing_stack.ppo import LOG_FIELDS, PRESETS, Trainer, finish, make_env, make_validation_env
-from racing_stack.wrappers import LocalTrack
+from racing_stack.features import LocalTrack
 
 #: A tiny run: 4 worlds on the first 4 Train tracks, 24-step episodes, no
 #: staggered start, validated every 2 updates on 2 Validation tracks.
@@ -89,7 +89,7 @@ def reference_advantages(reward, value, terminated, truncated, valid, last_value
 def test_reset_slots_are_masked_on_a_hand_built_rollout(env, tmp_path):
     from racing_env import TerminationReason
 
-    from racing_stack.wrappers import MARGIN, STALL
+    from racing_stack.reward import MARGIN, STALL
 
     trainer = Trainer(TINY, env, tmp_path)
     rng = np.random.default_rng(0)
@@ -569,7 +569,7 @@ def test_the_guard_passes_every_reward_the_wrapper_can_produce(env, tmp_path, se
     from racing_env import TerminationReason
 
     from racing_stack.guard import GuardError
-    from racing_stack.wrappers import Endings
+    from racing_stack.reward import Endings
 
     config = TINY.override(settings)
     trainer = Trainer(config, env, tmp_path)

@@ -97,7 +97,7 @@ from racing_stack.ppo import PRESETS, RUN_FILES, PPOConfig, Trainer, draw_curve,
 from racing_stack.ppo.networks import ActorCritic, prior_alone  # noqa: E402
 from racing_stack.ppo.validation import standing_starts, validate  # noqa: E402
 from racing_stack.prior import PursuitPrior  # noqa: E402
-from racing_stack.wrappers import LocalTrack  # noqa: E402
+from racing_stack.features import LocalTrack  # noqa: E402
 
 GATE_TPS = 1_000_000
 GATE_WORLDS = 4096

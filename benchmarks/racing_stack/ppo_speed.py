@@ -18,7 +18,7 @@ trainer keeps, where an update's time goes, and how soon a policy laps.
      one more update timed phase by phase with the device synchronised
      between phases (rollout, GAE, optimisation);
    - with ``--profile``: Torch's profiler over one optimisation and one
-     rollout of each variant: the kernels launched and the ten operators
+     rollout of each variant: the kernels launched and the ten kernels
      of most device time.
 2. Time to skill, at each of ``--skill-worlds`` for each of
    ``--skill-seeds``, each run alone: a trainer of the best variant
@@ -115,8 +115,8 @@ def env_rates(env, config: PPOConfig, steps: int) -> dict[str, float]:
 
 def profiled(trainer: Trainer) -> dict[str, Any]:
     """One optimisation and one rollout of ``trainer`` under Torch's
-    profiler: the kernels each launched and its ten operators of most
-    device time (self time, ms)."""
+    profiler: the kernels each launched, their device time, the host
+    time, and the ten kernels of most device time (ms)."""
     out = {}
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
@@ -132,9 +132,10 @@ def profiled(trainer: Trainer) -> dict[str, Any]:
                 trainer.collect()
             sync()
         events = prof.key_averages()
-        device = [e for e in events if getattr(e, "self_device_time_total", 0) > 0]
+        # The kernels themselves: an operator's device time repeats its kernels'.
+        device = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
         device.sort(key=lambda e: e.self_device_time_total, reverse=True)
-        kernels = sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+        kernels = sum(e.count for e in device)
         out[phase] = {"kernels_launched": int(kernels),
                       "device_ms": sum(e.self_device_time_total for e in device) / 1e3,
                       "host_ms": sum(e.self_cpu_time_total for e in events) / 1e3,

@@ -28,3 +28,55 @@ def wheel_points(position: np.ndarray, yaw: float, wheelbase: float, track_width
     local = np.array([[wheelbase, track_width / 2], [wheelbase, -track_width / 2],
                       [0.0, track_width / 2], [0.0, -track_width / 2]])
     return position[None, :] + local @ np.array([[c, s], [-s, c]])
+
+
+class PursuitOracle:
+    """The reference ``pursuit`` plugin as it was written on its own, before
+    its maths moved to `racing_env.pursuit`: float64, one world, its own
+    loops over the episode's first centerline. The plugin must act bitwise
+    as it does (the committed reference lap times rest on that)."""
+
+    def __init__(self, obs: dict, config: dict) -> None:
+        gains = config["controller"]
+        self.max_speed = float(gains["max_speed_mps"])
+        self.lateral = float(gains["lateral_accel_mps2"])
+        self.brake = float(gains["brake_accel_mps2"])
+        self.drive = float(gains["drive_accel_mps2"])
+        self.preview = float(gains["preview_m"])
+        self.lookahead_min = float(gains["lookahead_min_m"])
+        self.lookahead_gain = float(gains["lookahead_gain_s"])
+        self.wheelbase = float(config["vehicle"]["wheelbase_m"])
+        self.low = np.asarray(config["action"]["low"], np.float32)
+        self.high = np.asarray(config["action"]["high"], np.float32)
+        count = int(np.asarray(obs["track_mask"]).astype(bool).sum())
+        self.line = np.asarray(obs["centerline"], np.float64)[:count]
+        self.step = np.linalg.norm(np.roll(self.line, -1, axis=0) - self.line, axis=1)
+        a, b, c = np.roll(self.line, 2, axis=0), self.line, np.roll(self.line, -2, axis=0)
+        u, v, w = b - a, c - b, c - a
+        area2 = np.abs(u[:, 0] * w[:, 1] - u[:, 1] * w[:, 0])
+        sides = np.linalg.norm(u, axis=1) * np.linalg.norm(v, axis=1) * np.linalg.norm(w, axis=1)
+        curvature = 2.0 * area2 / np.maximum(sides, 1e-12)
+        self.corner_speed = np.sqrt(self.lateral / np.maximum(curvature, 1e-6))
+
+    def act(self, obs: dict) -> tuple[np.ndarray, np.ndarray, float]:
+        """(float32 [2] action, the aim point [2], m, the target speed, m/s)."""
+        position = np.asarray(obs["position"], np.float64)
+        yaw = float(obs["yaw"])
+        speed = float(np.asarray(obs["velocity_body"])[0])
+        n = len(self.line)
+        i = int(np.argmin(np.linalg.norm(self.line - position, axis=1)))
+        ahead = np.arange(1, n)
+        index = (i + ahead) % n
+        distance = np.cumsum(self.step[(i + ahead - 1) % n])
+        near = distance <= self.preview
+        allowed = np.sqrt(self.corner_speed[index[near]] ** 2 + 2.0 * self.brake * distance[near])
+        target = min(self.max_speed, float(allowed.min()) if allowed.size else self.max_speed,
+                     float(self.corner_speed[i]))
+        lookahead = self.lookahead_min + self.lookahead_gain * max(speed, 0.0)
+        j = index[min(int(np.searchsorted(distance, lookahead)), len(index) - 1)]
+        dx, dy = self.line[j] - position
+        c, s = np.cos(yaw), np.sin(yaw)
+        lx, ly = c * dx + s * dy, -s * dx + c * dy
+        steering = np.arctan(self.wheelbase * 2.0 * ly / max(lx * lx + ly * ly, 1e-9))
+        accel = min(2.0 * (target - speed), self.drive)
+        return np.clip(np.array([steering, accel], np.float32), self.low, self.high), self.line[j], target

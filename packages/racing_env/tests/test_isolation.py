@@ -14,8 +14,8 @@ import pytest
 
 from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track
 from racing_env.isolation import ChildControllers, ControllerFailed, Isolation, check_plugin
-from racing_env.plugins import PURSUIT, PluginError, challenge_values, load_plugin
-from racing_env.runner import run
+from racing_env.plugins import PURSUIT, PluginError, load_plugin
+from racing_env.runner import challenge_values, run
 
 SHORT = Level(level_id=0, name="short", max_episode_steps=4)
 FAST = Isolation(call_timeout_s=1.0, start_timeout_s=60.0)

@@ -1,3 +1,8 @@
+import importlib
+import re
+
+import pytest
+
 import racing_env
 
 
@@ -15,3 +20,34 @@ def test_declared_dependencies_import():
     assert mujoco.mj_versionString().startswith("3.17")
     assert hasattr(mjx, "put_model")
     assert gymnasium.__version__.startswith("1.4")
+
+
+def test_every_public_name_imports_from_the_package():
+    namespace: dict = {}
+    exec("from racing_env import *", namespace)
+    assert set(racing_env.__all__) <= set(namespace) and set(racing_env.__all__) <= set(dir(racing_env))
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        racing_env.nothing  # noqa: B018
+
+
+@pytest.mark.parametrize(("old", "name", "new"), [
+    ("racing_env.plugins", "challenge_values", "racing_env.runner.challenge_values"),
+    ("racing_env.physics", "BACKENDS", "racing_env.backend_names.BACKEND_NAMES"),
+    ("racing_env.vector", "reset_option", "racing_env.io.reset_option"),
+    ("racing_env.vector", "SNAPSHOT_MARGIN_M", "racing_env.io.SNAPSHOT_MARGIN_M"),
+    ("racing_env.vector", "SNAPSHOT_SPEED_FACTOR", "racing_env.io.SNAPSHOT_SPEED_FACTOR"),
+])
+def test_a_moved_name_still_comes_from_its_old_place_with_a_warning(old, name, new):
+    module = importlib.import_module(old)
+    with pytest.warns(DeprecationWarning, match=re.escape(f"{old}.{name} moved to {new}; the old name goes")):
+        moved = getattr(module, name)
+    home, _, attribute = new.rpartition(".")
+    assert moved is getattr(importlib.import_module(home), attribute)
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        module.nothing  # noqa: B018
+
+
+def test_the_old_backend_tuple_is_the_names():
+    with pytest.warns(DeprecationWarning):
+        from racing_env.physics import BACKENDS
+    assert BACKENDS == ("cpu_reference", "mjx_warp")

@@ -12,7 +12,7 @@ import pytest
 
 from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track
 from racing_env.plugins import TEMPLATE, load_plugin
-from racing_env.runner import EpisodeResult, run, summarize
+from racing_env.runner import EpisodeResult, challenge_values, run, summarize
 
 SHORT = Level(level_id=0, name="short", max_episode_steps=4)
 
@@ -320,3 +320,8 @@ def test_ctrl_c_inside_a_c_callback_of_the_env_still_stops_the_run(env, monkeypa
     monkeypatch.setattr(env, "step", lambda actions: step(actions, ValueError("not a Ctrl-C")))
     with pytest.raises(SystemError):
         run(load_plugin(TEMPLATE), env, episodes=2, seed=0)
+
+
+def test_challenge_values_need_an_env():
+    with pytest.raises(TypeError, match="env must be"):
+        challenge_values(object())

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from racing_env import LEVEL_0, Level, ProjectConfig, VecCarRacingEnv, level0_track
+from racing_env.io import SNAPSHOT_MARGIN_M, SNAPSHOT_SPEED_FACTOR
 from racing_env.pursuit import pursuit
 from racing_env.race import WINDOW
 from racing_env.types import TerminationReason
-from racing_env.vector import SNAPSHOT_MARGIN_M, SNAPSHOT_SPEED_FACTOR
 
 #: Level 0 with 30-step episodes, for the one-world cpu_reference env.
 SHORT_CPU = Level(level_id=0, name="short", max_episode_steps=30)

@@ -13,7 +13,8 @@ import pytest
 
 from racing_stack.ppo import PRESETS, PPOConfig
 from racing_stack.prior import PursuitPrior
-from racing_stack.wrappers import LocalTrack, ShapedReward
+from racing_stack.features import LocalTrack
+from racing_stack.reward import ShapedReward
 
 BASE = PRESETS["cpu"]
 

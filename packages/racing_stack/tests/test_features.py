@@ -1,10 +1,10 @@
 """The learning features and the shaped reward against independent
-references: `road_geometry` on hand-built straight and circular roads, the
-NumPy and JAX feature paths on real tracks, the wheel margins against the
-Race Core's own off-track test, and `ShapedReward`'s endings step by step."""
+references: the NumPy and JAX feature paths on real tracks, the wheel
+margins (`racing_env.geometry.road_geometry`, tested on hand-built roads in
+racing_env) against the Race Core's own off-track test, and
+`ShapedReward`'s endings step by step."""
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
@@ -14,16 +14,9 @@ import pytest
 from racing_env import LEVEL_0, ProjectConfig, TerminationReason, Track, VecCarRacingEnv, level0_track
 from racing_env.car import wheel_points
 from racing_env.race import points_on_track, track_arrays
-from racing_stack.wrappers import (
-    MARGIN,
-    MAX_CRASH_SPEED_MPS,
-    NO_ENDING,
-    STALL,
-    Endings,
-    LocalTrack,
-    ShapedReward,
-    road_geometry,
-)
+from racing_env.geometry import road_geometry
+from racing_stack.features import LocalTrack
+from racing_stack.reward import MARGIN, MAX_CRASH_SPEED_MPS, NO_ENDING, STALL, Endings, ShapedReward
 
 CONFIG = ProjectConfig()
 FIELDS = ("position", "yaw", "velocity_body", "yaw_rate", "steering_angle", "centerline", "left_boundary",
@@ -43,105 +36,6 @@ def wheels_by_hand(position, yaw, wheelbase, track_width):
                         (0.0, -track_width / 2)):
         out.append(np.stack([position[:, 0] + c * ahead - s * left, position[:, 1] + s * ahead + c * left], 1))
     return np.stack(out, 1)
-
-
-# ----------------------------------------------------------------- road_geometry on hand-built roads
-
-
-@pytest.mark.parametrize("xp", [np, jnp], ids=["numpy", "jax"])
-@pytest.mark.parametrize("worlds", [1, 7])
-@pytest.mark.parametrize("wheelbase, track_width", [(2.6, 1.6), (3.3, 2.1)])
-def test_road_geometry_on_a_straight_road(xp, worlds, wheelbase, track_width):
-    """Centerline along +x or -x, the left boundary at y = +-w_i (a width
-    that changes along the road): the lateral offset is y (signed to the
-    driving direction's left), the heading error the yaw less the road's
-    direction, the half width w at the rear axle's nearest point and each
-    wheel's margin w - |y_wheel|. The padding past each track's points sits
-    right on the car, where an unmasked search would find it."""
-    rng = np.random.default_rng(worlds + int(10 * wheelbase))
-    capacity = 300
-    centerline = np.zeros((worlds, capacity, 2), np.float32)
-    left = np.zeros((worlds, capacity, 2), np.float32)
-    position = np.zeros((worlds, 2), np.float32)
-    want_nearest, want_lateral, want_heading, want_along, half = [], [], [], [], np.zeros(worlds)
-    direction = rng.choice([-1.0, 1.0], worlds)
-    yaw = rng.uniform(-3 * np.pi, 3 * np.pi, worlds).astype(np.float32)
-    count = rng.integers(120, capacity + 1, worlds)
-    for w in range(worlds):
-        n, spacing, x0 = count[w], rng.uniform(0.5, 1.5), rng.uniform(-50.0, 50.0)
-        x = x0 + direction[w] * spacing * np.arange(n)
-        width = rng.uniform(2.0, 7.0) * (1 + 0.3 * np.sin(np.arange(n) / 3.0))
-        centerline[w, :n, 0] = x
-        left[w, :n] = np.stack([x, direction[w] * width], 1)
-        i = rng.integers(40, n - 40)  # far from the loop's closing segment
-        half[w] = np.float32(width[i])
-        fraction = rng.uniform(-0.45, 0.45)
-        position[w] = [x[i] + direction[w] * fraction * spacing, rng.uniform(-1.6, 1.6) * half[w]]
-        centerline[w, n:] = left[w, n:] = position[w]
-        want_nearest.append(i)
-        want_along.append(i + fraction)
-        want_lateral.append(direction[w] * position[w, 1])
-        want_heading.append(yaw[w] - (0.0 if direction[w] > 0 else np.pi))
-    wheels = wheels_by_hand(position.astype(np.float64), yaw.astype(np.float64), wheelbase, track_width)
-    want_margins = half[:, None] - np.abs(wheels[..., 1])
-
-    nearest, half_width, lateral, heading, margins, along = (np.asarray(v) for v in road_geometry(
-        xp, xp.asarray(position), xp.asarray(yaw), xp.asarray(centerline), xp.asarray(left),
-        xp.asarray(count.astype(np.int32)), wheelbase, track_width))
-
-    assert half_width.shape == lateral.shape == heading.shape == (worlds,) and margins.shape == (worlds, 4)
-    assert all(v.dtype == np.float32 for v in (half_width, lateral, heading, margins, along))
-    np.testing.assert_array_equal(nearest, want_nearest)
-    np.testing.assert_allclose(along, want_along, atol=1e-3)  # float32 of up to 300 points
-    np.testing.assert_allclose(half_width, half, atol=1e-5)
-    np.testing.assert_allclose(lateral, want_lateral, atol=1e-4)
-    assert np.all((heading > -np.pi - 1e-6) & (heading <= np.pi + 1e-6))
-    np.testing.assert_allclose(wrap(heading - np.asarray(want_heading)), 0.0, atol=1e-5)
-    np.testing.assert_allclose(margins, want_margins, atol=1e-4)
-
-
-@pytest.mark.parametrize("xp", [np, jnp], ids=["numpy", "jax"])
-@pytest.mark.parametrize("turn", [1, -1], ids=["counter-clockwise", "clockwise"])
-def test_road_geometry_on_a_circle(xp, turn):
-    """A circle of radius R in N points: driving counter-clockwise the left is
-    the inside (lateral = R - distance from the centre), clockwise the
-    outside; the heading error is the yaw less the tangent's angle. The
-    polygon departs from the circle by its sagitta in distance and by about
-    half a segment's turn in direction."""
-    rng = np.random.default_rng(7 + turn)
-    worlds, n, radius, w = 64, 400, 60.0, 4.0
-    theta = turn * 2 * np.pi * np.arange(n) / n + 0.3
-    ring = np.stack([np.cos(theta), np.sin(theta)], 1)
-    centerline = np.zeros((worlds, 512, 2), np.float32)
-    left = np.zeros((worlds, 512, 2), np.float32)
-    centerline[:, :n] = radius * ring + [5.0, -3.0]
-    left[:, :n] = (radius - turn * w) * ring + [5.0, -3.0]
-    angle = rng.uniform(-np.pi, np.pi, worlds)
-    distance = radius + rng.uniform(-1.5 * w, 1.5 * w, worlds)
-    position = (distance[:, None] * np.stack([np.cos(angle), np.sin(angle)], 1) + [5.0, -3.0]).astype(np.float32)
-    yaw = rng.uniform(-np.pi, np.pi, worlds).astype(np.float32)
-
-    _, half_width, lateral, heading, margins, along = (np.asarray(v) for v in road_geometry(
-        xp, xp.asarray(position), xp.asarray(yaw), xp.asarray(centerline), xp.asarray(left),
-        xp.full(worlds, n, xp.int32), CONFIG.wheelbase_m, CONFIG.track_width_m))
-
-    sagitta = radius * (1 - math.cos(math.pi / n))
-    np.testing.assert_allclose(half_width, w, atol=1e-4)
-    np.testing.assert_allclose(lateral, turn * (radius - distance), atol=sagitta + 1e-4)
-    tangent = angle + turn * np.pi / 2
-    # The nearest segment's middle lies within half a segment of the car's
-    # angle, or, in the wedge outside a vertex (up to 1.5 w out), a little more.
-    np.testing.assert_allclose(wrap(heading - (yaw - tangent)), 0.0, atol=np.pi / n * (1 + 1.5 * w / radius) + 1e-5)
-    wheels = wheels_by_hand(position.astype(np.float64) - [5.0, -3.0], yaw.astype(np.float64),
-                            CONFIG.wheelbase_m, CONFIG.track_width_m)
-    want = w - np.abs(radius - np.linalg.norm(wheels, axis=-1))
-    np.testing.assert_allclose(margins, want, atol=sagitta + 1e-4)
-    # The projection, in points along the polygon, against the car's angle: on a chord of
-    # half angle h, a point at distance d and angle delta from its middle projects to
-    # 1/2 + (d / R) sin(delta) / (2 sin h), the angle's fraction to 1/2 + delta / (2 h).
-    points = wrap(turn * (angle - 0.3)) / (2 * np.pi / n)
-    np.testing.assert_allclose(wrap((along - points) * 2 * np.pi / n), 0.0,
-                               atol=2 * np.pi / n * (0.5 * 1.5 * w / radius + 1e-3))
 
 
 # ----------------------------------------------------------------- features on real tracks

@@ -350,7 +350,7 @@ def test_the_exported_plugin_keeps_every_feature_setting(tmp_path, interpolate):
 
     from racing_stack.ppo import PRESETS
     from racing_stack.ppo.export import export_plugin
-    from racing_stack.wrappers import LocalTrack
+    from racing_stack.features import LocalTrack
 
     features = LocalTrack(points=5, spacing_m=4.5, scale_m=30.0, interpolate=interpolate)
     config = dataclasses.replace(PRESETS["cpu"], features=features)
@@ -495,7 +495,7 @@ def test_the_exported_plugin_keeps_its_residual_and_prior(tmp_path):
     from racing_stack.ppo import PRESETS
     from racing_stack.ppo.export import export_plugin, load_policy
     from racing_stack.prior import PursuitPrior
-    from racing_stack.wrappers import LocalTrack
+    from racing_stack.features import LocalTrack
 
     features = LocalTrack(points=3, prior=PursuitPrior(max_speed_mps=26.0, lookahead_gain_s=0.0))
     config = dataclasses.replace(PRESETS["cpu"], features=features, residual=0.75)
@@ -524,7 +524,7 @@ def _exported(tmp_path, name, **features):
 
     from racing_stack.ppo import PRESETS
     from racing_stack.ppo.export import export_plugin
-    from racing_stack.wrappers import LocalTrack
+    from racing_stack.features import LocalTrack
 
     local = LocalTrack(points=4, **features)
     config = dataclasses.replace(PRESETS["cpu"], features=local)
@@ -618,7 +618,7 @@ def test_the_exported_plugin_drives_in_a_child_that_never_starts_a_jax_backend(t
     from racing_stack.ppo import PRESETS
     from racing_stack.ppo.export import export_plugin
     from racing_stack.prior import PursuitPrior
-    from racing_stack.wrappers import LocalTrack
+    from racing_stack.features import LocalTrack
 
     features = LocalTrack(points=3, prior=PursuitPrior(max_speed_mps=26.0, lookahead_gain_s=0.0))
     config = dataclasses.replace(PRESETS["cpu"], features=features, residual=0.75)

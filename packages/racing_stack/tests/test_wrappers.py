@@ -1,6 +1,7 @@
 """The learning wrappers against NumPy references: the local-track
-features of random poses on random tracks (the road geometry by brute
-force over every segment, in float64), and the shaped reward's bounds."""
+features (`racing_stack.features`) of random poses on random tracks (the
+road geometry by brute force over every segment, in float64) and their
+size, and the shaped reward's (`racing_stack.reward`) bounds."""
 
 import dataclasses
 import json
@@ -11,7 +12,8 @@ import numpy as np
 import pytest
 
 from racing_env import TRACK_CAPACITY, ProjectConfig, TerminationReason
-from racing_stack.wrappers import Endings, LocalTrack, ShapedReward
+from racing_stack.features import LocalTrack
+from racing_stack.reward import Endings, ShapedReward
 
 VEHICLE = ProjectConfig()
 
@@ -106,6 +108,21 @@ def test_local_track_matches_the_reference(points, spacing, scale, interpolate):
     host = wrapper.host(obs, previous)  # the NumPy path a controller takes
     assert host.dtype == np.float32
     np.testing.assert_allclose(host, want, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("points", [1, 3, 20, TRACK_CAPACITY])
+@pytest.mark.parametrize("interpolate", [False, True], ids=["rounded", "interpolated"])
+@pytest.mark.parametrize("prior", [None, {}], ids=["alone", "with_a_prior"])
+def test_the_size_is_the_built_features_length(points, interpolate, prior):
+    """`LocalTrack.size`, counted from its feature lists, is the length of
+    the vector both paths build: 14 + 6 per place (+ 2 with a prior)."""
+    rng = np.random.default_rng(points)
+    obs = random_obs(rng, 3)
+    previous = np.zeros((3, 2), np.float32)
+    wrapper = LocalTrack(points=points, interpolate=interpolate, prior=prior)
+    assert wrapper.size == 14 + 6 * points + (0 if prior is None else 2)
+    assert wrapper.host(obs, previous).shape == (3, wrapper.size)
+    assert wrapper({k: jnp.asarray(v) for k, v in obs.items()}, jnp.asarray(previous)).shape == (3, wrapper.size)
 
 
 def test_numpy_and_jax_round_half_way_points_alike():
@@ -259,3 +276,20 @@ def test_a_prior_ends_the_features_with_its_action():
     np.testing.assert_array_equal(host[:, -2:], prior.host(obs))
     with pytest.raises(TypeError, match="prior must be a PursuitPrior, a mapping of its gains or None"):
         LocalTrack(prior=1.0)
+
+
+def test_the_old_module_gives_every_name_from_its_new_home_with_a_warning():
+    """`racing_stack.wrappers` stays for one release: each of its names is
+    the object of `racing_stack.features`, `racing_stack.reward` or
+    `racing_env.geometry`, with a `DeprecationWarning` naming the new home."""
+    from racing_env import geometry
+    from racing_stack import features, reward, wrappers
+
+    homes = {name: getattr(module, name) for module in (features, reward, geometry) for name in module.__all__}
+    assert set(wrappers.MOVED) == {"LocalTrack", "MAX_LENGTH_M", "ShapedReward", "Endings", "NO_ENDING", "MARGIN",
+                                   "STALL", "MAX_REWARD_TERM", "MAX_CRASH_SPEED_MPS", "road_geometry"}
+    for name, home in wrappers.MOVED.items():
+        with pytest.warns(DeprecationWarning, match=f"racing_stack.wrappers.{name} moved to {home}"):
+            assert getattr(wrappers, name) is homes[name]
+    with pytest.raises(AttributeError, match="has no attribute '_shaped'"):
+        wrappers._shaped  # noqa: B018

@@ -6,17 +6,25 @@ Gymnasium (``gymnasium.make`` builds `CarRacingEnv`; ``gymnasium.make_vec``
 with ``vectorization_mode="vector_entry_point"`` builds `VecCarRacingEnv`).
 """
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 import gymnasium
 
-from racing_env import core
-from racing_env.config import LEVEL_0, LEVEL_1, Level, ProjectConfig
-from racing_env.controller import Controller, DebugDraw
-from racing_env.env import CarRacingEnv
-from racing_env.tracks import Track, TrackPool, level0_track
-from racing_env.types import BENCHMARK_VERSION, LEVEL0_TRACK_ID, TRACK_CAPACITY, TerminationReason
-from racing_env.vector import VecCarRacingEnv
+#: Each public name's module: imported at the name's first use, so that a
+#: light module of the package (`racing_env.backend_names`, what a command
+#: line's ``--help`` reads) imports neither JAX nor MuJoCo.
+_HOMES = {
+    "core": "racing_env.core",
+    **dict.fromkeys(("LEVEL_0", "LEVEL_1", "Level", "ProjectConfig"), "racing_env.config"),
+    **dict.fromkeys(("Controller", "DebugDraw"), "racing_env.controller"),
+    "CarRacingEnv": "racing_env.env",
+    **dict.fromkeys(("Track", "TrackPool", "level0_track"), "racing_env.tracks"),
+    **dict.fromkeys(("BENCHMARK_VERSION", "LEVEL0_TRACK_ID", "TRACK_CAPACITY", "TerminationReason"),
+                    "racing_env.types"),
+    "VecCarRacingEnv": "racing_env.vector",
+}
 
 try:  # the installed distribution's version: pyproject.toml is the one place it is written
     __version__ = version("racing-env")
@@ -52,3 +60,16 @@ if ENV_ID not in gymnasium.registry:
         vector_entry_point="racing_env.vector:VecCarRacingEnv",
         disable_env_checker=True,
     )
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(_HOMES[name])
+    value = module if name == "core" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

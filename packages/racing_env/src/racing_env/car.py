@@ -34,6 +34,7 @@ __all__ = [
     "STEER_QPOS",
     "WHEEL_QVEL",
     "build_model",
+    "wheel_layout",
     "wheel_points",
     "controls",
     "start_qpos",
@@ -205,6 +206,15 @@ def planar_state(qpos: jax.Array, qvel: jax.Array) -> dict[str, jax.Array]:
     }
 
 
+def wheel_layout(wheelbase_m: float, track_width_m: float) -> tuple[tuple[float, float], ...]:
+    """The four wheel centres in the body frame (x forward, y left, from the
+    rear axle's centre), m: front left, front right, rear left, rear right.
+    The one place the wheel layout is written (`wheel_points`,
+    `racing_env.geometry.road_geometry`)."""
+    half = track_width_m / 2
+    return ((wheelbase_m, half), (wheelbase_m, -half), (0.0, half), (0.0, -half))
+
+
 def wheel_points(config: ProjectConfig, position: jax.Array, yaw: jax.Array) -> jax.Array:
     """Ground points under the four wheel centres (the points that must stay
     on the track), in the order front left, front right, rear left, rear right.
@@ -215,10 +225,7 @@ def wheel_points(config: ProjectConfig, position: jax.Array, yaw: jax.Array) -> 
     Returns:
         float32 [E, 4, 2], m.
     """
-    half = config.track_width_m / 2
-    local = jnp.array(
-        [[config.wheelbase_m, half], [config.wheelbase_m, -half], [0.0, half], [0.0, -half]], jnp.float32
-    )
+    local = jnp.array(wheel_layout(config.wheelbase_m, config.track_width_m), jnp.float32)
     c, s = jnp.cos(yaw)[:, None], jnp.sin(yaw)[:, None]
     x = position[:, None, 0] + c * local[None, :, 0] - s * local[None, :, 1]
     y = position[:, None, 1] + s * local[None, :, 0] + c * local[None, :, 1]

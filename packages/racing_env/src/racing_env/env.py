@@ -15,8 +15,9 @@ import numpy as np
 
 from racing_env.checks import integer_in, no_render_mode
 from racing_env.config import Level, ProjectConfig
+from racing_env.io import reset_option
 from racing_env.tracks import Track, TrackPool
-from racing_env.vector import VecCarRacingEnv, reset_option
+from racing_env.vector import VecCarRacingEnv
 
 __all__ = ["CarRacingEnv"]
 

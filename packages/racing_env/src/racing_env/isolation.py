@@ -221,7 +221,7 @@ class ChildControllers:
 
     Args:
         directory: the plugin directory (`racing_env.plugins.Plugin.directory`).
-        challenge: the Challenge values (`racing_env.plugins.challenge_values`);
+        challenge: the Challenge values (`racing_env.runner.challenge_values`);
             each child builds the controller's configuration from them.
         isolation: the limits.
         spares: children kept started ahead of need (the worlds that run at once).

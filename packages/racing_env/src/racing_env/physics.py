@@ -1,4 +1,4 @@
-"""The two physics backends behind one small interface.
+"""The two physics engines, one a backend (`racing_env.backends`).
 
 - `MjxWarpPhysics` (``"mjx_warp"``): MJX-Warp's engine (the mujoco_warp that
   mujoco-mjx ships for ``impl="warp"``) for all worlds at once, stepped
@@ -11,7 +11,9 @@
 Both build the same `car.build_model` and take the same controls from the
 same Challenge code; they differ only in who integrates. A reset world
 restarts from MuJoCo's reset state (zero velocity, zero warm start, time 0)
-at the given qpos.
+at the given qpos. Their calls differ (``step(state, ctrl)``, a pure
+function traced under jit, against ``step(ctrl)`` on MuJoCo C's own data):
+`racing_env.backends` drives each behind one interface, `Backend`.
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ import mujoco
 import numpy as np
 
 from racing_env import car
+from racing_env.backend_names import CPU_REFERENCE, MJX_WARP
 from racing_env.config import ProjectConfig
+from racing_env.moved import moved_names
 
-__all__ = ["BACKENDS", "PhysicsState", "MjxWarpPhysics", "CpuReferencePhysics"]
+__all__ = ["PhysicsState", "MjxWarpPhysics", "CpuReferencePhysics"]
 
-#: The backend names the environments accept.
-BACKENDS = ("cpu_reference", "mjx_warp")
+#: The backend names' tuple moved: `racing_env.backends.BACKENDS` is the one table.
+__getattr__ = moved_names(__name__, {"BACKENDS": "racing_env.backend_names.BACKEND_NAMES"})
 
 #: Contacts per world (four sphere tyres on the plane) with room to spare.
 _CONTACTS_PER_WORLD = 8
@@ -87,7 +91,7 @@ class MjxWarpPhysics:
     100x slower. Warp's CPU device runs the callable eagerly.
     """
 
-    name = "mjx_warp"
+    name = MJX_WARP
 
     def __init__(self, config: ProjectConfig, num_envs: int) -> None:
         import warp as wp
@@ -222,7 +226,7 @@ def _nbytes(tree: object) -> int:
 class CpuReferencePhysics:
     """One car in MuJoCo's C library (float64), on the host."""
 
-    name = "cpu_reference"
+    name = CPU_REFERENCE
 
     def __init__(self, config: ProjectConfig, num_envs: int) -> None:
         if num_envs != 1:

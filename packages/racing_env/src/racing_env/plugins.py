@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from racing_env.controller import Controller
-from racing_env.types import TRACK_CAPACITY
-from racing_env.vector import VecCarRacingEnv
+from racing_env.moved import moved_names
 
 __all__ = ["PLUGIN_PACKAGE", "CHALLENGE_KEYS", "CONTROLLERS", "PURSUIT", "TEMPLATE", "Plugin", "PluginError",
-           "challenge_values", "freeze", "load_plugin"]
+           "freeze", "load_plugin"]
+
+#: `challenge_values` reads the env, so it lives where env and plugin meet: `racing_env.runner`.
+__getattr__ = moved_names(__name__, {"challenge_values": "racing_env.runner.challenge_values"})
 
 #: The package every plugin's modules are imported under.
 PLUGIN_PACKAGE = "racing_env_plugins"
@@ -112,7 +114,7 @@ class Plugin:
     def config(self, challenge: Mapping[str, Any]) -> Mapping[str, Any]:
         """The immutable configuration a controller receives: the plugin's
         settings under ``"controller"``, the Challenge's own values (from the
-        env: `challenge_values`) under `CHALLENGE_KEYS`."""
+        env: `racing_env.runner.challenge_values`) under `CHALLENGE_KEYS`."""
         if set(challenge) != set(CHALLENGE_KEYS):
             raise ValueError(f"challenge must have exactly the keys {CHALLENGE_KEYS}, got {sorted(challenge)}")
         return freeze({"controller": self.settings, **challenge})
@@ -148,29 +150,6 @@ def load_plugin(directory: str | Path, *, import_code: bool = True) -> Plugin:
     if import_code:
         plugin.load_class()
     return plugin
-
-
-def challenge_values(env: Any) -> dict[str, Any]:
-    """The Challenge-owned configuration, read from the env itself (a
-    `VecCarRacingEnv`, or anything whose ``unwrapped.vector_env`` is one, as
-    `CarRacingEnv` and its Gymnasium wrappers).
-
-    Returns:
-        ``{"vehicle": ProjectConfig fields, "action": {"low", "high"} (the
-        single-world action bounds), "track": {"capacity"}, "level": Level
-        fields, "benchmark": {"version"}}``.
-    """
-    vec = env if isinstance(env, VecCarRacingEnv) else getattr(getattr(env, "unwrapped", env), "vector_env", None)
-    if not isinstance(vec, VecCarRacingEnv):
-        raise TypeError(f"env must be a VecCarRacingEnv or a CarRacingEnv (wrapped or not), got {type(env).__name__}")
-    space = vec.single_action_space
-    return {
-        "vehicle": dataclasses.asdict(vec.config),
-        "action": {"low": [float(x) for x in space.low], "high": [float(x) for x in space.high]},
-        "track": {"capacity": TRACK_CAPACITY},
-        "level": dataclasses.asdict(vec.level),
-        "benchmark": {"version": vec.benchmark_version},
-    }
 
 
 def _ensure_root() -> None:

@@ -12,7 +12,8 @@ that the env ends that episode (``invalid_action``), and the Runner goes on;
 A `KeyboardInterrupt` (Ctrl-C) stops the run: `run` raises `RunInterrupted`
 (a `KeyboardInterrupt`) holding the result of the episodes ended so far,
 marked ``interrupted``.
-The Level, vehicle and benchmark values come from the env itself.
+The Level, vehicle and benchmark values come from the env itself
+(`challenge_values`).
 
 In-process (the default), controllers are trusted code that can reach
 anything in this process, the env and the results included. With
@@ -46,11 +47,12 @@ from racing_env import checks
 from racing_env.controller import Controller, checked_action
 from racing_env.episodes import REASONS, EpisodeResult, summarize
 from racing_env.isolation import ChildControllers, ControllerFailed, Isolation
-from racing_env.plugins import Plugin, challenge_values
+from racing_env.plugins import Plugin
 from racing_env.render import DrawList, EpisodeView
+from racing_env.types import TRACK_CAPACITY
 from racing_env.vector import VecCarRacingEnv
 
-__all__ = ["REASONS", "EpisodeResult", "RunInterrupted", "RunResult", "run", "summarize"]
+__all__ = ["REASONS", "EpisodeResult", "RunInterrupted", "RunResult", "challenge_values", "run", "summarize"]
 
 #: What a controller may raise without stopping the run: its episode ends as
 #: ``invalid_action`` with the traceback. `SystemExit` too (a plugin calling
@@ -111,6 +113,32 @@ class _World:
         self.error = error
         self.steps = 0
         self.progress = 0.0
+
+
+def challenge_values(env: Any) -> dict[str, Any]:
+    """The Challenge-owned configuration, read from the env itself (a
+    `VecCarRacingEnv`, or anything whose ``unwrapped.vector_env`` is one, as
+    `CarRacingEnv` and its Gymnasium wrappers).
+
+    Returns:
+        ``{"vehicle": ProjectConfig fields, "action": {"low", "high"} (the
+        single-world action bounds), "track": {"capacity"}, "level": Level
+        fields, "benchmark": {"version"}}``.
+
+    Raises:
+        TypeError: ``env`` is neither.
+    """
+    vec = env if isinstance(env, VecCarRacingEnv) else getattr(getattr(env, "unwrapped", env), "vector_env", None)
+    if not isinstance(vec, VecCarRacingEnv):
+        raise TypeError(f"env must be a VecCarRacingEnv or a CarRacingEnv (wrapped or not), got {type(env).__name__}")
+    space = vec.single_action_space
+    return {
+        "vehicle": dataclasses.asdict(vec.config),
+        "action": {"low": [float(x) for x in space.low], "high": [float(x) for x in space.high]},
+        "track": {"capacity": TRACK_CAPACITY},
+        "level": dataclasses.asdict(vec.level),
+        "benchmark": {"version": vec.benchmark_version},
+    }
 
 
 def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed: int = 0,

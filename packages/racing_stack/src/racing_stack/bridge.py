@@ -238,7 +238,7 @@ def _rows_geometry(center: jax.Array, count: jax.Array, width: jax.Array, track_
     b = jnp.take_along_axis(after, j[..., None], axis=1)
     centerline = a + frac[..., None] * (b - a)  # [P, C, 2], m
 
-    ahead = jnp.roll(centerline, -1, axis=1)
+    spacing = geometry.loop_segments(jnp, centerline, jnp.full(rows.shape[0], capacity))[1]  # [P, C], m
     left_normal = geometry.left_normals(jnp, geometry.loop_tangents(jnp, centerline))
     offset = (np.float32(0.5 * scale) * width[rows])[:, None, None] * left_normal
     return PoolArrays(
@@ -246,7 +246,7 @@ def _rows_geometry(center: jax.Array, count: jax.Array, width: jax.Array, track_
         left_boundary=centerline + offset,
         right_boundary=centerline - offset,
         track_mask=jnp.ones((rows.shape[0], capacity), jnp.int8),
-        track_length=jnp.sum(jnp.linalg.norm(ahead - centerline, axis=-1), axis=1),
+        track_length=jnp.sum(spacing, axis=1),
         track_id=track_id[rows],
     )
 

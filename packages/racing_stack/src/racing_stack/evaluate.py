@@ -50,6 +50,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from racing_env.backend_names import BACKEND_NAMES, MJX_WARP
+
 from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, ctrl_c_not_lost, float_in,
                                int_in, quiet_warp, report_interrupted)
 from racing_stack.viewing import add_view_arguments, open_view
@@ -67,7 +69,7 @@ _COLOURS = {"success": "tab:green", "off_track": "tab:red", "timeout": "tab:oran
 
 
 def evaluate(controller: Path | None = None, level: int = 1, split: str = "validation", tracks: int | None = None,
-             episodes: int = 1, backend: str = "mjx_warp", worlds: int | None = None, seed: int = 0,
+             episodes: int = 1, backend: str = MJX_WARP, worlds: int | None = None, seed: int = 0,
              progress=None, view=None, isolate: bool | None = None, isolation=None,
              record=None) -> dict[str, Any]:
     """Run the plugin and return the Runner's JSON result, with the level,
@@ -99,6 +101,7 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     """
     import jax.numpy as jnp
     from racing_env import LEVEL_0, LEVEL_1, level0_track
+    from racing_env.backends import backend_type
     from racing_env.isolation import Isolation, check_plugin
     from racing_env.plugins import PURSUIT, load_plugin
     from racing_env.runner import RunInterrupted, run
@@ -125,7 +128,7 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
             raise ValueError(f"tracks must be in [1, {size}] for split {split!r}, got {count}")
         source, total, rows = {"split": split}, count, list(range(count))
     if worlds is None:
-        worlds = 1 if backend == "cpu_reference" else min(total, ISOLATED_WORLDS if isolate else 1024)
+        worlds = 1 if backend_type(backend).one_world else min(total, ISOLATED_WORLDS if isolate else 1024)
     env = level_env(worlds, LEVEL_0 if level == 0 else LEVEL_1, backend=backend, **source)
     stopped = None
     try:
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="validation", help="Level 1's split: train, validation or test")
     parser.add_argument("--tracks", type=int_in(1), default=None, help="Level 1: only the split's first N tracks")
     parser.add_argument("--episodes", type=int_in(1), default=1, help="Level 0: episodes on the fixed track")
-    parser.add_argument("--backend", choices=("cpu_reference", "mjx_warp"), default="mjx_warp")
+    parser.add_argument("--backend", choices=BACKEND_NAMES, default=MJX_WARP)
     parser.add_argument("--worlds", type=int_in(1), default=None, help="worlds at once")
     parser.add_argument("--seed", type=int_in(0, SEED_END, "2**32"), default=0,
                         help="the env's root reset seed, in [0, 2**32) (default 0)")

@@ -29,6 +29,8 @@ import json
 import sys
 from pathlib import Path
 
+from racing_env.backend_names import BACKEND_NAMES, CPU_REFERENCE
+
 from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, ctrl_c_not_lost, int_in,
                                quiet_warp, report_interrupted)
 from racing_stack.viewing import add_view_arguments, open_view
@@ -41,13 +43,14 @@ def build_track(backend: str):
     """Track seed 42 as a racing_env Track (track_gen on the GPU for
     ``mjx_warp`` when one is there, else on the CPU)."""
     import warp as wp
+    from racing_env.backends import backend_type
     from track_gen.checks import describe
     from track_gen.course import Course
     from track_gen.pipeline import presets
 
     from racing_stack.bridge import track_from_course
 
-    device = "cuda:0" if backend == "mjx_warp" and wp.get_cuda_device_count() > 0 else "cpu"
+    device = "cuda:0" if backend_type(backend).uses_gpu and wp.get_cuda_device_count() > 0 else "cpu"
     course = Course.track(presets.track(num_envs=1, device=device), seeds=TRACK_SEED)
     if int(course.result.valid.numpy()[0]) == 0:
         bits = describe(int(course.result.fail_mask.numpy()[0]))
@@ -58,7 +61,7 @@ def build_track(backend: str):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=("cpu_reference", "mjx_warp"), default="cpu_reference")
+    parser.add_argument("--backend", choices=BACKEND_NAMES, default=CPU_REFERENCE)
     parser.add_argument("--controller", type=Path, default=None, help="a controller plugin directory "
                         "(default: the neutral template)")
     parser.add_argument("--seed", type=int_in(0, SEED_END, "2**32"), default=0,

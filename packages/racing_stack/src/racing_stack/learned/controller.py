@@ -1,7 +1,7 @@
 """A policy trained by ``racing_stack.ppo``, as a controller plugin.
 
 It acts from the public observation alone: the same local-track features
-the policy was trained on (``racing_stack.wrappers.LocalTrack``, settings
+the policy was trained on (``racing_stack.features.LocalTrack``, settings
 in config.toml; the previous action is its own, zero at the episode's
 start; a residual policy's end with the pure-pursuit prior's action),
 normalised by the statistics trained with it, and the policy's mean

@@ -11,7 +11,8 @@ from racing_env import checks
 from racing_stack.pools import SPLITS
 from racing_stack.prior import PursuitPrior
 from racing_stack.ppo.networks import MIN_RESIDUAL
-from racing_stack.wrappers import LocalTrack, ShapedReward
+from racing_stack.features import LocalTrack
+from racing_stack.reward import ShapedReward
 
 __all__ = ["MATMUL_PRECISIONS", "MAX_WEIGHTS", "MAX_WIDTH", "PRESETS", "SCHEDULES", "UPDATE_PATHS", "PPOConfig"]
 

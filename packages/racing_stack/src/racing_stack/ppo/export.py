@@ -36,7 +36,7 @@ from racing_stack.ppo.networks import ActorCritic
 
 if TYPE_CHECKING:
     from racing_stack.ppo.config import PPOConfig
-    from racing_stack.wrappers import LocalTrack
+    from racing_stack.features import LocalTrack
 
 __all__ = ["export_plugin", "load_policy"]
 
@@ -105,7 +105,7 @@ def load_policy(settings: Mapping[str, Any], weights: Path, low: np.ndarray, hig
             another kind, was trained with other settings than ``settings``
             or does not fit the network of ``settings``.
     """
-    from racing_stack.wrappers import LocalTrack  # JAX only when a plugin is loaded, not when one is exported
+    from racing_stack.features import LocalTrack  # JAX only when a plugin is loaded, not when one is exported
 
     features = LocalTrack(**settings["features"])
     policy = ActorCritic(features.size, tuple(settings["hidden"]), 0.0, np.asarray(low), np.asarray(high),

@@ -30,7 +30,8 @@ from racing_stack.interop import Handover
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.networks import ActorCritic
-from racing_stack.wrappers import MARGIN, STALL, Endings, LocalTrack, ShapedReward
+from racing_stack.features import LocalTrack
+from racing_stack.reward import MARGIN, STALL, Endings, ShapedReward
 
 __all__ = ["CapturedAct", "Rollout", "captured"]
 

@@ -35,7 +35,6 @@ import os
 import shutil
 import sys
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ import jax
 import numpy as np
 import torch
 
+from racing_env.moved import moved_names
 from racing_stack.guard import GuardError
 from racing_stack.interop import Handover, share_gpu
 from racing_stack.ppo import checkpoint
@@ -78,7 +78,7 @@ class Trainer:
     device has read it; a `racing_stack.interop.HostCopy` is the slow
     reference). Every update is guarded (`racing_stack.guard`): features,
     values, advantages, returns, losses and parameters finite, rewards
-    within `racing_stack.wrappers.ShapedReward.bounds`; a violation raises
+    within `racing_stack.reward.ShapedReward.bounds`; a violation raises
     `GuardError` before anything of that update is logged or saved.
 
     Args:
@@ -402,16 +402,8 @@ def claim(out: Path, overwrite: bool) -> None:
 
 
 #: Names that moved out of this module, and their homes; importing them from here warns (one release).
-_MOVED = {"finish": "racing_stack.ppo.cli", "make_env": "racing_stack.ppo.envs",
-          "make_validation_env": "racing_stack.ppo.envs", "resume_problem": "racing_stack.ppo.checkpoint",
-          "whole_config": "racing_stack.ppo.checkpoint"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    warnings.warn(f"racing_stack.ppo.train.{name} moved to {_MOVED[name]}.{name}; the old name goes in the next "
-                  "release", DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(_MOVED[name]), name)
+_MOVED = {"finish": "racing_stack.ppo.cli.finish", "make_env": "racing_stack.ppo.envs.make_env",
+          "make_validation_env": "racing_stack.ppo.envs.make_validation_env",
+          "resume_problem": "racing_stack.ppo.checkpoint.resume_problem",
+          "whole_config": "racing_stack.ppo.checkpoint.whole_config"}
+__getattr__ = moved_names(__name__, _MOVED)

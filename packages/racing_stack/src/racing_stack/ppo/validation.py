@@ -30,7 +30,7 @@ from racing_env.episodes import EpisodeResult, FirstEndings, summarize
 from racing_stack.interop import Handover
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.networks import ActorCritic
-from racing_stack.wrappers import LocalTrack
+from racing_stack.features import LocalTrack
 
 __all__ = ["STALL_S", "VALIDATION_FIELDS", "Selection", "check_noise", "result_row", "score", "standing_starts",
            "validate"]
