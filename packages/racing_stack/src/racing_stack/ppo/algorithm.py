@@ -172,6 +172,7 @@ class PPOUpdate:
         ``advantage`` and ``returns`` [N]."""
         step = self._step
         if step is None or not step.fits(self.policy, flat):
+            self._step = None  # its memory pool goes before the next capture takes one
             step = self._step = CapturedStep(self, flat)
         step.advantage.copy_(advantage)
         step.returns.copy_(returns)
@@ -278,7 +279,8 @@ class CapturedStep:
                 self._body(update)
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # thread_local: another thread's CUDA calls (JAX's runtime) do not invalidate this capture.
+        with torch.cuda.device(device), torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.stats = self._body(update)
 
     @staticmethod
@@ -286,8 +288,9 @@ class CapturedStep:
         return (id(policy), *(flat[k].data_ptr() for k in ("x", "u", "logp", "valid")))
 
     def fits(self, policy: ActorCritic, flat: dict[str, torch.Tensor]) -> bool:
-        """Whether this capture steps ``policy`` over these buffers."""
-        return self._buffers(policy, flat) == self._pointers
+        """Whether this capture steps ``policy`` over these buffers, into the gradients it holds."""
+        return self._buffers(policy, flat) == self._pointers and all(
+            p.grad is g for p, g in zip(policy.parameters(), self._grads))
 
     def _body(self, update: PPOUpdate) -> torch.Tensor:
         torch._foreach_zero_(self._grads)

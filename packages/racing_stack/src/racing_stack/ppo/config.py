@@ -88,14 +88,14 @@ class PPOConfig:
             `racing_stack.ppo.validation.STALL_S`, 5 s) as failed.
         features: the observation wrapper.
         reward: the reward wrapper.
-        update_path: ``"eager"`` (every kernel of a minibatch step launched
-            from Python: the reference, and the path on the CPU) or
-            ``"graph"`` (on one CUDA device: each minibatch's forward,
-            backward and gradient clipping replayed as one captured CUDA
-            graph, the optimizer's fused step after it: the same kernels on
-            the same data, so the eager update's numbers; on the CPU and
-            under ``torchrun``, eager). How, not what: a run may resume on
-            the other path.
+        update_path: ``"eager"`` (every kernel launched from Python: the
+            reference, and the path on the CPU) or ``"graph"`` (on one
+            CUDA device: the policy's work of each rollout step and each
+            minibatch's forward, backward and gradient clipping replayed
+            as captured CUDA graphs, the optimizer's fused step after each:
+            the eager kernels on the same data, so the eager numbers; on
+            the CPU and in a ``torchrun`` of several processes, eager).
+            How, not what: a run may resume on the other path.
         matmul_precision: the float32 matmul precision of the policy's
             rollout steps and of the update: ``"highest"`` (float32) or
             ``"high"`` (TF32 on the tensor cores of GPUs that have them:

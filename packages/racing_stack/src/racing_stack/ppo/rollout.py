@@ -97,7 +97,7 @@ class Rollout:
         env, buf, cfg, cross = self.env, self.buf, self.config, self.crossing
         weight = jax.device_put(np.float32(crash_weight))  # once a rollout: no transfer inside the loop
         features = cfg.features(self.obs, self.previous_action)
-        act = self._captured_act(policy) if captured(cfg, self.device, self.group) else None
+        act = self._captured_act(policy, features) if captured(cfg, self.device, self.group) else None
         with torch.no_grad():
             for t in range(cfg.steps):
                 x = cross.to_torch(features)
@@ -126,7 +126,8 @@ class Rollout:
             self.last_value = policy.value(cross.to_torch(features))
             cross.fence()
 
-    def act(self, policy: ActorCritic, t: int, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    def act(self, policy: ActorCritic, t: int, x: torch.Tensor,
+            noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy's work of rollout step ``t`` on features ``x`` [E, D]
         and standard normal ``noise`` [E, 2]: the features, the normalised
         action, its log probability, the value and whether the world is
@@ -143,9 +144,13 @@ class Rollout:
         buf["valid"][t] = driven
         return torch.where(held[:, None], self.brake, policy.env_action(u, x)), driven
 
-    def _captured_act(self, policy: ActorCritic) -> CapturedAct:
-        """This rollout's `CapturedAct` of ``policy`` (captured anew for another policy)."""
-        if self._act is None or self._act.policy is not policy:
+    def _captured_act(self, policy: ActorCritic, features: jax.Array) -> CapturedAct:
+        """This rollout's `CapturedAct` of ``policy``, captured anew for
+        another policy or other buffers (once JAX has made ``features``:
+        nothing of JAX's is in flight while Torch captures)."""
+        if self._act is None or not self._act.fits(self, policy):
+            self._act = None  # its memory pool goes before the next capture takes one
+            jax.block_until_ready(features)
             self._act = CapturedAct(self, policy)
         return self._act
 
@@ -250,6 +255,7 @@ class CapturedAct:
     def __init__(self, rollout: Rollout, policy: ActorCritic) -> None:
         cfg, device = rollout.config, rollout.device
         self.policy = policy
+        self._pointers = self._buffers(rollout)
         #: Standard normal draws [E, 2] of the next replay; the env's action [E, 2] and whether
         #: driven [E] it wrote.
         self.noise = torch.zeros((cfg.worlds, 2), device=device)
@@ -266,12 +272,21 @@ class CapturedAct:
         with torch.no_grad():
             for t in range(cfg.steps):
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
+                with torch.cuda.device(device), torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                     action, driven = rollout.act(policy, t, x[t], self.noise)
                     self.action.copy_(action)
                     self.driven.copy_(driven)
                 pool = graph.pool()
                 self.graphs.append(graph)
+
+    @staticmethod
+    def _buffers(rollout: Rollout) -> tuple[int, ...]:
+        state = [rollout.hold, rollout.pending, rollout.brake, *rollout.buf.values()]
+        return tuple(t.data_ptr() for t in state)
+
+    def fits(self, rollout: Rollout, policy: ActorCritic) -> bool:
+        """Whether these graphs run ``policy`` on ``rollout``'s buffers and state as they are."""
+        return policy is self.policy and self._buffers(rollout) == self._pointers
 
     def replay(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Step ``t``'s policy work; returns `action` and `driven` (static: read them before the next replay)."""
