@@ -22,7 +22,7 @@ from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.losses import LOSS_FIELDS, normalised_advantages, ppo_losses
 from racing_stack.ppo.networks import ActorCritic
-from racing_stack.ppo.rollout import Rollout, captured
+from racing_stack.ppo.rollout import Rollout, captured, capturing, warm_up
 
 __all__ = ["UPDATE_FIELDS", "CapturedStep", "PPOUpdate", "crash_weight", "first_worst", "matmul_precision"]
 
@@ -271,16 +271,9 @@ class CapturedStep:
         for p in update.policy.parameters():
             p.grad = torch.zeros_like(p)
         self._grads = [p.grad for p in update.policy.parameters()]
-        # Warm up on a side stream (cuBLAS and autograd set themselves up at first use), then capture.
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                self._body(update)
-        torch.cuda.current_stream(device).wait_stream(side)
+        warm_up(device, lambda: self._body(update))
         self.graph = torch.cuda.CUDAGraph()
-        # thread_local: another thread's CUDA calls (JAX's runtime) do not invalidate this capture.
-        with torch.cuda.device(device), torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+        with capturing(self.graph, device):
             self.stats = self._body(update)
 
     @staticmethod

@@ -17,7 +17,9 @@ car would race on, so the finish line is not the end of the value.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -33,7 +35,7 @@ from racing_stack.ppo.networks import ActorCritic
 from racing_stack.features import LocalTrack
 from racing_stack.reward import MARGIN, STALL, Endings, ShapedReward
 
-__all__ = ["CapturedAct", "Rollout", "captured"]
+__all__ = ["CapturedAct", "Rollout", "captured", "capturing", "warm_up"]
 
 
 def captured(config: PPOConfig, device: torch.device, group: Group) -> bool:
@@ -42,6 +44,27 @@ def captured(config: PPOConfig, device: torch.device, group: Group) -> bool:
     ``config.update_path`` is ``"graph"``, on a CUDA device, in a process
     training alone (else the eager path)."""
     return config.update_path == "graph" and device.type == "cuda" and group.size == 1
+
+def warm_up(device: torch.device, step: Callable[[], object]) -> None:
+    """Run ``step`` twice on a side stream of ``device``, ordered after and
+    before the current stream's work: cuBLAS and autograd set themselves
+    up at first use, which a CUDA graph capture must not see."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream(device).wait_stream(side)
+
+
+@contextlib.contextmanager
+def capturing(graph: torch.cuda.CUDAGraph, device: torch.device, pool: Any = None) -> Iterator[None]:
+    """Capture the work inside into ``graph`` on ``device`` (in memory pool
+    ``pool``: None, a new one), thread_local: another thread's CUDA calls
+    (JAX's runtime) do not invalidate the capture."""
+    with torch.cuda.device(device), torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        yield
+
 
 class Rollout:
     """The rollout buffers and the state that carries from one rollout to
@@ -262,17 +285,12 @@ class CapturedAct:
         self.action = torch.zeros((cfg.worlds, 2), device=device)
         self.driven = torch.zeros(cfg.worlds, device=device)
         x = rollout.buf["x"]
-        side = torch.cuda.Stream(device)  # warm up (cuBLAS sets itself up at first use), then capture
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side), torch.no_grad():
-            for _ in range(2):
-                rollout.act(policy, 0, x[0].clone(), self.noise)
-        torch.cuda.current_stream(device).wait_stream(side)
         self.graphs, pool = [], None
         with torch.no_grad():
+            warm_up(device, lambda: rollout.act(policy, 0, x[0].clone(), self.noise))
             for t in range(cfg.steps):
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.device(device), torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+                with capturing(graph, device, pool):
                     action, driven = rollout.act(policy, t, x[t], self.noise)
                     self.action.copy_(action)
                     self.driven.copy_(driven)
