@@ -289,8 +289,10 @@ def main() -> None:
             dataclasses.replace(PRESETS["cpu"], update_path=path, matmul_precision=precision)
         except (TypeError, ValueError) as error:
             parser.error(f"argument --paths: {variant!r}: {error}")
-    if any(w < 1 for w in args.worlds + args.skill_worlds) or args.updates < 1 or not 0 < args.skill_seconds < 1e6:
-        parser.error("--worlds, --skill-worlds and --updates must be >= 1, --skill-seconds in (0, 1e6)")
+    if any(w < 1 for w in args.worlds + args.skill_worlds) or args.updates < 1 or not 0 < args.skill_seconds < 1e6 \
+            or (args.validate_every is not None and not 1 <= args.validate_every < 2**31):
+        parser.error("--worlds, --skill-worlds, --updates and --validate-every must be >= 1, --skill-seconds in "
+                     "(0, 1e6)")
     config = PRESETS["gpu"]
     env_steps = 50
     if not gpu:
@@ -324,7 +326,10 @@ def main() -> None:
     for worlds in args.worlds:
         cfg = dataclasses.replace(config, worlds=worlds)
         log(f"throughput at {worlds} worlds")
-        env = make_env(cfg)
+        try:
+            env = make_env(cfg)
+        except ValueError as error:  # e.g. more worlds than this machine's memory holds: refused before any run
+            parser.error(f"the envs cannot be built: {error}")
         report["throughput"].append(throughput(env, cfg, args.paths, args.updates, args.profile, env_steps))
         del env
         gc.collect()

@@ -127,23 +127,28 @@ def finish(trainer: Trainer, video_steps: int = 1500,
 
     out = trainer.out
     made = {"plugin": export_plugin(trainer.best_policy(), trainer.config, out / "plugin")}
-    for name, (modules, extra) in EXTRAS.items():
-        missing = [m for m in modules if importlib.util.find_spec(m) is None]
-        if missing:
-            say(f"no {name}: {', '.join(missing)} not installed (pip install '{extra}' brings it)")
-        elif name == "curve":
-            draw_curve(out / "log.csv", out / "learning_curve.png")
-            made["curve"] = out / "learning_curve.png"
-        else:
-            from racing_env.render import EpisodeView
-            from racing_env.runner import run
+    if _installed("curve", say):
+        draw_curve(out / "log.csv", out / "learning_curve.png")
+        made["curve"] = out / "learning_curve.png"
+    if _installed("video", say):
+        from racing_env.render import EpisodeView
+        from racing_env.runner import run
 
-            env = levels.level_env(1, levels.timed("ppo-video", video_steps), track=trainer.env.track_pool.track(0),
-                                   backend="cpu_reference")
-            with EpisodeView(env.config.control_dt_s, record=out / "policy.gif", size=(480, 360)) as view:
-                run(load_plugin(made["plugin"]), env, episodes=1, view=view)
-            made["video"] = out / "policy.gif"
+        env = levels.level_env(1, levels.timed("ppo-video", video_steps), track=trainer.env.track_pool.track(0),
+                               backend="cpu_reference")
+        with EpisodeView(env.config.control_dt_s, record=out / "policy.gif", size=(480, 360)) as view:
+            run(load_plugin(made["plugin"]), env, episodes=1, view=view)
+        made["video"] = out / "policy.gif"
     return made
+
+
+def _installed(picture: str, say: Callable[[str], None]) -> bool:
+    """Whether the modules that draw ``picture`` (`EXTRAS`) are installed; if not, ``say`` names them."""
+    modules, extra = EXTRAS[picture]
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        say(f"no {picture}: {', '.join(missing)} not installed (pip install '{extra}' brings it)")
+    return not missing
 
 
 def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PPOConfig:
