@@ -13,10 +13,10 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from racing_stack import checkpoints, levels
+from racing_stack import levels
 from racing_stack._cli import add_verbose_argument, check_folder, ctrl_c_not_lost, folder_path, quiet_warp
-from racing_stack.ppo import distributed, train
-from racing_stack.ppo.checkpoint import resume_problem, whole_config
+from racing_stack.ppo import checkpoint, distributed, train
+from racing_stack.ppo.checkpoint import whole_config
 from racing_stack.ppo.config import PRESETS, PPOConfig
 from racing_stack.ppo.envs import make_env, make_validation_env
 from racing_stack.ppo.export import export_plugin
@@ -181,10 +181,7 @@ def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config
     found = [name for name in RUN_FILES if (out / name).exists()]
     if args.resume:
         try:
-            state = checkpoints.load(out / "checkpoint.pt", "checkpoint", map_location="cpu")
-            if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
-                raise checkpoints.CorruptFile(f"{out / 'checkpoint.pt'} holds no run configuration")
-            resume_problem(config, state["config"], out / "checkpoint.pt")
+            checkpoint.read(out / "checkpoint.pt", config, distributed.Group())  # config is the whole run's already
         except ValueError as error:  # CorruptFile too
             parser.error(f"--resume: {error}")
         except OSError as error:
