@@ -36,29 +36,31 @@ def test_the_cpu_smoke_runs_and_passes_its_gates(tmp_path, script, gates):
 
 def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     """The speed benchmark's CPU smoke: the env alone and with its
-    wrappers, each update path and precision timed and profiled, one
-    time-to-skill run with its curve; no gate on a CPU."""
+    wrappers, each update path, precision and policy lag timed and
+    profiled, one time-to-skill run with its curve; no gate on a CPU."""
     out = tmp_path / "speed.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--profile", "--out",
-                          str(out), "--paths", "eager/highest", "graph/high"],
+                          str(out), "--paths", "eager/highest", "graph/high/lag1", "--skill-path", "eager/high/lag1"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     report = json.loads(out.read_text())
     assert report["device"] == "cpu" and report["passed"] is False and report["gates"] == []
     (throughput,) = report["throughput"]
     assert set(throughput["env"]) == {"env", "env_with_wrappers"} and min(throughput["env"].values()) > 0
-    assert set(throughput["variants"]) == {"eager/highest", "graph/high"}
+    assert set(throughput["variants"]) == {"eager/highest", "graph/high/lag1"}
     for variant in throughput["variants"].values():
         assert variant["median_transitions_per_s"] > 0 and variant["ratio_to_env_with_wrappers"] > 0
         assert set(variant["phases"]["fractions"]) == {"env", "policy", "gae", "update"}
         assert set(variant["profile"]) == {"optimise", "rollout"} and variant["profile"]["optimise"]["host_ms"] > 0
     (skill,) = report["skill"]
     assert skill["worlds"] == 4 and skill["training_s"] > 0 and skill["curve"]  # validated on the way
+    assert skill["policy_lag"] == 1 and 0 < skill["validation_s"] < skill["training_s"]
     assert all(0.0 <= p["validation_success_rate"] <= 1.0 for p in skill["curve"])
     assert out.with_suffix(".png").stat().st_size > 0
-    usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--paths", "jit/high"],
-                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert usage.returncode == 2 and "argument --paths: 'jit/high'" in usage.stderr
+    for variant in ("jit/high", "graph/high/lag", "graph/high/lag2", "graph"):
+        usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--paths",
+                                variant], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert usage.returncode == 2 and f"argument --paths: {variant!r}" in usage.stderr, usage.stderr
 
 
 def test_the_ppo_benchmark_dev_smoke_runs_every_phase(tmp_path):

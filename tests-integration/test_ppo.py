@@ -7,8 +7,10 @@ plugin driving in the Runner."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
+import json
 import math
 
 import jax
@@ -20,6 +22,10 @@ import torch
 from racing_stack import checkpoints
 from racing_stack.interop import to_jax, to_torch, tree_to_torch
 from racing_stack.ppo import LOG_FIELDS, PRESETS, Trainer, finish, make_env, make_validation_env
+from racing_stack.ppo.algorithm import crash_weight
+from racing_stack.ppo.logs import NOT_VALIDATED
+from racing_stack.ppo.losses import adapted_learning_rate
+from racing_stack.ppo.rollout import episodes, returns_bootstrapped, returns_cut
 from racing_stack.features import LocalTrack
 
 #: A tiny run: 4 worlds on the first 4 Train tracks, 24-step episodes, no
@@ -119,8 +125,8 @@ def test_reset_slots_are_masked_on_a_hand_built_rollout(env, tmp_path):
     cut[2, 0] = cut[3, 3] = cut[6, 3] = True  # leaving the track, the band and the stall end the return
     bootstrapped = truncated.copy()
     bootstrapped[5, 2] = True  # a lap bootstraps like a timeout
-    np.testing.assert_array_equal(trainer.rollout.returns_cut().numpy(), cut)
-    np.testing.assert_array_equal(trainer.rollout.returns_bootstrapped().numpy(), bootstrapped)
+    np.testing.assert_array_equal(returns_cut(trainer.rollout.batch()).numpy(), cut)
+    np.testing.assert_array_equal(returns_bootstrapped(trainer.rollout.batch()).numpy(), bootstrapped)
     advantage, returns = trainer.advantages()
     want = reference_advantages(reward, value, cut, bootstrapped, valid, last, TINY.gamma, TINY.gae_lambda)
     np.testing.assert_allclose(advantage.numpy(), want, rtol=1e-5, atol=1e-5)
@@ -159,8 +165,9 @@ def test_gae_on_a_real_rollout_matches_the_reference(env, tmp_path):
     carried[0] = False
     np.testing.assert_allclose(previous[1:][carried[1:]], sent[:-1][carried[1:]], rtol=1e-5, atol=1e-5)
     advantage, _ = trainer.advantages()
-    want = reference_advantages(buf["reward"], buf["value"], trainer.rollout.returns_cut().numpy(),
-                                trainer.rollout.returns_bootstrapped().numpy(), buf["valid"] > 0,
+    batch = trainer.rollout.batch()
+    want = reference_advantages(buf["reward"], buf["value"], returns_cut(batch).numpy(),
+                                returns_bootstrapped(batch).numpy(), buf["valid"] > 0,
                                 trainer.rollout.last_value.numpy(), TINY.gamma, TINY.gae_lambda)
     np.testing.assert_allclose(advantage.numpy(), want, rtol=1e-4, atol=1e-5)
 
@@ -197,6 +204,80 @@ def test_resume_continues_the_same_curve(env, validation, tmp_path):
     other = dataclasses.replace(TINY, learning_rate=1.0)
     with pytest.raises(ValueError, match="other settings: \\['learning_rate'\\]"):
         Trainer(other, env, tmp_path / "resumed").run(resume=True)
+
+
+def lag_rows(rows: list[dict]) -> list[dict]:
+    return [{k: r[k] for k in LOG_FIELDS[4:] if k in r} for r in rows]
+
+
+def test_a_lagged_run_acts_with_the_policy_of_the_update_before(env, tmp_path):
+    """``policy_lag=1`` against a timeline built by hand from the same
+    pieces: the rollout of update u + 1 is driven by the policy update u
+    started from, pays the crash weight of that update's clock, and draws
+    its noise after update u's minibatches; the optimisation reads a copy
+    of its rollout. Update 1 is a run without a lag's; update 2 is not."""
+    config = dataclasses.replace(TINY, updates=4, policy_lag=1, checkpoint_every=100, validate_every=0,
+                                 crash_warmup_updates=3, crash_warmup_success=0.0)
+    lagged = Trainer(config, env, tmp_path / "lagged")
+    rows = lagged.run()
+    unlagged = Trainer(dataclasses.replace(config, policy_lag=0), env, tmp_path / "unlagged").run()
+    assert json.dumps(lag_rows(unlagged[:1])) == json.dumps(lag_rows(rows[:1]))
+    assert unlagged[1]["policy_loss"] != rows[1]["policy_loss"]
+
+    ref = Trainer(dataclasses.replace(config, policy_lag=0), env, tmp_path / "ref")
+    learner, rollout, rate, clock = ref.learner, ref.rollout, config.learning_rate, 0
+    acting = copy.deepcopy(learner.policy)
+    weights, want = [crash_weight(config, 0)], []
+    rollout.collect(acting, learner.generator, weights[0])
+    for u in range(config.updates):
+        learner.set_learning_rate(rate)
+        batch = {k: v.clone() for k, v in rollout.batch().items()}
+        advantage, returns = learner.advantages(batch)
+        acting, acting_clock = copy.deepcopy(learner.policy), clock
+        losses = learner.optimise(batch, advantage, returns)
+        if u + 1 < config.updates:
+            weights.append(crash_weight(config, acting_clock))
+            rollout.collect(acting, learner.generator, weights[-1])
+        stats = episodes(batch)
+        rate = adapted_learning_rate(config, rate, losses["approx_kl"], u)
+        clock += int(config.warms_up(stats["success_rate"]))
+        want.append({**stats, **losses, "learning_rate": learner.optimizer.param_groups[0]["lr"],
+                     "crash_weight": weights[u], **NOT_VALIDATED})
+    assert weights == [0.0, 0.0, 1 / 3, 2 / 3]  # the clock of the update before, not this one's
+    assert json.dumps(lag_rows(want)) == json.dumps(lag_rows(rows))
+    for key, value in learner.policy.state_dict().items():
+        assert torch.equal(lagged.policy.state_dict()[key], value), key
+    for key, value in acting.state_dict().items():
+        assert torch.equal(lagged.learner.acting.state_dict()[key], value), key
+
+
+def test_a_lagged_run_with_checkpoints_or_a_resume_is_the_same_run(env, tmp_path):
+    """Nothing is collected ahead of a checkpoint (so that it holds no
+    rollout in flight), the next update collects it instead: the same
+    numbers; a resume from that checkpoint continues them."""
+    config = dataclasses.replace(TINY, updates=4, policy_lag=1, checkpoint_every=100, validate_every=0)
+    straight = Trainer(config, env, tmp_path / "straight")
+    rows = straight.run()
+    every = Trainer(dataclasses.replace(config, checkpoint_every=1), env, tmp_path / "every")
+    assert json.dumps(lag_rows(every.run())) == json.dumps(lag_rows(rows))
+    cut = Trainer(config, env, tmp_path / "cut").run(seconds=0.0)
+    assert [r["update"] for r in cut] == [1]
+    resumed = Trainer(config, env, tmp_path / "cut")
+    later = resumed.run(resume=True)
+    assert json.dumps(lag_rows(cut + later)) == json.dumps(lag_rows(rows))
+    for name in ("policy", "acting"):
+        for key, value in getattr(straight.learner, name).state_dict().items():
+            assert torch.equal(getattr(resumed.learner, name).state_dict()[key], value), (name, key)
+    state = checkpoints.load(tmp_path / "cut" / "checkpoint.pt", "checkpoint")
+    assert set(state["acting"]) == {"policy", "crash_clock"}
+    # A checkpoint of a run without a lag holds no acting policy, and a lagged run refuses it by name.
+    Trainer(dataclasses.replace(config, policy_lag=0), env, tmp_path / "plain").run(seconds=0.0)
+    assert checkpoints.load(tmp_path / "plain" / "checkpoint.pt", "checkpoint")["acting"] is None
+    with pytest.raises(ValueError, match="other settings: \\['policy_lag'\\]"):
+        Trainer(config, env, tmp_path / "plain").run(resume=True)
+    straight.ahead = True
+    with pytest.raises(RuntimeError, match="collected ahead"):
+        straight.state_dict()
 
 
 def test_a_short_run_improves_its_return_and_exports_a_plugin_that_drives(tmp_path):
@@ -243,8 +324,6 @@ def test_a_short_run_improves_its_return_and_exports_a_plugin_that_drives(tmp_pa
 
 
 def test_the_step_size_follows_its_schedule(env, tmp_path):
-    from racing_stack.ppo.losses import adapted_learning_rate
-
     linear = dataclasses.replace(TINY, schedule="linear")
     rows = Trainer(linear, env, tmp_path / "linear").run()
     want = [TINY.learning_rate * (1 - k / TINY.updates) for k in range(TINY.updates)]

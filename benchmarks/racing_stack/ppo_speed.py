@@ -11,7 +11,8 @@ trainer keeps, where an update's time goes, and how soon a policy laps.
      same with the training's reward and feature wrappers after every
      step (one jitted call, as a rollout makes it): the rate the trainer
      is held to, in this process, on these worlds;
-   - each ``--paths`` variant (``update_path/matmul_precision``): a
+   - each ``--paths`` variant (``update_path/matmul_precision[/lagN]``,
+     N the `PPOConfig.policy_lag`): a
      trainer on that env, two updates to compile (and capture), then
      ``--updates`` updates timed end to end (rollout, GAE, optimisation,
      the guard's read, the episodes' read), their median transitions/s;
@@ -25,8 +26,9 @@ trainer keeps, where an update's time goes, and how soon a policy laps.
    ``--skill-seeds``, each run alone: a trainer of the best variant
    validates with early exit on Validation rows 0-499 every
    ``validate_every`` updates (``round(200,000 / worlds)`` unless set);
-   training seconds are the updates' own (compiles included, validations
-   and pool and env building not). At the first validation of at least
+   training seconds are the wall time of the updates and their
+   validations (compiles included; pool and env building, and the check
+   below, not). At the first validation of at least
    99 %, the policy drives the first 2 x ``validation_tracks`` Validation
    tracks (all 1,000 at the preset) to their end and
    its laps are compared with pure pursuit's committed ones; the run stops
@@ -106,6 +108,19 @@ class WrappedEnvStepper(EnvStepper):
         return time.perf_counter() - start
 
 
+def variant_config(config: PPOConfig, variant: str) -> PPOConfig:
+    """``config`` on a variant ``update_path/matmul_precision[/lagN]`` (N: `PPOConfig.policy_lag`).
+
+    Raises:
+        ValueError: a variant of other parts, or one the config refuses.
+    """
+    parts = variant.split("/")
+    lag = parts[2] if len(parts) == 3 else "lag0"
+    if len(parts) not in (2, 3) or not lag.startswith("lag") or not lag[3:].isdigit():
+        raise ValueError("a variant is update_path/matmul_precision[/lagN], e.g. graph/high/lag1")
+    return dataclasses.replace(config, update_path=parts[0], matmul_precision=parts[1], policy_lag=int(lag[3:]))
+
+
 def env_rates(env, config: PPOConfig, steps: int, repeats: int = 3) -> dict[str, float]:
     """Transitions/s of the env alone and with its wrappers, each compiled
     first, the median of ``repeats`` runs of ``steps`` calls."""
@@ -158,8 +173,7 @@ def throughput(env, config: PPOConfig, variants: list[str], updates: int, profil
     baseline = result["env"][WrappedEnvStepper.name]
     for timing in ([True, False] if profile else [True]):
         for variant in variants:
-            path, precision = variant.split("/")
-            cfg = dataclasses.replace(config, update_path=path, matmul_precision=precision)
+            cfg = variant_config(config, variant)
             with tempfile.TemporaryDirectory() as out:
                 trainer = Trainer(cfg, env, Path(out), progress=lambda row: None)
                 warm = [trainer._one_update() for _ in range(2)]
@@ -196,8 +210,9 @@ def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[st
         trainer.compile_validation()
         reached = None
         while trained < budget_s and trainer.update < config.updates and reached is None:
+            start = time.perf_counter()
             row = trainer._one_update()
-            trained += row["seconds"]
+            trained += time.perf_counter() - start  # the update and its validation, if one was due
             rate = row["validation_success_rate"]
             if not np.isfinite(rate):
                 continue
@@ -215,7 +230,8 @@ def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[st
                         (check["median_per_track_ratio"] or np.inf) <= GATE_SKILL_RATIO:
                     reached = trained
         result = {"worlds": config.worlds, "seed": config.seed, "validate_every": config.validate_every,
-                  "setup_s": setup_s, "training_s": trained, "updates": trainer.update,
+                  "policy_lag": config.policy_lag, "setup_s": setup_s, "training_s": trained,
+                  "validation_s": trainer.overhead["validation_s"], "updates": trainer.update,
                   "time_to_skill_s": reached, "curve": curve, "checks": checks}
         del trainer
     gc.collect()
@@ -267,7 +283,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worlds", type=int, nargs="*", default=[8192, 65536])
     parser.add_argument("--paths", nargs="+", default=["eager/highest", "graph/highest", "eager/high", "graph/high"],
-                        help="update_path/matmul_precision variants")
+                        help="update_path/matmul_precision[/lagN] variants")
     parser.add_argument("--updates", type=int, default=8, help="timed updates a variant")
     parser.add_argument("--profile", action="store_true", help="profile one optimisation and rollout a variant")
     parser.add_argument("--skill-worlds", type=int, nargs="*", default=[8192, 32768, 65536])
@@ -284,9 +300,8 @@ def main() -> None:
     args = parser.parse_args()
     gpu = jax.default_backend() == "gpu" and torch.cuda.is_available()
     for variant in args.paths + ([args.skill_path] if args.skill_path else []):
-        path, _, precision = variant.partition("/")
         try:
-            dataclasses.replace(PRESETS["cpu"], update_path=path, matmul_precision=precision)
+            variant_config(PRESETS["cpu"], variant)
         except (TypeError, ValueError) as error:
             parser.error(f"argument --paths: {variant!r}: {error}")
     if any(w < 1 for w in args.worlds + args.skill_worlds) or args.updates < 1 or not 0 < args.skill_seconds < 1e6 \
@@ -335,12 +350,10 @@ def main() -> None:
         gc.collect()
         write()
     best = args.skill_path or (report["throughput"][0]["best"] if report["throughput"] else "eager/highest")
-    path, precision = best.split("/")
     for worlds in args.skill_worlds:
         for seed in args.skill_seeds:
             every = args.validate_every or max(1, round(200_000 / worlds))
-            cfg = dataclasses.replace(config, worlds=worlds, seed=seed, update_path=path, matmul_precision=precision,
-                                      validate_every=every)
+            cfg = dataclasses.replace(variant_config(config, best), worlds=worlds, seed=seed, validate_every=every)
             log(f"time to skill at {worlds} worlds, seed {seed} ({best}, validating every {every} updates)")
             report["skill"].append(time_to_skill(cfg, args.skill_seconds, pursuit))
             log(f"  time to skill: {report['skill'][-1]['time_to_skill_s']}")

@@ -194,6 +194,15 @@ def test_a_named_choice_must_be_one_of_its_strings(name, good, value, error):
     assert BASE.override([f"{name}={good!r}"]) == made
 
 
+@pytest.mark.parametrize("value, error", [(2, ValueError), (-1, ValueError), (True, TypeError), ("1", TypeError),
+                                          (1.0, TypeError), (None, TypeError)])
+def test_a_policy_lag_must_be_0_or_1(value, error):
+    with pytest.raises(error, match="policy_lag"):
+        dataclasses.replace(BASE, policy_lag=value)
+    assert dataclasses.replace(BASE, policy_lag=np.int64(1)).policy_lag == 1 and BASE.policy_lag == 0
+    assert BASE.override(["policy_lag=1"]).policy_lag == 1
+
+
 def test_the_update_path_and_matmul_precision_default_to_the_reference():
     assert (BASE.update_path, BASE.matmul_precision) == ("eager", "highest")
     assert {PRESETS[p].update_path for p in PRESETS} == {"eager"}

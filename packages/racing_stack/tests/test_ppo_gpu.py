@@ -83,6 +83,31 @@ def test_the_graph_path_collects_and_updates_bitwise_as_the_eager_path(trainer, 
         assert torch.equal(a, b), name
 
 
+def test_a_lagged_run_collects_beside_its_update_with_the_numbers_of_one_after_it(tmp_path):
+    """``policy_lag=1``: on the graph path the next rollout runs on its own
+    stream while the captured update runs; on the eager path the update's
+    kernels are all launched before the rollout's. Streams ordered wrong
+    (a rollout writing what the update reads, or reading the acting copy
+    before it is made) would show as other numbers."""
+    rows, trainers, env = {}, {}, make_env(CONFIG)
+    for path in ("eager", "graph"):
+        config = dataclasses.replace(CONFIG, update_path=path, updates=5, policy_lag=1, matmul_precision="high")
+        trainers[path] = Trainer(config, env, tmp_path / path)
+        rows[path] = []
+        for _ in range(4):
+            rows[path].append({k: v for k, v in trainers[path]._one_update().items()
+                               if k not in ("seconds", "transitions_per_s")})
+            assert trainers[path].ahead  # the next rollout was collected during this update
+    eager, graph = trainers["eager"], trainers["graph"]
+    assert json.dumps(rows["eager"]) == json.dumps(rows["graph"])
+    for key in ("x", "u", "logp", "value", "valid", "reward", "terminated"):
+        assert torch.equal(eager.buf[key], graph.buf[key]), key
+    for policy in ("policy", "acting"):
+        for (name, a), (_, b) in zip(getattr(eager.learner, policy).state_dict().items(),
+                                     getattr(graph.learner, policy).state_dict().items()):
+            assert torch.equal(a, b), (policy, name)
+
+
 def test_a_validation_on_the_gpu_drives_what_the_runner_drives(trainer, tmp_path):
     from racing_env.plugins import load_plugin
     from racing_env.runner import run

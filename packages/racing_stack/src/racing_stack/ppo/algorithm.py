@@ -9,6 +9,7 @@ processes of a `Group`; the guard's reads of what an update computed.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from collections.abc import Iterator
 
@@ -22,9 +23,9 @@ from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.losses import LOSS_FIELDS, normalised_advantages, ppo_losses
 from racing_stack.ppo.networks import ActorCritic
-from racing_stack.ppo.rollout import Rollout, captured, capturing, warm_up
+from racing_stack.ppo.rollout import captured, capturing, returns_bootstrapped, returns_cut, warm_up
 
-__all__ = ["UPDATE_FIELDS", "CapturedStep", "PPOUpdate", "crash_weight", "first_worst", "matmul_precision"]
+__all__ = ["UPDATE_FIELDS", "CapturedStep", "PPOUpdate", "crash_weight", "first_worst", "matmul_precision", "read"]
 
 #: What `PPOUpdate.optimise` returns, in order.
 UPDATE_FIELDS = (*LOSS_FIELDS, "actor_grad_norm", "critic_grad_norm", "explained_variance", "std_steering",
@@ -57,6 +58,25 @@ class PPOUpdate:
         self.generator = torch.Generator(device)
         self.generator.manual_seed(config.seed)
         self._step: CapturedStep | None = None
+        self._acting = copy.deepcopy(self.policy) if config.policy_lag else None
+        #: On CUDA, the event `follow` last recorded.
+        self.followed: torch.cuda.Event | None = None
+
+    @property
+    def acting(self) -> ActorCritic:
+        """The policy that drives the rollouts: `policy`, or with
+        ``config.policy_lag`` a copy of it as `follow` last took it."""
+        return self.policy if self._acting is None else self._acting
+
+    def follow(self) -> None:
+        """Copy `policy` into `acting` (in place: a captured rollout reads
+        its tensors) and, on CUDA, record `followed` on the current stream
+        after the copy: a rollout that waits for that event, not for the
+        stream, runs beside an update launched after it."""
+        self._acting.load_state_dict(self.policy.state_dict())
+        if self.device.type == "cuda":
+            self.followed = torch.cuda.Event()
+            self.followed.record(torch.cuda.current_stream(self.device))
 
     def new_policy(self) -> ActorCritic:
         """A freshly initialised actor-critic for the config and the action bounds, on the device."""
@@ -75,17 +95,18 @@ class PPOUpdate:
         for group in self.optimizer.param_groups:
             group["lr"] = rate
 
-    def advantages(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
-        """(advantages, returns), [T, E], of ``rollout``'s buffers: GAE by
-        rl_triton, cut where a return ends (`Rollout.returns_cut`),
-        bootstrapped where it is truncated (`Rollout.returns_bootstrapped`)
-        from V of the next slot's input (the terminal observation); the
-        last slot from V of the observation after the rollout. Reset and
-        held slots carry nothing."""
-        buf, cfg = rollout.buf, self.config
+    def advantages(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(advantages, returns), [T, E], of a rollout's ``batch``
+        (`Rollout.batch`): GAE by rl_triton, cut where a return ends
+        (`racing_stack.ppo.rollout.returns_cut`), bootstrapped where it is
+        truncated (`racing_stack.ppo.rollout.returns_bootstrapped`) from V
+        of the next slot's input (the terminal observation); the last slot
+        from V of the observation after the rollout. Reset and held slots
+        carry nothing."""
+        buf, cfg = batch, self.config
         value = buf["value"]
-        cut, truncated = rollout.returns_cut(), rollout.returns_bootstrapped()
-        next_value = torch.cat([value[1:], rollout.last_value[None]], dim=0)
+        cut, truncated = returns_cut(batch), returns_bootstrapped(batch)
+        next_value = torch.cat([value[1:], batch["last_value"][None]], dim=0)
         bootstrap = torch.where(truncated, next_value, torch.zeros_like(next_value))
         bootstrap[-1] = torch.where(cut[-1], 0.0, next_value[-1])
         advantage = rl_triton.compute_gae(
@@ -96,12 +117,17 @@ class PPOUpdate:
 
     def optimise(self, buf: dict[str, torch.Tensor], advantage: torch.Tensor,
                  returns: torch.Tensor) -> dict[str, float]:
+        """`launch` and `read` in one."""
+        return read(self.launch(buf, advantage, returns))
+
+    def launch(self, buf: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
         """``epochs`` x ``minibatches`` clipped PPO steps over a rollout's
-        buffers (`Rollout.buf`, [T, E, ...]), every loss a mean over the
+        buffers (`Rollout.batch`, [T, E, ...]), every loss a mean over the
         valid slots only, the actor's and the critic's gradients clipped
         apart to ``max_grad_norm``; then the feature statistics take in the
-        rollout's valid features. Returns the `UPDATE_FIELDS`: the mean
-        `LOSS_FIELDS`, the mean gradient norms (before clipping), the
+        rollout's valid features; launched, not waited for (no host read).
+        Returns float32 [len(`UPDATE_FIELDS`)] on the device (`read`): the
+        mean `LOSS_FIELDS`, the mean gradient norms (before clipping), the
         explained variance of the values and the policy's standard
         deviations.
 
@@ -114,7 +140,7 @@ class PPOUpdate:
             return self._optimise(buf, advantage, returns)
 
     def _optimise(self, buf: dict[str, torch.Tensor], advantage: torch.Tensor,
-                  returns: torch.Tensor) -> dict[str, float]:
+                  returns: torch.Tensor) -> torch.Tensor:
         cfg, policy, group = self.config, self.policy, self.group
         n = cfg.steps * cfg.worlds
         flat = {k: buf[k].reshape(n, *buf[k].shape[2:]) for k in ("x", "u", "logp", "value", "valid")}
@@ -142,8 +168,7 @@ class PPOUpdate:
                                                      ((error - wrong / count) ** 2 * mask).sum()])) / count
         explained = 1.0 - unexplained / spread.clamp(min=1e-12)
         policy.normalizer.update(flat["x"], mask, group)
-        read = torch.cat([stats, explained[None], policy.log_std.detach().exp()]).tolist()
-        return dict(zip(UPDATE_FIELDS, read))
+        return torch.cat([stats, explained[None], policy.log_std.detach().exp()])
 
     @property
     def graphed(self) -> bool:
@@ -204,13 +229,14 @@ class PPOUpdate:
         for p, part in zip(self.policy.parameters(), flat.split([g.numel() for g in grads])):
             p.grad = part.view_as(p)
 
-    def guard(self, rollout: Rollout, advantage: torch.Tensor, returns: torch.Tensor, losses: dict[str, float],
+    def guard(self, batch: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor,
+              losses: dict[str, float],
               reward_bounds: tuple[float, float], acted: torch.Tensor | None, update: int, last_good: str) -> None:
         """Check update ``update`` (1-based) just computed, causes before
         effects: the parameters that acted in the rollout (``acted``:
         `acting_parameters`, taken before the update; bad ones make bad
         actions, which the features carry as the previous action), the
-        rollout's features, rewards (within ``reward_bounds``), values,
+        rollout's (``batch``: `Rollout.batch`) features, rewards (within ``reward_bounds``), values,
         advantages and returns, the ``losses``, then the updated parameters
         (bad data or a bad loss makes them bad); the first bad field is
         named. One small read of the device (`racing_stack.guard`).
@@ -219,12 +245,12 @@ class PPOUpdate:
             GuardError: naming the update, the first bad field and its worst
                 value, and ``last_good`` (what a stopped run resumes from).
         """
-        buf = rollout.buf
+        buf = batch
         low, high = reward_bounds
         # The wrapper computes in float32: its rounding may pass an exact bound by an ulp or two.
         low, high = low - 1e-5 * max(1.0, abs(low)), high + 1e-5 * max(1.0, abs(high))
         fields = [Violation("observation feature", buf["x"]), Violation("reward", buf["reward"], low, high),
-                  Violation("value", [buf["value"], rollout.last_value]), Violation("advantage", advantage),
+                  Violation("value", [buf["value"], buf["last_value"]]), Violation("advantage", advantage),
                   Violation("return", returns)]
         updated = self.parameters("updated parameter")
         read = violations([*fields, updated])
@@ -235,13 +261,16 @@ class PPOUpdate:
         fields += [Violation(name, torch.zeros(1)) for name in losses] + [updated]
         check(fields, rows, update, last_good, self.group.size)
 
-    def parameters(self, name: str) -> Violation:
-        """The guard's field of the policy's parameters and feature statistics, called ``name``."""
-        return Violation(name, [*self.policy.parameters(), *self.policy.normalizer.buffers()])
+    def parameters(self, name: str, policy: ActorCritic | None = None) -> Violation:
+        """The guard's field of the parameters and feature statistics of ``policy`` (default: the
+        learner's), called ``name``."""
+        policy = self.policy if policy is None else policy
+        return Violation(name, [*policy.parameters(), *policy.normalizer.buffers()])
 
-    def acting_parameters(self) -> torch.Tensor:
-        """`racing_stack.guard.violations` of the parameters now (on the device, no wait)."""
-        return violations([self.parameters("acting parameter")])
+    def acting_parameters(self, policy: ActorCritic | None = None) -> torch.Tensor:
+        """`racing_stack.guard.violations` of the parameters of ``policy`` (default: the learner's)
+        now (on the device, no wait)."""
+        return violations([self.parameters("acting parameter", policy)])
 
 
 class CapturedStep:
@@ -310,6 +339,11 @@ def matmul_precision(precision: str) -> Iterator[None]:
         yield
     finally:
         torch.set_float32_matmul_precision(before)
+
+
+def read(stats: torch.Tensor) -> dict[str, float]:
+    """An update's statistics (`PPOUpdate.launch`) read to the host: {`UPDATE_FIELDS`: value}."""
+    return dict(zip(UPDATE_FIELDS, stats.tolist()))
 
 
 def crash_weight(config: PPOConfig, clock: int) -> float:

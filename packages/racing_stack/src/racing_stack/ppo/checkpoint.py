@@ -25,17 +25,17 @@ from racing_stack.ppo.networks import ActorCritic
 from racing_stack.ppo.rollout import Rollout
 from racing_stack.ppo.validation import VALIDATION_FIELDS
 
-__all__ = ["CHECKPOINT_FIELDS", "HOW", "WRITTEN_BEFORE", "Resumed", "checked", "read", "resume_problem", "resumed",
-           "whole_config", "worlds_state", "write"]
+__all__ = ["CHECKPOINT_FIELDS", "HOW", "WRITTEN_BEFORE", "Resumed", "checked", "read", "restore", "resume_problem",
+           "resumed", "trainer_state", "whole_config", "worlds_state", "write"]
 
 #: The fields of a checkpoint.
-CHECKPOINT_FIELDS = {"config", "update", "policy", "best", "optimizer", "learning_rate", "crash_clock", "generator",
-                     "rollout", "env", "obs"}
+CHECKPOINT_FIELDS = {"config", "update", "policy", "acting", "best", "optimizer", "learning_rate", "crash_clock",
+                     "generator", "rollout", "env", "obs"}
 
 #: Settings of how an update runs, not of what it computes: a resume may change them.
 HOW = ("update_path",)
 #: Settings added after checkpoints were first written, each with the value that runs as those runs did.
-WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest"}
+WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest", "policy_lag": 0}
 
 
 class Resumed(NamedTuple):
@@ -49,6 +49,8 @@ class Resumed(NamedTuple):
     generator: torch.Generator
     #: The best validated policy ({"update", its validation, "policy": a state dict}) or None.
     best: dict[str, Any] | None
+    #: With ``policy_lag``, the acting policy and the crash clock it was copied with; else None.
+    acting: tuple[ActorCritic, int] | None
     #: The rollout's state (`Rollout.state`), its observation and the env's snapshot (NumPy).
     rollout: dict[str, torch.Tensor]
     obs: dict[str, np.ndarray]
@@ -104,6 +106,56 @@ def worlds_state(rollout: Rollout, env, group: Group) -> dict[str, dict[str, tor
                    for part in parts])
 
 
+def trainer_state(trainer: Any) -> dict[str, Any]:
+    """Everything the next update of a `racing_stack.ppo.train.Trainer`
+    depends on (tensors and plain data; `CHECKPOINT_FIELDS`): config,
+    update, policy, optimizer, step size, the crash cost's warm-up clock,
+    generator, the rollout's state, the env's snapshot and observation
+    (every process's worlds), the best validated policy; with
+    ``policy_lag``, the acting policy and its clock.
+
+    Raises:
+        RuntimeError: the next update's rollout was collected ahead (a
+            checkpoint holds none: `Trainer.run` writes one only after an
+            update that collected none).
+    """
+    if trainer.ahead:
+        raise RuntimeError("the next update's rollout was collected ahead: a checkpoint cannot hold it")
+    lagged = trainer.config.policy_lag
+    return {
+        "config": whole_config(trainer.config, trainer.group).to_json(), "update": trainer.update,
+        "policy": trainer.policy.state_dict(), "best": trainer.best, "optimizer": trainer.optimizer.state_dict(),
+        "acting": {"policy": trainer.learner.acting.state_dict(), "crash_clock": trainer.acting_clock} if lagged
+        else None,
+        "learning_rate": trainer.rate, "crash_clock": trainer.crash_clock, "generator": trainer.generator.get_state(),
+        **worlds_state(trainer.rollout, trainer.env, trainer.group),
+    }
+
+
+def restore(trainer: Any, path: Path) -> None:
+    """Continue a `racing_stack.ppo.train.Trainer` from the checkpoint at
+    ``path`` of a run with the same settings (only ``updates`` may grow; a
+    linear step size then follows the new count: the next update's is
+    ``learning_rate x (1 - done / updates)``). Everything is checked, in
+    every process, before anything changes (`resumed`, which says what it
+    raises)."""
+    state = resumed(path, trainer.learner, trainer.rollout, trainer.env)
+    trainer.env.restore(state.env)
+    learner = trainer.learner
+    learner.policy, learner.optimizer, learner.generator = state.policy, state.optimizer, state.generator
+    trainer.selection.best = state.best
+    if state.acting is not None:
+        trainer.learner.acting.load_state_dict(state.acting[0].state_dict())  # in place: a captured rollout reads it
+        trainer.acting_clock = state.acting[1]
+    trainer.ahead = False
+    trainer.rollout.restore(state.rollout, state.obs)
+    trainer.update = trainer.saved_update = state.update
+    trainer.crash_clock = state.crash_clock
+    trainer.rate = state.learning_rate
+    if trainer.config.schedule == "linear":
+        trainer.rate = trainer.config.learning_rate * (1.0 - trainer.update / trainer.config.updates)
+
+
 def write(path: Path, state: dict[str, Any], group: Group) -> None:
     """Write a checkpoint's ``state`` to ``path`` (the lead process; each
     process calls this) atomically as a checked `racing_stack.checkpoints`
@@ -138,6 +190,8 @@ def read(path: Path, config: PPOConfig, group: Group) -> dict[str, Any]:
     if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
         raise checkpoints.CorruptFile(f"{path} holds no run configuration")
     resume_problem(whole_config(config, group), state["config"], path)
+    if "acting" not in state:  # written before the setting: a run without a lag
+        state = {**state, "acting": None}
     if group.size > 1:
         state = {**state, **{k: _share(state[k], group) for k in ("rollout", "env", "obs")}}
     return state
@@ -167,6 +221,16 @@ def checked(state: dict[str, Any], path: Path, learner: PPOUpdate, rollout: Roll
     if isinstance(clock, bool) or not isinstance(clock, int) or not 0 <= clock <= update:
         raise bad("crash clock", f"is {clock!r}, not an int in [0, {update}]")
     policy = _loaded_policy(learner, state["policy"], f"{path}: its policy")
+    acting = state["acting"]
+    if learner.config.policy_lag:
+        if not isinstance(acting, dict) or set(acting) != {"policy", "crash_clock"}:
+            raise bad("acting policy", "is not a dict of ['crash_clock', 'policy'] (the run has a policy_lag)")
+        lagged = acting["crash_clock"]
+        if isinstance(lagged, bool) or not isinstance(lagged, int) or not 0 <= lagged <= clock:
+            raise bad("acting policy", f"has the crash clock {lagged!r}, not an int in [0, {clock}]")
+        acting = (_loaded_policy(learner, acting["policy"], f"{path}: its acting policy"), lagged)
+    elif acting is not None:
+        raise bad("acting policy", "is there, but the run has no policy_lag")
     optimizer = _loaded_optimizer(learner, policy, state["optimizer"], bad)
     generator = torch.Generator(learner.device)
     try:
@@ -197,7 +261,7 @@ def checked(state: dict[str, Any], path: Path, learner: PPOUpdate, rollout: Roll
         env.check_snapshot(snapshot)
     except (ValueError, TypeError) as error:
         raise checkpoints.CorruptFile(f"{path}: its env snapshot cannot be restored here: {error}") from None
-    return Resumed(update, rate, clock, policy, optimizer, generator, best, state["rollout"], obs, snapshot)
+    return Resumed(update, rate, clock, policy, optimizer, generator, best, acting, state["rollout"], obs, snapshot)
 
 
 def resumed(path: Path, learner: PPOUpdate, rollout: Rollout, env) -> Resumed:

@@ -14,7 +14,8 @@ from racing_stack.ppo.networks import MIN_RESIDUAL
 from racing_stack.features import LocalTrack
 from racing_stack.reward import ShapedReward
 
-__all__ = ["MATMUL_PRECISIONS", "MAX_WEIGHTS", "MAX_WIDTH", "PRESETS", "SCHEDULES", "UPDATE_PATHS", "PPOConfig"]
+__all__ = ["MATMUL_PRECISIONS", "MAX_WEIGHTS", "MAX_WIDTH", "POLICY_LAGS", "PRESETS", "SCHEDULES", "UPDATE_PATHS",
+           "PPOConfig"]
 
 #: The tables a setting can name (dotted), what each holds and whether it may be None.
 _TABLES = {"features": (LocalTrack, False), "reward": (ShapedReward, False), "features.prior": (PursuitPrior, True)}
@@ -30,6 +31,8 @@ SCHEDULES = ("adaptive", "linear", "constant")
 UPDATE_PATHS = ("eager", "graph")
 #: Torch's float32 matmul precisions a run may train with (`torch.set_float32_matmul_precision`).
 MATMUL_PRECISIONS = ("highest", "high")
+#: How many updates the acting policy may lag the learned one (`PPOConfig.policy_lag`).
+POLICY_LAGS = (0, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +103,13 @@ class PPOConfig:
             rollout steps and of the update: ``"highest"`` (float32) or
             ``"high"`` (TF32 on the tensor cores of GPUs that have them:
             another rounding of every matmul's inputs, so other numbers).
+        policy_lag: 0, or 1: the rollout of update u + 1 is driven by the
+            policy (and pays the crash weight) of update u - 1, the one
+            update u starts from, so that it can be collected while update
+            u optimises (on a CUDA device, concurrently: the env's steps
+            on a stream of their own). PPO's ratio is then taken against
+            the policy that acted, one update old. What, not how: a resume
+            keeps it.
     """
 
     worlds: int = 8192
@@ -136,6 +146,7 @@ class PPOConfig:
     reward: ShapedReward = ShapedReward()
     update_path: str = "eager"
     matmul_precision: str = "highest"
+    policy_lag: int = 0
 
     def __post_init__(self) -> None:
         for name in ("worlds", "steps", "updates", "epochs", "minibatches", "max_episode_steps",
@@ -152,6 +163,7 @@ class PPOConfig:
             if value not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {checks.shown(value)}")
             object.__setattr__(self, name, str(value))
+        object.__setattr__(self, "policy_lag", checks.integer_in(self.policy_lag, "policy_lag", 0, len(POLICY_LAGS)))
         if (self.worlds * self.steps) % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide worlds x steps "
                              f"({self.worlds * self.steps})")

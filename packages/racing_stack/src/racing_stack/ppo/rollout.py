@@ -35,7 +35,8 @@ from racing_stack.ppo.networks import ActorCritic
 from racing_stack.features import LocalTrack
 from racing_stack.reward import MARGIN, STALL, Endings, ShapedReward
 
-__all__ = ["CapturedAct", "Rollout", "captured", "capturing", "warm_up"]
+__all__ = ["CapturedAct", "Rollout", "captured", "capturing", "episodes", "returns_bootstrapped", "returns_cut",
+           "warm_up"]
 
 
 def captured(config: PPOConfig, device: torch.device, group: Group) -> bool:
@@ -103,20 +104,42 @@ class Rollout:
         self.last_value = torch.zeros(e, **z)
         self.pending = torch.zeros(e, dtype=torch.bool, **z)  # the next call only resets
         self._act: CapturedAct | None = None
+        self._kept: dict[str, torch.Tensor] | None = None
         self.hold = group.share(torch.randint(0, config.stagger_steps + 1, (e * group.size,), generator=generator,
                                               dtype=torch.int32, **z))
         self.endings = config.reward.start(e)
         self.previous_action = jnp.zeros((e, 2), jnp.float32)
         space = env.single_action_space
         self.brake = torch.as_tensor(np.array([0.0, space.low[1]], np.float32), device=device)
+        #: The CUDA stream the rollouts' Torch work runs on (None on the CPU).
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def collect(self, policy: ActorCritic, generator: torch.Generator, crash_weight: float = 1.0) -> None:
+    def collect(self, policy: ActorCritic, generator: torch.Generator, crash_weight: float = 1.0,
+                after: torch.cuda.Event | None = None) -> None:
         """One rollout into the buffers, on the device: each step crosses the
         features to Torch, the action and the driven mask to JAX, and the
         step's outputs back packed in two arrays (one jitted function makes
         them and the next features), then fences
         (`racing_stack.interop.Handover`). ``crash_weight``: the share of
-        the crash and slide costs paid (`ShapedReward`)."""
+        the crash and slide costs paid (`ShapedReward`).
+
+        On a CUDA device Torch's work runs on `stream`, after the current
+        stream's work (or only after the event ``after``: an update
+        launched since then runs beside the rollout), and the current
+        stream waits for the rollout."""
+        if self.stream is None:
+            self._collect(policy, generator, crash_weight)
+            return
+        current = torch.cuda.current_stream(self.device)
+        if after is None:
+            self.stream.wait_stream(current)
+        else:
+            self.stream.wait_event(after)
+        with torch.cuda.stream(self.stream):
+            self._collect(policy, generator, crash_weight)
+        current.wait_stream(self.stream)
+
+    def _collect(self, policy: ActorCritic, generator: torch.Generator, crash_weight: float) -> None:
         env, buf, cfg, cross = self.env, self.buf, self.config, self.crossing
         weight = jax.device_put(np.float32(crash_weight))  # once a rollout: no transfer inside the loop
         features = cfg.features(self.obs, self.previous_action)
@@ -146,7 +169,7 @@ class Rollout:
                 torch.any(self.done[t], 0, out=self.pending)  # in place: a captured step reads it
                 self.hold.sub_(1).clamp_(min=0)
                 self.obs = obs
-            self.last_value = policy.value(cross.to_torch(features))
+            self.last_value.copy_(policy.value(cross.to_torch(features)))  # in place: an update may read the kept copy
             cross.fence()
 
     def act(self, policy: ActorCritic, t: int, x: torch.Tensor,
@@ -177,51 +200,18 @@ class Rollout:
             self._act = CapturedAct(self, policy)
         return self._act
 
-    def returns_cut(self) -> torch.Tensor:
-        """bool [T, E]: where a return ends (no bootstrap)."""
-        buf = self.buf
-        lap = buf["reason"] == TerminationReason.SUCCESS
-        return (buf["terminated"] & ~lap) | (buf["ending"] != 0)
-
-    def returns_bootstrapped(self) -> torch.Tensor:
-        """bool [T, E]: where a return ends by bootstrapping from the next slot's value."""
-        buf = self.buf
-        lap = buf["reason"] == TerminationReason.SUCCESS
-        return (buf["truncated"] | (buf["terminated"] & lap)) & ~self.returns_cut()
-
-    def episodes(self) -> dict[str, float]:
-        """The rollout's ended episodes and training endings, in every
-        process's worlds (read once, after the rollout)."""
-        buf = self.buf
-        valid = buf["valid"] > 0
-        ended = (buf["terminated"] | buf["truncated"]) & valid
-        sums = torch.stack([part.sum().double() for part in (
-            (buf["ending"] == MARGIN) & valid, (buf["ending"] == STALL) & valid, valid,
-            buf["speed"] * buf["valid"], buf["reward"] * buf["valid"])])
-        mine = (buf["reason"][ended].cpu().numpy(), buf["progress"][ended].cpu().numpy(),
-                buf["lap_time"][ended & (buf["reason"] == TerminationReason.SUCCESS)].cpu().numpy(),
-                sums.cpu().numpy())
-        parts = self.group.objects(mine)  # every process's, in rank order
-        reason, progress, laps = (np.concatenate([p[k] for p in parts]) for k in range(3))
-        sums = np.sum([p[3] for p in parts], axis=0)
-        n = int(reason.size)
-        count = max(sums[2], 1.0)
-
-        def rate(code: int) -> float:
-            return float(np.mean(reason == code)) if n else float("nan")
-
-        return {
-            "episodes": n,
-            "success_rate": rate(TerminationReason.SUCCESS),
-            "off_track_rate": rate(TerminationReason.OFF_TRACK),
-            "timeout_rate": rate(TerminationReason.TIMEOUT),
-            "mean_progress": float(progress.mean()) if n else float("nan"),
-            "median_lap_time_s": float(np.median(laps)) if laps.size else float("nan"),
-            "margin_endings": int(sums[0]),
-            "stall_endings": int(sums[1]),
-            "mean_speed_mps": float(sums[3] / count),
-            "mean_reward": float(sums[4] / count),
-        }
+    def batch(self, keep: bool = False) -> dict[str, torch.Tensor]:
+        """The last rollout as the update reads it: the buffers [T, E, ...]
+        and "last_value" [E]. The live ones, or (``keep``) a copy that the
+        next rollout does not write (made on the current stream: a
+        rollout collected while an update reads it writes the live ones)."""
+        live = {**self.buf, "last_value": self.last_value}
+        if not keep:
+            return live
+        if self._kept is None:
+            self._kept = {k: torch.empty_like(v) for k, v in live.items()}
+        torch._foreach_copy_(list(self._kept.values()), list(live.values()))
+        return self._kept
 
     def state(self) -> dict[str, torch.Tensor]:
         """The state a checkpoint keeps beside the env's snapshot and
@@ -258,6 +248,52 @@ class Rollout:
         self.endings = Endings(*(jnp.asarray(state[k].numpy()) for k in Endings._fields))
         self.previous_action = jnp.asarray(state["previous_action"].numpy())
         self.obs = {k: jnp.asarray(v) for k, v in obs.items()}
+
+
+def returns_cut(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """bool [T, E]: where a return of ``batch`` (`Rollout.batch`) ends (no bootstrap)."""
+    lap = batch["reason"] == TerminationReason.SUCCESS
+    return (batch["terminated"] & ~lap) | (batch["ending"] != 0)
+
+
+def returns_bootstrapped(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """bool [T, E]: where a return of ``batch`` ends by bootstrapping from the next slot's value."""
+    lap = batch["reason"] == TerminationReason.SUCCESS
+    return (batch["truncated"] | (batch["terminated"] & lap)) & ~returns_cut(batch)
+
+
+def episodes(batch: dict[str, torch.Tensor], group: Group = Group()) -> dict[str, float]:
+    """The ended episodes and training endings of ``batch`` (`Rollout.batch`),
+    in every process's worlds (read once, after the rollout)."""
+    valid = batch["valid"] > 0
+    ended = (batch["terminated"] | batch["truncated"]) & valid
+    sums = torch.stack([part.sum().double() for part in (
+        (batch["ending"] == MARGIN) & valid, (batch["ending"] == STALL) & valid, valid,
+        batch["speed"] * batch["valid"], batch["reward"] * batch["valid"])])
+    mine = (batch["reason"][ended].cpu().numpy(), batch["progress"][ended].cpu().numpy(),
+            batch["lap_time"][ended & (batch["reason"] == TerminationReason.SUCCESS)].cpu().numpy(),
+            sums.cpu().numpy())
+    parts = group.objects(mine)  # every process's, in rank order
+    reason, progress, laps = (np.concatenate([p[k] for p in parts]) for k in range(3))
+    sums = np.sum([p[3] for p in parts], axis=0)
+    n = int(reason.size)
+    count = max(sums[2], 1.0)
+
+    def rate(code: int) -> float:
+        return float(np.mean(reason == code)) if n else float("nan")
+
+    return {
+        "episodes": n,
+        "success_rate": rate(TerminationReason.SUCCESS),
+        "off_track_rate": rate(TerminationReason.OFF_TRACK),
+        "timeout_rate": rate(TerminationReason.TIMEOUT),
+        "mean_progress": float(progress.mean()) if n else float("nan"),
+        "median_lap_time_s": float(np.median(laps)) if laps.size else float("nan"),
+        "margin_endings": int(sums[0]),
+        "stall_endings": int(sums[1]),
+        "mean_speed_mps": float(sums[3] / count),
+        "mean_reward": float(sums[4] / count),
+    }
 
 
 class CapturedAct:

@@ -47,13 +47,13 @@ from racing_env.moved import moved_names
 from racing_stack.guard import GuardError
 from racing_stack.interop import Handover, share_gpu
 from racing_stack.ppo import checkpoint
-from racing_stack.ppo.algorithm import PPOUpdate, crash_weight, matmul_precision
+from racing_stack.ppo.algorithm import PPOUpdate, crash_weight, matmul_precision, read
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.logs import LOG_FIELDS, NOT_VALIDATED, add_events, progress_line, start_log
 from racing_stack.ppo.losses import adapted_learning_rate
 from racing_stack.ppo.networks import ActorCritic
-from racing_stack.ppo.rollout import Rollout
+from racing_stack.ppo.rollout import Rollout, episodes
 from racing_stack.ppo.validation import Selection
 
 # JAX and Torch train on one GPU: JAX must not take most of it up front.
@@ -108,25 +108,25 @@ class Trainer:
         self.group = group
         #: The validation env, the validations' cost and the best validated policy.
         self.selection = Selection(validation, config)
-        self.config = config
-        self.env = env
-        self.out = Path(out)
+        self.config, self.env, self.out = config, env, Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.progress = progress or self._print
         self.device = torch.device("cuda", 0) if jax.default_backend() == "gpu" else torch.device("cpu")
         space = env.single_action_space
         #: The policy, its optimizer and generator, and the update (`racing_stack.ppo.algorithm.PPOUpdate`).
         self.learner = PPOUpdate(config, space.low, space.high, self.device, group)
-        #: The step size of the next update.
-        self.rate = config.learning_rate
-        self.update = 0
-        #: The updates counted towards the crash cost's warm-up (`PPOConfig.warms_up`).
-        self.crash_clock = 0
+        #: The step size of the next update, the updates done, and those counted towards the crash
+        #: cost's warm-up (`PPOConfig.warms_up`).
+        self.rate, self.update, self.crash_clock = config.learning_rate, 0, 0
         #: The update of the checkpoint last written or loaded (None: none yet).
         self.saved_update: int | None = None
         self.reward_bounds = config.reward.bounds(float(np.max(np.asarray(env.track_pool.track_length))))
         self.rollout = Rollout(config, env, self.device, Handover(self.device), self.generator, group)
         self.buf = self.rollout.buf
+        #: With ``config.policy_lag``, the crash clock the acting policy was copied with; whether the buffers
+        #: hold the next update's rollout (collected during the last update); the crash weight the
+        #: rollout in the buffers paid; whether the last update found `run`'s ``seconds`` spent.
+        self.acting_clock, self.ahead, self.weight, self.cut, self._deadline = 0, False, 0.0, False, None
         #: Wall time (s) this Trainer spent checkpointing, and how often.
         self.checkpoints = {"checkpoint_s": 0.0, "checkpoints": 0}
 
@@ -171,39 +171,41 @@ class Trainer:
 
     # -- one update ------------------------------------------------------------
 
-    def collect(self) -> None:
-        """One rollout into the buffers (`racing_stack.ppo.rollout.Rollout.collect`), paying the
-        crash and slide costs' share of `crash_weight`, at ``config.matmul_precision``."""
+    def collect(self, after: torch.cuda.Event | None = None) -> None:
+        """One rollout of `PPOUpdate.acting` into the buffers (`racing_stack.ppo.rollout.Rollout.collect`,
+        which says what ``after`` is), paying the crash and slide costs' share of `crash_weight`,
+        at ``config.matmul_precision``."""
         with matmul_precision(self.config.matmul_precision):
-            self.rollout.collect(self.policy, self.generator, self.crash_weight())
+            self.rollout.collect(self.learner.acting, self.generator, self.crash_weight(), after)
 
     def crash_weight(self) -> float:
         """The share of the crash and slide costs the next rollout pays
-        (`racing_stack.ppo.algorithm.crash_weight` of `crash_clock`)."""
-        return crash_weight(self.config, self.crash_clock)
+        (`racing_stack.ppo.algorithm.crash_weight` of `crash_clock`, or
+        with ``config.policy_lag`` of `acting_clock`)."""
+        return crash_weight(self.config, self.acting_clock if self.config.policy_lag else self.crash_clock)
 
     def advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, returns), [T, E], of the last rollout (`PPOUpdate.advantages`)."""
-        return self.learner.advantages(self.rollout)
+        return self.learner.advantages(self.rollout.batch())
 
     def optimise(self, advantage: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
         """The update's optimisation on the last rollout (`PPOUpdate.optimise`)."""
-        return self.learner.optimise(self.buf, advantage, returns)
+        return self.learner.optimise(self.rollout.batch(), advantage, returns)
 
     def guard(self, advantage: torch.Tensor, returns: torch.Tensor, losses: dict[str, float],
-              acted: torch.Tensor | None = None) -> None:
-        """Check the update just computed (``self.update`` done before it;
+              acted: torch.Tensor | None = None, batch: dict[str, torch.Tensor] | None = None) -> None:
+        """Check the update just computed on its rollout's ``batch`` (default: the last rollout's;
         `PPOUpdate.guard`): ``acted`` is `acting_parameters`, taken before it.
 
         Raises:
             GuardError: naming the update, the first bad field and its worst value.
         """
-        self.learner.guard(self.rollout, advantage, returns, losses, self.reward_bounds, acted, self.update + 1,
-                           self.last_checkpoint())
+        self.learner.guard(self.rollout.batch() if batch is None else batch, advantage, returns, losses,
+                           self.reward_bounds, acted, self.update + 1, self.last_checkpoint())
 
     def acting_parameters(self) -> torch.Tensor:
-        """`racing_stack.guard.violations` of the parameters now (on the device, no wait)."""
-        return self.learner.acting_parameters()
+        """`racing_stack.guard.violations` of `acting`'s parameters now (on the device, no wait)."""
+        return self.learner.acting_parameters(self.learner.acting)
 
     def last_checkpoint(self) -> str:
         """What a stopped run can resume from, said for a message."""
@@ -212,8 +214,8 @@ class Trainer:
         return f"the last checkpoint, {self.out / 'checkpoint.pt'} (update {self.saved_update}), is whole"
 
     def episodes(self) -> dict[str, float]:
-        """The rollout's ended episodes (`Rollout.episodes`)."""
-        return self.rollout.episodes()
+        """The last rollout's ended episodes (`racing_stack.ppo.rollout.episodes`)."""
+        return episodes(self.rollout.batch(), self.group)
 
     def validate(self, early_exit: bool = True) -> dict[str, float]:
         """The current policy on the validation env's "select" rows (`Selection.validate`)."""
@@ -270,15 +272,14 @@ class Trainer:
             claim(self.out, overwrite)
         # The lead process alone writes the run's files.
         writer = start_log(self.out, self.update if resume else 0) if lead else None
-        began = time.perf_counter()
+        self._deadline = None if seconds is None else time.perf_counter() + seconds
         rows = []
         try:
             with open(log_path, "a", newline="") if lead else contextlib.nullcontext() as f:
                 log = csv.DictWriter(f, LOG_FIELDS) if lead else None
                 while self.update < self.config.updates:
                     row = self._one_update()
-                    # Every process stops after the same update.
-                    out_of_time = seconds is not None and self.group.any(time.perf_counter() - began >= seconds)
+                    out_of_time = self.cut
                     if lead:
                         log.writerow(row)
                         f.flush()
@@ -293,21 +294,43 @@ class Trainer:
                     if out_of_time:
                         break
         finally:
+            self._deadline = None
             if writer is not None:
                 writer.close()
         return rows
 
     def _one_update(self) -> dict[str, Any]:
-        """One update (with its validation, when due), guarded; its log row."""
+        """One update (with its validation, when due), guarded; its log row.
+        With ``config.policy_lag``, the acting policy takes the learner's and
+        crash clock, then the next rollout is collected while the update
+        runs on a kept copy of this one, unless a checkpoint follows (the
+        last update, one of ``checkpoint_every``, ``seconds`` spent): that
+        update collects it. Where it is collected changes none of its numbers."""
         start = time.perf_counter()
-        rate, weight = self.rate, self.crash_weight()
+        cfg = self.config
+        rate = self.rate
         self.learner.set_learning_rate(rate)
-        self.collect()
+        if not self.ahead:
+            self.weight = self.crash_weight()
+            self.collect()
+        weight, self.ahead = self.weight, False
         acted = self.acting_parameters()
-        advantage, returns = self.advantages()
-        losses = self.optimise(advantage, returns)
-        self.guard(advantage, returns, losses, acted)
-        stats = self.episodes()
+        batch = self.rollout.batch(keep=bool(cfg.policy_lag))
+        advantage, returns = self.learner.advantages(batch)
+        # Every process stops after the same update.
+        self.cut = self._deadline is not None and self.group.any(time.perf_counter() >= self._deadline)
+        if cfg.policy_lag:
+            self.learner.follow()
+            self.acting_clock = self.crash_clock
+        stats = self.learner.launch(batch, advantage, returns)
+        done = self.update + 1
+        if cfg.policy_lag and done < cfg.updates and done % cfg.checkpoint_every and not self.cut:
+            self.weight = self.crash_weight()
+            self.collect(self.learner.followed)
+            self.ahead = True
+        losses = read(stats)
+        self.guard(advantage, returns, losses, acted, batch)
+        stats = episodes(batch, self.group)
         self.rate = adapted_learning_rate(self.config, rate, losses["approx_kl"], self.update)
         self.crash_clock += int(self.config.warms_up(stats["success_rate"]))
         self.update += 1
@@ -321,17 +344,9 @@ class Trainer:
                 "crash_weight": weight, **validated}
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything the run's next update depends on (tensors and plain
-        data; `racing_stack.ppo.checkpoint.CHECKPOINT_FIELDS`): config,
-        update, policy, optimizer, step size, the crash cost's warm-up
-        clock, generator, the rollout's state, the env's snapshot and
-        observation (every process's worlds), the best validated policy."""
-        return {
-            "config": checkpoint.whole_config(self.config, self.group).to_json(), "update": self.update,
-            "policy": self.policy.state_dict(), "best": self.best, "optimizer": self.optimizer.state_dict(),
-            "learning_rate": self.rate, "crash_clock": self.crash_clock, "generator": self.generator.get_state(),
-            **checkpoint.worlds_state(self.rollout, self.env, self.group),
-        }
+        """Everything the run's next update depends on (`racing_stack.ppo.checkpoint.trainer_state`,
+        which says what it raises)."""
+        return checkpoint.trainer_state(self)
 
     def save(self, path: Path) -> None:
         """Write `state_dict` to ``path`` atomically as a checked
@@ -348,23 +363,9 @@ class Trainer:
         self.checkpoints["checkpoints"] += 1
 
     def load(self, path: Path) -> None:
-        """Continue from a checkpoint of a run with the same settings (only
-        ``updates`` may grow; a linear step size then follows the new
-        count: the next update's is ``learning_rate x (1 - done / updates)``).
-        Everything is checked, in every process, before anything changes
-        (`racing_stack.ppo.checkpoint.resumed`, which says what it raises).
-        """
-        resumed = checkpoint.resumed(path, self.learner, self.rollout, self.env)
-        self.env.restore(resumed.env)
-        learner = self.learner
-        learner.policy, learner.optimizer, learner.generator = resumed.policy, resumed.optimizer, resumed.generator
-        self.selection.best = resumed.best
-        self.rollout.restore(resumed.rollout, resumed.obs)
-        self.update = self.saved_update = resumed.update
-        self.crash_clock = resumed.crash_clock
-        self.rate = resumed.learning_rate
-        if self.config.schedule == "linear":
-            self.rate = self.config.learning_rate * (1.0 - self.update / self.config.updates)
+        """Continue from the checkpoint at ``path`` of a run with the same settings
+        (`racing_stack.ppo.checkpoint.restore`, which says what it raises)."""
+        checkpoint.restore(self, path)
 
     def _print(self, row: dict[str, Any]) -> None:
         print(progress_line(row, self.config.updates), file=sys.stderr, flush=True)
