@@ -1,5 +1,5 @@
 """Every Python example in the docs runs: the blocks of a page execute in
-order in one namespace. A block whose first line is ``# sketch`` shows code
+order as one script, in a fresh process, and it exits. A block whose first line is ``# sketch`` shows code
 that needs the reader's own pieces (a sim) and is run elsewhere by a test.
 
 What an example prints is what its page says it prints: each ``print(...)``
@@ -8,10 +8,9 @@ output holds one line matching each TEXT, in the order of the page (``...``
 in TEXT stands for any text, as in doctest; lines the libraries print
 between them are ignored)."""
 
-import contextlib
-import io
-import linecache
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,35 +63,33 @@ def test_the_docs_have_examples():
         "packages/racing_env/README.md"}
 
 
+#: The longest a page's examples may run, in seconds (the slowest, docs/ppo.md, takes about 20 s).
+PAGE_SECONDS = 300
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_page_examples_run(page):
-    namespace: dict = {}
-    ran = 0
-    printed = io.StringIO()
-    stated: list[str | None] = []
-    for k, code in enumerate(blocks(page)):
-        if code.startswith("# sketch"):
-            continue
-        # Each block gets its own source name, so that code reading its own
-        # source (Warp kernels do) finds it.
-        name = f"{page.relative_to(ROOT).as_posix()} (block {k})"
-        linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
-        with contextlib.redirect_stdout(printed):
-            exec(compile(code, name, "exec"), namespace)  # noqa: S102 - our own docs
-        stated += stated_outputs(code)
-        ran += 1
-    assert ran > 0
-    assert None not in stated, f"a print line without its '# prints TEXT' comment; printed:\n{printed.getvalue()}"
-    missing = unmatched(stated, printed.getvalue())
-    assert not missing, f"stated but not printed: {missing}; printed:\n{printed.getvalue()}"
+def test_page_examples_run(page, tmp_path):
+    """A page's blocks run in order as one script, in a fresh process, as a
+    reader would run them: it exits 0 within `PAGE_SECONDS` (no hang at
+    exit), with no traceback on stderr, printing what the page states."""
+    code = [block for block in blocks(page) if not block.startswith("# sketch")]
+    assert code
+    script = tmp_path / "page.py"
+    script.write_text("\n".join(code))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=PAGE_SECONDS,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert "Traceback" not in run.stderr, run.stderr[-4000:]
+    stated = [text for block in code for text in stated_outputs(block)]
+    assert None not in stated, f"a print line without its '# prints TEXT' comment; printed:\n{run.stdout}"
+    missing = unmatched(stated, run.stdout)
+    assert not missing, f"stated but not printed: {missing}; printed:\n{run.stdout}"
 
 
 def test_the_built_site_navigates_from_disk(tmp_path):
     """The README says to open site/index.html: opened from disk, a link to a
     folder shows a directory listing, so every page links to .html files."""
     import os
-    import subprocess
-    import sys
     from html.parser import HTMLParser
 
     site = tmp_path / "site"

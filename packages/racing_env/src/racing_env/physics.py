@@ -18,6 +18,7 @@ function traced under jit, against ``step(ctrl)`` on MuJoCo C's own data):
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 from typing import NamedTuple
@@ -50,6 +51,22 @@ _CONSTRAINTS_PER_WORLD = 48
 #: as it runs (Warp's ``__locals__`` modules) still compile at the first
 #: step. A test holds this list to exactly what the step loads.
 ENGINE_MODULES = ("smooth", "forward", "passive", "derivative", "solver", "support", "constraint")
+
+
+def _finish_in_flight() -> None:
+    """Wait, at interpreter exit, for the JAX work still in flight: a
+    script that ends while a step (a Warp callback) is still running on
+    Warp's CPU device would otherwise never exit (JAX's CPU client, torn
+    down at exit, waits for a worker that waits for that work)."""
+    for array in jax.live_arrays():
+        try:
+            array.block_until_ready()
+        except RuntimeError:  # deleted or donated while we looked
+            continue
+
+
+# Registered after JAX's own exit handlers (it is imported above), so it runs before them.
+atexit.register(_finish_in_flight)
 
 
 class PhysicsState(NamedTuple):

@@ -25,8 +25,10 @@ not keep them across a regeneration; copy what must outlive one
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
+import weakref
 from typing import Any
 
 import jax
@@ -36,6 +38,24 @@ from track_gen.course import Course
 from track_gen.generator import TrackGenerator
 
 __all__ = ["CourseArrays", "course_arrays"]
+
+#: The arrays `course_arrays` made that are still alive, by id (a jax.Array is not hashable).
+_SHARED: dict[int, weakref.ref] = {}
+
+
+def _release_shared() -> None:
+    """At interpreter exit, give the Warp buffers still viewed by JAX
+    arrays back while Warp can take them (later, in Python's teardown,
+    Warp's DLPack deleter finds its module emptied and prints a traceback
+    an array)."""
+    for ref in list(_SHARED.values()):
+        array = ref()
+        if array is not None and not array.is_deleted():
+            array.delete()
+
+
+# Registered after Warp's and JAX's own exit handlers (imported above), so it runs before them.
+atexit.register(_release_shared)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,8 +126,11 @@ def course_arrays(course: Course | TrackGenerator) -> CourseArrays:
     scoped = (wp.ScopedStream(stream, sync_enter=False) if stream is not None
               else contextlib.nullcontext())
     with scoped:
-        return CourseArrays(**{name: jax.dlpack.from_dlpack(array, copy=False)
-                               for name, array in buffers.items()})
+        arrays = {name: jax.dlpack.from_dlpack(array, copy=False) for name, array in buffers.items()}
+    for array in arrays.values():
+        key = id(array)
+        _SHARED[key] = weakref.ref(array, lambda _, key=key: _SHARED.pop(key, None))
+    return CourseArrays(**arrays)
 
 
 def _track_generator(course: Any) -> TrackGenerator:
