@@ -136,10 +136,10 @@ def test_the_ppo_replay_under_action_noise(tmp_path):
     assert (report["action_noise"], report["noise_seed"], list(report["rules"])) == (0.3, 3, ["clipped"])
     result = report["rules"]["clipped"]
     assert result["tracks"] == 2 and result["success_rate"] * 2 + len(result["failures"]) == 2
-    for bad, match in [(["--action-noise", "1.5"], "action_noise must be a number in [0, 1]"),
-                       (["--action-noise", "nan"], "action_noise must be a number in [0, 1]"),
-                       (["--noise-seed", "-1"], "noise_seed must be an integer >= 0"),
-                       (["--noise-seed", str(2**64)], "noise_seed must be an integer >= 0 and < 2**64")]:
+    for bad, match in [(["--action-noise", "1.5"], "action_noise must be in [0, 1]"),
+                       (["--action-noise", "nan"], "action_noise must be in [0, 1]"),
+                       (["--noise-seed", "-1"], "noise_seed must be in [0, 2**64)"),
+                       (["--noise-seed", str(2**64)], "noise_seed must be in [0, 2**64)")]:
         refused = subprocess.run([sys.executable, str(script), str(plugin), *bad, "--out", str(tmp_path / "x.json")],
                                  capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert refused.returncode == 2 and match in refused.stderr and not (tmp_path / "x.json").exists()

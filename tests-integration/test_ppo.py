@@ -510,17 +510,19 @@ def test_validation_under_action_noise_sends_the_mean_plus_seeded_noise_clipped(
     clean = RecordedActions(validation)
     validate(trainer.policy, clean, TINY, trainer.crossing, rows, early_exit=True)
     assert all((a == constant).all() for a in clean.actions)  # no noise: the mean itself
-    for bad, match in [({"action_noise": -0.1}, "action_noise must be a number in"),
-                       ({"action_noise": float("nan")}, "action_noise must be a number in"),
-                       ({"action_noise": float("inf")}, "action_noise must be a number in"),
-                       ({"action_noise": 1.5}, "action_noise must be a number in"),
-                       ({"action_noise": True}, "action_noise must be a number in"),
-                       ({"action_noise": "0.1"}, "action_noise must be a number in"),
-                       ({"action_noise": 0.1, "noise_seed": -1}, "noise_seed must be an integer >= 0"),
-                       ({"action_noise": 0.1, "noise_seed": 1.5}, "noise_seed must be an integer >= 0"),
-                       ({"action_noise": 0.1, "noise_seed": 2**64}, "noise_seed must be an integer >= 0 and < 2")]:
+    in_range = r"action_noise must be in \[0, 1\] \(a fraction of the half range\)"
+    for bad, error, match in [({"action_noise": -0.1}, ValueError, in_range),
+                              ({"action_noise": float("nan")}, ValueError, in_range),
+                              ({"action_noise": float("inf")}, ValueError, in_range),
+                              ({"action_noise": 1.5}, ValueError, in_range),
+                              ({"action_noise": True}, TypeError, "action_noise must be a real number"),
+                              ({"action_noise": "0.1"}, TypeError, "action_noise must be a real number"),
+                              ({"action_noise": 0.1, "noise_seed": -1}, ValueError, r"noise_seed must be in \[0, 2"),
+                              ({"action_noise": 0.1, "noise_seed": 1.5}, TypeError, "noise_seed must be an int"),
+                              ({"action_noise": 0.1, "noise_seed": 2**64}, ValueError,
+                               r"noise_seed must be in \[0, 2\*\*64\)")]:
         untouched = RecordedActions(validation)
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(error, match=match):
             validate(trainer.policy, untouched, TINY, trainer.crossing, rows, early_exit=True, **bad)
         assert untouched.actions == []
 

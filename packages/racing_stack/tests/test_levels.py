@@ -34,7 +34,7 @@ def test_one_source_exactly(source):
 def test_a_split_out_of_range_is_refused():
     with pytest.raises(ValueError, match="split must be one of"):
         levels.level_env(1, split="dev")
-    with pytest.raises(ValueError, match="size must be None or an int in"):
+    with pytest.raises(ValueError, match=r"size \(None or an int, for split 'test'\) must be in"):
         levels.level_env(1, split="test", tracks=0)
 
 

@@ -475,14 +475,16 @@ def test_a_residual_travels_with_the_weights_and_must_match():
     torch.testing.assert_close(other.mean_action(x), residual_network(0.5).mean_action(x), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("residual, features, match", [
-    (-0.1, FEATURES, r"residual must be 0 or a number in \[1e-6, 2\]"), (2.5, FEATURES, "residual must be 0 or"),
-    (1e-50, FEATURES, "residual must be 0 or"),
-    (float("nan"), FEATURES, "residual must be 0 or"), (True, FEATURES, "residual must be 0 or"),
-    ("0.5", FEATURES, "residual must be 0 or"), (0.5, 2, "needs the prior's action among its features"),
+@pytest.mark.parametrize("residual, features, error, match", [
+    (-0.1, FEATURES, ValueError, r"residual must be 0 or a number in \[1e-6, 2\]"),
+    (2.5, FEATURES, ValueError, "residual must be 0 or"), (1e-50, FEATURES, ValueError, "residual must be 0 or"),
+    (float("nan"), FEATURES, ValueError, "residual must be 0 or"),
+    (True, FEATURES, TypeError, "residual must be a real number, got bool"),
+    ("0.5", FEATURES, TypeError, "residual must be a real number, got str"),
+    (0.5, 2, ValueError, "needs the prior's action among its features"),
 ])
-def test_bad_residuals_are_refused(residual, features, match):
-    with pytest.raises(ValueError, match=match):
+def test_bad_residuals_are_refused(residual, features, error, match):
+    with pytest.raises(error, match=match):
         ActorCritic(features, (4,), 0.0, LOW, HIGH, residual)
 
 

@@ -73,17 +73,21 @@ def test_the_cache_is_verified_not_rebuilt_and_a_mismatch_is_named(tmp_path, mon
         pools.materialize("test", cache)
 
 
-@pytest.mark.parametrize("split,size", [("nope", None), ("test", 0), ("test", True)])
-def test_bad_arguments_are_named(split, size):
-    with pytest.raises(ValueError, match="split|size"):
+@pytest.mark.parametrize("split,size,error", [("nope", None, ValueError), ("test", 0, ValueError),
+                                              ("test", True, TypeError)])
+def test_bad_arguments_are_named(split, size, error):
+    with pytest.raises(error, match="split|size"):
         pools.build_pool(split, size=size)
 
 
-@pytest.mark.parametrize("size", [0, -1, 1001, True, 2.0])
-def test_a_prefix_beyond_its_split_is_refused_before_building(size, monkeypatch):
+@pytest.mark.parametrize("size, error", [(0, ValueError), (-1, ValueError), (1001, ValueError), (True, TypeError),
+                                         (2.0, TypeError)])
+def test_a_prefix_beyond_its_split_is_refused_before_building(size, error, monkeypatch):
     monkeypatch.setattr(pools, "build_pool", lambda *a, **k: pytest.fail("built before the size was checked"))
-    with pytest.raises(ValueError, match=r"size must be None or an int in \[1, 1000\] for split 'validation'"):
+    with pytest.raises(error, match=r"size \(None or an int, for split 'validation'\) must be"):
         pools.materialize_prefix("validation", size)
+    with pytest.raises(ValueError, match=r"must be in \[1, 1000\], got 1001"):
+        pools.materialize_prefix("validation", 1001)
 
 
 @pytest.mark.parametrize("verbose", [False, True])

@@ -202,16 +202,17 @@ def _checked_size(split: str, size: int | None, highest: int | None = None) -> i
     that ``size`` is an int in ``[1, highest]`` (default the split's size).
 
     Raises:
-        ValueError: an unknown split or a bad size, naming it.
+        TypeError: a size that is not an int (a bool, a float).
+        ValueError: an unknown split or a size out of range, naming it.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
     highest = SPLITS[split].size if highest is None else highest
     if size is None:
         return SPLITS[split].size
-    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= highest:
-        raise ValueError(f"size must be None or an int in [1, {highest}] for split {split!r}, got {size!r}")
-    return size
+    from racing_env import checks  # here: the pool command's --help stays without JAX
+
+    return checks.integer_in(size, f"size (None or an int, for split {split!r})", 1, highest + 1)
 
 
 def materialize_prefix(split: str, size: int | None = None, cache: Path | None = None,

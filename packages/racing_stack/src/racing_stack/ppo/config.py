@@ -188,11 +188,12 @@ class PPOConfig:
             raise ValueError(f"init_log_std must be a pair (steering, acceleration), got {checks.shown(std)}")
         object.__setattr__(self, "init_log_std", tuple(checks.real_in(value, "init_log_std", -10.0, 2.0)
                                                        for value in std))
-        if (not isinstance(self.hidden, tuple) or not self.hidden
-                or not all(isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH
-                           for h in self.hidden)):
-            raise ValueError(f"hidden must be a non-empty tuple of ints in [1, {MAX_WIDTH}], "
-                             f"got {checks.shown(self.hidden)}")
+        if not isinstance(self.hidden, tuple):
+            raise TypeError(f"hidden must be a tuple of ints, got {checks.shown(self.hidden)}")
+        if not self.hidden:
+            raise ValueError("hidden must be a non-empty tuple of layer widths, got ()")
+        object.__setattr__(self, "hidden", tuple(checks.integer_in(h, "hidden's widths", 1, MAX_WIDTH + 1)
+                                                 for h in self.hidden))
         object.__setattr__(self, "seed", checks.integer_in(self.seed, "seed", 0, 2**32, "2**32"))
         if not isinstance(self.features, LocalTrack) or not isinstance(self.reward, ShapedReward):
             raise TypeError("features must be a LocalTrack and reward a ShapedReward")

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from racing_env import checks
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.networks import ActorCritic
@@ -85,13 +84,14 @@ def adapted_learning_rate(config: PPOConfig, rate: float, kl: float, update: int
     (update + 1) / updates)``; ``constant``: ``learning_rate``.
 
     Raises:
+        TypeError: an ``update`` that is not an int, or on the adaptive
+            schedule a ``rate`` that is not a real number.
         ValueError: ``update`` outside [0, ``config.updates``), or, on the
-            adaptive schedule, a ``rate`` that is not a positive number.
+            adaptive schedule, a ``rate`` that is not finite and positive.
     """
-    if isinstance(update, bool) or not isinstance(update, int) or not 0 <= update < config.updates:
-        raise ValueError(f"update must be an integer in [0, {config.updates}), got {update!r}")
-    if config.schedule == "adaptive" and not (isinstance(rate, (int, float)) and 0.0 < rate < math.inf):
-        raise ValueError(f"rate must be a positive number, got {rate!r}")
+    checks.integer_in(update, "update", 0, config.updates)
+    if config.schedule == "adaptive":
+        checks.positive(rate, "rate")
     if config.schedule == "constant":
         return config.learning_rate
     if config.schedule == "linear":

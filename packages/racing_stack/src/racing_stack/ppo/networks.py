@@ -89,6 +89,7 @@ class ActorCritic(nn.Module):
             half range, in [1e-6, 2] (then a buffer: its weights carry it).
 
     Raises:
+        TypeError: a ``residual`` that is not a real number.
         ValueError: an ``init_log_std``, bounds or ``residual`` other than
             these (bounds with low >= high would mirror the actions).
     """
@@ -119,8 +120,10 @@ class ActorCritic(nn.Module):
                                                            and (low < high).all()):
             raise ValueError(f"low and high must be finite action bounds [2] each, low < high, got {low} and {high}")
         middle, half = (low + high) / 2, (high - low) / 2
-        if (isinstance(residual, bool) or not isinstance(residual, numbers.Real)
-                or not (residual == 0.0 or MIN_RESIDUAL <= residual <= 2.0)):
+        # Checked here, not by racing_env.checks: an exported plugin loads this module without JAX.
+        if isinstance(residual, bool) or not isinstance(residual, numbers.Real):
+            raise TypeError(f"residual must be a real number, got {type(residual).__name__} {residual!r}")
+        if not (residual == 0.0 or MIN_RESIDUAL <= residual <= 2.0):
             raise ValueError(f"residual must be 0 or a number in [1e-6, 2], got {residual!r}")
         if residual and features < 3:
             raise ValueError(f"a residual policy needs the prior's action among its features, got {features}")

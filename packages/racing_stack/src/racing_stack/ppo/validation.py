@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from racing_env import checks
 from racing_env.episodes import EpisodeResult, FirstEndings, summarize
 from racing_stack.interop import Handover
 from racing_stack.ppo.config import PPOConfig
@@ -121,6 +122,7 @@ def validate(policy: ActorCritic, env, config: PPOConfig, crossing: Handover, ro
         One `racing_env.episodes.EpisodeResult` per world, in world order.
 
     Raises:
+        TypeError: `check_noise` refuses the type of ``action_noise`` or ``noise_seed``.
         ValueError: ``rows`` does not have one row per world, or
             `check_noise` refuses ``action_noise`` or ``noise_seed``.
     """
@@ -183,15 +185,12 @@ def _start(env, config: PPOConfig, rows: list[int]) -> tuple[dict[str, np.ndarra
 
 
 def check_noise(action_noise: float, noise_seed: int) -> None:
-    """Refuse what `validate` cannot use as its action noise (a number in
-    [0, 1]) or noise seed (an integer in [0, 2**64), a Torch generator's
-    range), with a ValueError naming the argument."""
-    if isinstance(action_noise, bool) or not isinstance(action_noise, (int, float)) or \
-            not 0.0 <= action_noise <= 1.0:
-        raise ValueError(f"action_noise must be a number in [0, 1] (a fraction of the half range), "
-                         f"got {action_noise!r}")
-    if isinstance(noise_seed, bool) or not isinstance(noise_seed, int) or not 0 <= noise_seed < 2**64:
-        raise ValueError(f"noise_seed must be an integer >= 0 and < 2**64, got {noise_seed!r}")
+    """Refuse what `validate` cannot use as its action noise (a real number
+    in [0, 1], a fraction of the half range) or noise seed (an int in
+    [0, 2**64), a Torch generator's range): a TypeError for another type,
+    a ValueError for a value out of range, each naming the argument."""
+    checks.real_in(action_noise, "action_noise", 0.0, 1.0, unit="(a fraction of the half range)")
+    checks.integer_in(noise_seed, "noise_seed", 0, 2**64, "2**64")
 
 
 def _perturbed(policy: ActorCritic, action: torch.Tensor, scale: float,
