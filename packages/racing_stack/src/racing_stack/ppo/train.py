@@ -189,8 +189,8 @@ class Trainer:
         return self.learner.advantages(self.rollout.batch())
 
     def optimise(self, advantage: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
-        """The update's optimisation on the last rollout (`PPOUpdate.optimise`)."""
-        return self.learner.optimise(self.rollout.batch(), advantage, returns)
+        """The update's optimisation on the last rollout (`PPOUpdate.optimise`; with a lag on its kept copy)."""
+        return self.learner.optimise(self.rollout.batch(keep=bool(self.config.policy_lag)), advantage, returns)
 
     def guard(self, advantage: torch.Tensor, returns: torch.Tensor, losses: dict[str, float],
               acted: torch.Tensor | None = None, batch: dict[str, torch.Tensor] | None = None) -> None:
