@@ -255,6 +255,27 @@ def test_a_gif_records_every_stride_th_step_in_real_time(tmp_path, env):
     assert not np.array_equal(first, last)
 
 
+def test_a_recording_ends_on_the_terminal_frame_off_its_stride(tmp_path, env):
+    """A stride of 7 keeps steps 0, 7, ..., 56 of a 60-step episode; the
+    terminal step 60 is kept as well, with its reason in the caption."""
+    config = ProjectConfig()
+    path = tmp_path / "lap.gif"
+    captions = []
+    with EpisodeView(config.control_dt_s, record=path, record_fps=1 / (7 * config.control_dt_s),
+                     size=(320, 240)) as view:
+        paint = view.painter.paint
+        view.painter.paint = lambda obs, commands, caption: captions.append(caption) or paint(obs, commands, caption)
+        result = run(load_plugin(PURSUIT), env, episodes=1, view=view)
+    assert view.stride == 7 and result.episodes[0].steps == 60
+    assert view.frames_recorded == 10  # 0, 7, ..., 56 and the terminal 60
+    assert captions[-1].endswith(result.episodes[0].termination_reason) and len(captions) == 10
+    with Image.open(path) as gif:
+        assert gif.n_frames == 10
+        gif.seek(9)
+        last = np.asarray(gif.convert("RGB"))
+    assert np.mean(np.abs(last.astype(int) - view.last_frame.astype(int))) < 2.0
+
+
 def test_an_mp4_streams_its_frames(tmp_path, env):
     import imageio_ffmpeg
 

@@ -28,7 +28,8 @@ import numpy as np
 from racing_env import checks
 from racing_env.config import ProjectConfig
 
-__all__ = ["COLORS", "MAX_FRAME_POINTS", "RECORD_SUFFIXES", "DrawCommand", "DrawList", "EpisodeView", "FramePainter"]
+__all__ = ["COLORS", "MAX_FRAME_POINTS", "RECORD_FPS", "RECORD_SUFFIXES", "DrawCommand", "DrawList", "EpisodeView",
+           "FramePainter"]
 
 #: The most points (over all commands) one frame's commands may hold.
 MAX_FRAME_POINTS = 100_000
@@ -36,6 +37,11 @@ MAX_FRAME_POINTS = 100_000
 MAX_TEXT = 200
 #: The recordings `EpisodeView` writes: an animated GIF or an MP4.
 RECORD_SUFFIXES = (".gif", ".mp4")
+#: A recording's frame rates (frames/s, both ends included). Slower, it
+#: shows less than a frame per 10 s of driving; far slower, a GIF frame's
+#: duration no longer fits the format, and Pillow fails as the recording
+#: is written, after the run.
+RECORD_FPS = (0.1, 60.0)
 #: SDL's video drivers that show nothing (its fallbacks where it finds no display).
 HEADLESS_VIDEO_DRIVERS = ("offscreen", "dummy")
 #: The car drawn by default (its wheelbase and body).
@@ -326,14 +332,17 @@ class EpisodeView:
     Every control step is offered (`wants_frame`, then `show`): the window
     shows every one, paced to real time (closing it, or Esc or Q, stops the
     showing; the run goes on); the recording keeps every ``stride``-th,
-    ``stride = round(1 / (record_fps * control_dt_s))``, and plays at
-    ``1 / (stride * control_dt_s)`` frames/s, so it runs in real time.
+    ``stride = round(1 / (record_fps * control_dt_s))``, and every
+    episode's final frame (so that it ends on the terminal step, its
+    caption included), and plays at ``1 / (stride * control_dt_s)``
+    frames/s, so it runs in real time (a final frame off the stride adds
+    one frame's time).
 
     Args:
         control_dt_s: the env's control step (s), ``config.control_dt_s``.
         window: open an interactive pygame window.
         record: write the frames to this ``.gif`` or ``.mp4`` file on `close`.
-        record_fps: the recording's target frame rate, in (0, 60].
+        record_fps: the recording's target frame rate, in `RECORD_FPS` ([0.1, 60]).
         size: the frame's (width, height), px.
         realtime: pace the window to the control step (off: as fast as drawn).
         wheelbase_m, body_m: the car as drawn (the config's values).
@@ -355,7 +364,7 @@ class EpisodeView:
                  wheelbase_m: float = _VEHICLE.wheelbase_m,
                  body_m: tuple[float, float] = _VEHICLE.chassis_size_m[:2]) -> None:
         checks.positive(control_dt_s, "control_dt_s")
-        checks.real_in(record_fps, "record_fps", 0.0, 60.0, low_open=True)
+        checks.real_in(record_fps, "record_fps", *RECORD_FPS)
         if not window and record is None:
             raise ValueError("give window=True, a record file, or both")
         path = None if record is None else Path(record)
@@ -399,18 +408,21 @@ class EpisodeView:
             self._writer = _GifWriter(path, fps) if path.suffix.lower() == ".gif" else _Mp4Writer(path, fps, size)
         self._realtime = realtime
         self._offered = 0
+        self._final = False
         self.frames_recorded = 0
         self.last_frame: np.ndarray | None = None
 
-    def wants_frame(self) -> bool:
+    def wants_frame(self, final: bool = False) -> bool:
         """Whether the step being offered becomes a frame (the window's,
-        or every ``stride``-th for the recording). Each call is one step."""
+        or for the recording every ``stride``-th and every ``final`` one,
+        an episode's terminal step). Each call is one step."""
         self._offered += 1
+        self._final = bool(final)
         return self.window_open or self._records_this_step()
 
     def _records_this_step(self) -> bool:
         """The step last offered is one the recording keeps."""
-        return self._writer is not None and (self._offered - 1) % self.stride == 0
+        return self._writer is not None and (self._final or (self._offered - 1) % self.stride == 0)
 
     def show(self, obs: Mapping[str, Any], commands: Sequence[DrawCommand] = (), caption: str = "") -> None:
         """Paint the frame of ``obs`` and ``commands``; show and record it."""

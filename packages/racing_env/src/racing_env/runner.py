@@ -351,7 +351,7 @@ class _Frames:
         world = after if after is not None else before
         if after is not None and after is not before:
             self.episode += 1
-        if world is None or not self.view.wants_frame():
+        if world is None or not self.view.wants_frame(final=reason is not None):
             return
         draw = DrawList()
         if world.controller is not None:
