@@ -83,15 +83,36 @@ def test_a_minibatch_step_adds_its_gradients_and_returns_its_statistics():
         assert float(after) == pytest.approx(min(float(before), CONFIG.max_grad_norm), rel=1e-4)
 
 
-@pytest.mark.parametrize("precision", ["high", "highest"])
+@pytest.mark.parametrize("precision", ["high", "highest", "bf16"])
 def test_the_matmul_precision_is_set_inside_and_restored_after(precision):
     before = torch.get_float32_matmul_precision()
     with matmul_precision(precision):
-        assert torch.get_float32_matmul_precision() == precision
-    assert torch.get_float32_matmul_precision() == before
+        assert torch.get_float32_matmul_precision() == ("high" if precision == "bf16" else precision)
+        assert torch.is_autocast_enabled("cpu") == (precision == "bf16")
+        if precision == "bf16":
+            assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+            assert torch.nn.Linear(3, 2)(torch.ones(4, 3)).dtype == torch.bfloat16
+    assert torch.get_float32_matmul_precision() == before and not torch.is_autocast_enabled("cpu")
     with pytest.raises(RuntimeError), matmul_precision(precision):
         raise RuntimeError("an error inside")
     assert torch.get_float32_matmul_precision() == before
+
+
+def test_a_bf16_update_rounds_the_matmuls_but_keeps_the_float32_state():
+    """``matmul_precision="bf16"``: the same update within bfloat16's
+    rounding (losses and weights near the float32 ones, not equal), the
+    weights, the optimizer's moments and the feature statistics float32
+    and float64 as before."""
+    exact, exact_stats = updated(CONFIG)
+    rounded, stats = updated(dataclasses.replace(CONFIG, matmul_precision="bf16"))
+    assert stats != exact_stats
+    for key in ("policy_loss", "value_loss", "entropy"):
+        assert stats[key] == pytest.approx(exact_stats[key], rel=0.05, abs=1e-3), key
+    for (name, a), (_, b) in zip(exact.policy.state_dict().items(), rounded.policy.state_dict().items()):
+        assert a.dtype == b.dtype, name
+        torch.testing.assert_close(b, a, rtol=0.05, atol=2e-3, msg=name)
+    assert all(v.dtype == torch.float32 for state in rounded.optimizer.state.values() for k, v in state.items()
+               if k != "step")
 
 
 def test_a_resume_may_change_how_an_update_runs_but_not_what_it_computes(tmp_path: Path):

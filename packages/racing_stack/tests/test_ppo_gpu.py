@@ -83,15 +83,17 @@ def test_the_graph_path_collects_and_updates_bitwise_as_the_eager_path(trainer, 
         assert torch.equal(a, b), name
 
 
-def test_a_lagged_run_collects_beside_its_update_with_the_numbers_of_one_after_it(tmp_path):
+@pytest.mark.parametrize("precision", ["high", "bf16"])
+def test_a_lagged_run_collects_beside_its_update_with_the_numbers_of_one_after_it(tmp_path, precision):
     """``policy_lag=1``: on the graph path the next rollout runs on its own
     stream while the captured update runs; on the eager path the update's
     kernels are all launched before the rollout's. Streams ordered wrong
     (a rollout writing what the update reads, or reading the acting copy
-    before it is made) would show as other numbers."""
+    before it is made) would show as other numbers. Under bfloat16
+    autocast too: its captures replay the eager kernels."""
     rows, trainers, env = {}, {}, make_env(CONFIG)
     for path in ("eager", "graph"):
-        config = dataclasses.replace(CONFIG, update_path=path, updates=5, policy_lag=1, matmul_precision="high")
+        config = dataclasses.replace(CONFIG, update_path=path, updates=5, policy_lag=1, matmul_precision=precision)
         trainers[path] = Trainer(config, env, tmp_path / path)
         rows[path] = []
         for _ in range(4):

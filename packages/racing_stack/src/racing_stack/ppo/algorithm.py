@@ -136,7 +136,7 @@ class PPOUpdate:
         first update (and again when the policy or the buffers are new);
         the optimizer steps after it as on the eager path.
         """
-        with matmul_precision(self.config.matmul_precision):
+        with matmul_precision(self.config.matmul_precision, self.device):
             return self._optimise(buf, advantage, returns)
 
     def _optimise(self, buf: dict[str, torch.Tensor], advantage: torch.Tensor,
@@ -330,13 +330,18 @@ class CapturedStep:
 
 
 @contextlib.contextmanager
-def matmul_precision(precision: str) -> Iterator[None]:
-    """Torch's float32 matmul precision set to ``precision`` (``"highest"`` or ``"high"``:
-    `torch.set_float32_matmul_precision`) inside, and back to what it was after."""
+def matmul_precision(precision: str, device: torch.device | str = "cpu") -> Iterator[None]:
+    """The policy's matmuls on ``device`` at ``precision`` inside
+    (`PPOConfig.matmul_precision`): Torch's float32 matmul precision
+    ``"highest"`` or ``"high"`` (`torch.set_float32_matmul_precision`,
+    back to what it was after), or ``"bf16"``: ``"high"`` under Torch's
+    autocast to bfloat16 (its cache off, as a CUDA graph capture needs)."""
     before = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(precision)
+    torch.set_float32_matmul_precision("high" if precision == "bf16" else precision)
     try:
-        yield
+        with torch.autocast(torch.device(device).type, torch.bfloat16, enabled=precision == "bf16",
+                            cache_enabled=False):
+            yield
     finally:
         torch.set_float32_matmul_precision(before)
 

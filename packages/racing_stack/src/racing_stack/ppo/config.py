@@ -29,8 +29,8 @@ MAX_WEIGHTS = 2**30
 SCHEDULES = ("adaptive", "linear", "constant")
 #: How an update's minibatch steps run (`racing_stack.ppo.algorithm.PPOUpdate`).
 UPDATE_PATHS = ("eager", "graph")
-#: Torch's float32 matmul precisions a run may train with (`torch.set_float32_matmul_precision`).
-MATMUL_PRECISIONS = ("highest", "high")
+#: The precisions of the policy's matmuls a run may train with (`PPOConfig.matmul_precision`).
+MATMUL_PRECISIONS = ("highest", "high", "bf16")
 #: How many updates the acting policy may lag the learned one (`PPOConfig.policy_lag`).
 POLICY_LAGS = (0, 1)
 
@@ -99,10 +99,13 @@ class PPOConfig:
             the eager kernels on the same data, so the eager numbers; on
             the CPU and in a ``torchrun`` of several processes, eager).
             How, not what: a run may resume on the other path.
-        matmul_precision: the float32 matmul precision of the policy's
-            rollout steps and of the update: ``"highest"`` (float32) or
+        matmul_precision: the precision of the policy's matmuls in the
+            rollout steps and the update: ``"highest"`` (float32),
             ``"high"`` (TF32 on the tensor cores of GPUs that have them:
-            another rounding of every matmul's inputs, so other numbers).
+            another rounding of every matmul's inputs, so other numbers) or
+            ``"bf16"`` (under Torch's autocast: the matmuls, their outputs
+            and the hidden activations in bfloat16, the losses, the
+            feature statistics and the optimizer in float32).
         policy_lag: 0, or 1: the rollout of update u + 1 is driven by the
             policy (and pays the crash weight) of update u - 1, the one
             update u starts from, so that it can be collected while update

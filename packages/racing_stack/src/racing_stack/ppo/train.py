@@ -175,7 +175,7 @@ class Trainer:
         """One rollout of `PPOUpdate.acting` into the buffers (`racing_stack.ppo.rollout.Rollout.collect`,
         which says what ``after`` is), paying the crash and slide costs' share of `crash_weight`,
         at ``config.matmul_precision``."""
-        with matmul_precision(self.config.matmul_precision):
+        with matmul_precision(self.config.matmul_precision, self.device):
             self.rollout.collect(self.learner.acting, self.generator, self.crash_weight(), after)
 
     def crash_weight(self) -> float:
