@@ -266,3 +266,27 @@ def test_without_the_train_extra_a_run_exports_says_what_it_skipped_and_exits_0(
     assert "no video: pygame, PIL not installed (pip install 'racing-stack[train]' brings it)" in err
     assert (out / "plugin" / "weights.pt").is_file() and f"plugin {out / 'plugin'}" in err
     assert not (out / "learning_curve.png").exists() and not (out / "policy.gif").exists()
+
+
+def test_resuming_a_finished_run_says_so_and_only_exports_it_named_after_the_run(capsys, envs, run, monkeypatch):
+    """``--resume`` of a run at its last update trains nothing: one line
+    says the run was complete (all its updates) and is only exported again;
+    the plugin is named after the run's folder, not "plugin"."""
+    import importlib.util
+
+    from racing_env.plugins import load_plugin
+
+    real = importlib.util.find_spec  # no curve, no video: the export alone
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name in ("matplotlib", "pygame", "PIL") else real(name, *args))
+    log = (run / "log.csv").read_text()
+    assert ppo.main([*FLAGS, "--out", str(run), "--resume"]) == 0
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "already complete" in line]
+    assert said == [f"train-ppo: the run in {run} was already complete (all 2 updates): --resume trains nothing and "
+                    "only exports it again (the plugin, the curve, the video)"], err
+    assert (run / "log.csv").read_text() == log  # no update added
+    assert load_plugin(run / "plugin", import_code=False).name == "run"
+    capsys.readouterr()
+    assert ppo.main([*FLAGS, "--out", str(run), "--resume", "--updates", "3"]) == 0  # one more update: not said
+    assert "already complete" not in capsys.readouterr().err

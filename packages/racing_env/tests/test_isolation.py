@@ -137,7 +137,7 @@ class Frames:
     def __init__(self):
         self.shown = []
 
-    def wants_frame(self):
+    def wants_frame(self, final=False):
         return True
 
     def show(self, obs, commands, caption):

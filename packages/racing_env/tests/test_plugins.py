@@ -67,6 +67,15 @@ def test_an_imported_base_class_is_not_counted(tmp_path):
     assert load_plugin(make_plugin(tmp_path, "p", controller=body, base=helper)).load_class().__name__ == "Mine"
 
 
+@pytest.mark.parametrize("config, name", [('name = "my run"\n', "my run"), ("", "dir"), ("name = 3\n", "dir"),
+                                          ('name = " "\n', "dir"), ('[name]\nfirst = "x"\n', "dir")])
+def test_a_plugin_is_called_by_its_config_name_else_its_directory(tmp_path, config, name):
+    """What captions and titles show: config.toml's top-level ``name`` where
+    it is a non-empty string, else the directory's name."""
+    assert load_plugin(make_plugin(tmp_path, "dir", config=config), import_code=False).name == name
+    assert load_plugin(TEMPLATE, import_code=False).name == "template"
+
+
 @pytest.mark.parametrize("missing", ["controller", "config"])
 def test_missing_files_are_named(tmp_path, missing):
     path = make_plugin(tmp_path, "p", **{missing: None})

@@ -172,7 +172,7 @@ class Sink:
         self.offered = 0
         self.shown: list[tuple[dict, list, str]] = []
 
-    def wants_frame(self) -> bool:
+    def wants_frame(self, final: bool = False) -> bool:
         self.offered += 1
         return (self.offered - 1) % self.every == 0
 
@@ -294,6 +294,7 @@ def test_an_mp4_streams_its_frames(tmp_path, env):
     ({"record": "lap.gif", "record_fps": 0}, ValueError, "record_fps must be in"),
     ({"record": "lap.gif", "record_fps": float("nan")}, ValueError, "record_fps must be in"),
     ({"record": "lap.gif", "record_fps": 61}, ValueError, "record_fps must be in"),
+    ({"record": "lap.gif", "record_fps": 0.05}, ValueError, r"record_fps must be in \[0.1, 60\], got 0.05"),
     ({"record": "lap.gif", "control_dt_s": 0.0}, ValueError, "control_dt_s must be"),
     ({"record": "lap.gif", "control_dt_s": True}, TypeError, "control_dt_s must be"),
 ])

@@ -42,6 +42,34 @@ def test_the_template_times_out_every_episode(env):
     json.dumps(result.to_json())  # JSON-ready
 
 
+class Captions:
+    """A view that keeps the caption of every frame the Runner shows it."""
+
+    def __init__(self) -> None:
+        self.captions: list[str] = []
+
+    def wants_frame(self, final: bool = False) -> bool:
+        return True
+
+    def show(self, obs, commands, caption):
+        self.captions.append(caption)
+
+
+def test_the_result_and_the_captions_call_the_plugin_by_its_name(tmp_path, env):
+    """A plugin's name (its config.toml's ``name``; an exported policy's
+    is its run's), not its directory's ("plugin" for every exported one)."""
+    plugin = make_plugin(tmp_path, "plugin", """
+        class Still(Controller):
+            def compute_control(self, obs, info=None):
+                return np.zeros(2, np.float32)
+    """)
+    view = Captions()
+    result = run(plugin, env, episodes=1, seed=0, view=view)
+    assert result.plugin == str(tmp_path / "plugin") and result.plugin_name == "test"
+    assert result.to_json()["plugin_name"] == "test"
+    assert view.captions and all(caption.startswith("test  episode 1 ") for caption in view.captions)
+
+
 def test_a_fresh_controller_per_episode_built_from_the_reset_observation(tmp_path, env):
     plugin = make_plugin(tmp_path, "count", """
         BUILT = []

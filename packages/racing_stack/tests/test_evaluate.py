@@ -2,8 +2,14 @@
 verified split, the JSON result on the pool's own rows, the picture, clear
 errors for a bad level, split or count."""
 
+import contextlib
+import io
 import json
 import os
+import select
+import sys
+import threading
+import time
 
 import pytest
 from PIL import Image
@@ -46,9 +52,13 @@ def test_it_drives_the_splits_first_tracks_once_each(first_two):
 
 
 def test_world_0s_episodes_are_recorded(first_two, recording):
-    offered = sum(e["steps"] + 1 for e in first_two["episodes"])  # each episode's reset and steps
+    kept = offered = 0
+    for episode in first_two["episodes"]:  # each episode's reset and steps: every 5th, and its terminal step
+        for step in range(episode["steps"] + 1):
+            kept += offered % 5 == 0 or step == episode["steps"]
+            offered += 1
     with Image.open(recording) as gif:
-        assert gif.n_frames == -(-offered // 5) and gif.size == (320, 240)
+        assert gif.n_frames == kept and gif.size == (320, 240)
 
 
 def test_the_command_line_writes_the_result_and_draws_it(first_two, tmp_path, capsys):
@@ -80,7 +90,8 @@ def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsy
     (["--episodes", "0"], "argument --episodes: must be >= 1, got 0"),
     (["--worlds", "0"], "argument --worlds: must be >= 1, got 0"),
     (["--worlds", "two"], "argument --worlds: must be an integer, got 'two'"),
-    (["--record", "laps.gif", "--record-fps", "61"], "argument --record-fps: must be in (0, 60], got 61"),
+    (["--record", "laps.gif", "--record-fps", "61"], "argument --record-fps: must be in [0.1, 60], got 61"),
+    (["--record", "laps.gif", "--record-fps", "1e-5"], "argument --record-fps: must be in [0.1, 60], got 1e-5"),
     (["--out", "taken"], "argument --out: 'taken' is a folder, not a file"),
     (["--out", "/proc/evaluate/result.json"], "argument --out: cannot write in '/proc'"),
     (["--plot", "file.txt/result.png"], "argument --plot: "),
@@ -100,6 +111,7 @@ def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsy
     (["--out", "a" * 300 + ".json"], "argument --out: 'aaaa"),
     (["--reference", "fifo"], "argument --reference: cannot read a JSON result from 'fifo' ('fifo' is not a regular"),
     (["--out", "fifo"], "argument --out: 'fifo' is a pipe that no process reads"),
+    (["--plot", "fifo.png"], "argument --plot: 'fifo.png' is a pipe; --plot is written to a file only"),
     (["--out", "loop.json"], "argument --out: 'loop.json' cannot be used (Too many levels of symbolic links)"),
     (["--from-result", "no_episodes.json"], "argument --from-result: 'no_episodes.json' is not an evaluate result "
                                             "(episodes must be a list of objects with track_id"),
@@ -116,6 +128,7 @@ def test_bad_options_are_usage_errors_naming_the_flag(argv, message, cache, tmp_
     (tmp_path / "taken.episodes.jsonl").mkdir()
     (tmp_path / "file.txt").write_text("")
     os.mkfifo(tmp_path / "fifo")
+    os.mkfifo(tmp_path / "fifo.png")
     (tmp_path / "loop.json").symlink_to("loop2.json")
     (tmp_path / "loop2.json").symlink_to("loop.json")
     episode = {"track_id": 7, "termination_reason": "success", "lap_completed": True, "lap_time_s": 30.0}
@@ -422,3 +435,119 @@ def test_an_out_that_is_no_file_of_its_own_gets_no_episodes_file(tmp_path, monke
     assert evaluate.main(["--level", "0", "--backend", "cpu_reference", "--out", os.devnull]) == 0
     assert not os.path.exists(os.devnull + ".episodes.jsonl") and os.listdir(tmp_path) == []
     assert json.loads(capsys.readouterr().out)["level"] == 0
+
+
+# Each episode ends at its first step (a NaN action, no controller error): a run of a few takes milliseconds.
+NAN = """
+import numpy as np
+from racing_env.controller import Controller
+
+
+class Nan(Controller):
+    def compute_control(self, obs, info=None):
+        return np.full(2, np.nan)
+"""
+
+
+def _nan_run(tmp_path, episodes=2):
+    """evaluate's arguments for a run of ``episodes`` one-step episodes on Level 0."""
+    plugin = _plugin(tmp_path, "nan", NAN)
+    return ["--controller", str(plugin), "--level", "0", "--episodes", str(episodes), "--backend", "cpu_reference"]
+
+
+def test_a_failed_result_write_is_one_line_and_exit_1_after_the_summary(tmp_path, capsys):
+    """``--out /dev/full``: the summary is printed, the failed write is one
+    line naming the file (no traceback), exit status 1."""
+    assert evaluate.main([*_nan_run(tmp_path), "--out", "/dev/full"]) == 1
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["summary"]["episodes"] == 2
+    last = printed.err.splitlines()[-1]
+    assert last == "evaluate: could not write the result to '/dev/full' (No space left on device)"
+    assert "1 when every" in evaluate.__doc__ and "could not be written" in evaluate.__doc__  # --help says so
+
+
+def test_a_failed_picture_write_is_one_line_and_exit_1_after_the_summary(tmp_path, capsys):
+    episode = {"track_id": 7, "termination_reason": "success", "lap_completed": True, "lap_time_s": 30.0}
+    summary = {"success_rate": 1.0, "lap_time_s": {"median": 30.0}}
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"plugin": "p", "backend": "cpu_reference", "worlds": 1, "level": 1, "split": "test",
+                                  "summary": summary, "seconds": 1.0, "track_length_m": {"7": 500.0},
+                                  "episodes": [episode]}))
+    (tmp_path / "full.png").symlink_to("/dev/full")
+    assert evaluate.main(["--from-result", str(result), "--plot", str(tmp_path / "full.png")]) == 1
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["summary"] == summary
+    assert printed.err.splitlines()[-1].startswith(f"evaluate: could not write the picture to '{tmp_path}/full.png' (")
+
+
+def test_a_failed_episodes_file_warns_once_and_the_run_goes_on(tmp_path, capsys):
+    """The episodes file on a full disk: one warning naming it, every
+    episode still run, the result complete, exit status 0."""
+    out = tmp_path / "run.json"
+    evaluate.episodes_file(out).symlink_to("/dev/full")
+    assert evaluate.main([*_nan_run(tmp_path, 3), "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    warnings = [line for line in printed.err.splitlines() if "could not write" in line]
+    assert warnings == [f"evaluate: could not write the episodes file '{tmp_path}/run.episodes.jsonl' (No space left "
+                        "on device); the run goes on without it, its result holds every episode"]
+    assert json.loads(printed.out)["summary"]["episodes"] == 3
+    assert len(json.loads(out.read_text())["episodes"]) == 3
+
+
+@contextlib.contextmanager
+def _reader(pipe, stdout):
+    """A process reading the named pipe ``pipe`` as ``cat pipe`` does: open
+    before the command starts, it reads until the end of the file (no
+    writer has it open any more) and leaves. Yields what it got: its
+    ``"text"`` and what ``stdout`` held when its first bytes came."""
+    fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # without waiting for a writer, as cat's open would
+    got = {"text": "", "stdout_then": None}
+
+    def read():
+        chunks, poll, deadline = [], select.poll(), time.monotonic() + 60
+        poll.register(fd, select.POLLIN)
+        while time.monotonic() < deadline:
+            poll.poll(1000)  # data, or the end: a writer opened it and none has it open now
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                break
+            if not chunks:
+                got["stdout_then"] = stdout.getvalue()
+            chunks.append(chunk)
+        got["text"] = b"".join(chunks).decode()
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    try:
+        yield got
+    finally:
+        thread.join(60)
+        os.close(fd)
+
+
+def test_an_out_pipe_with_a_reader_is_written_once_after_the_summary(tmp_path, monkeypatch):
+    """``--out`` a named pipe that a process reads: the check does not open
+    it only to close it (its reader would see the end of the file and
+    leave, and the write after the run would wait for another forever);
+    the reader gets the whole result, after the summary is printed."""
+    pipe = tmp_path / "result.pipe"
+    os.mkfifo(pipe)
+    stdout = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", stdout)
+    with _reader(pipe, stdout) as got:
+        assert evaluate.main([*_nan_run(tmp_path), "--out", str(pipe)]) == 0
+    result = json.loads(got["text"])  # all of it, in one go
+    assert [e["termination_reason"] for e in result["episodes"]] == ["invalid_action"] * 2
+    assert json.loads(got["stdout_then"])["summary"] == result["summary"]
+
+
+def test_an_episodes_file_that_is_a_pipe_gets_each_episode_once(tmp_path, monkeypatch):
+    out = tmp_path / "run.json"
+    os.mkfifo(evaluate.episodes_file(out))
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    with _reader(evaluate.episodes_file(out), sys.stdout) as got:
+        assert evaluate.main([*_nan_run(tmp_path), "--out", str(out)]) == 0
+    assert [json.loads(line) for line in got["text"].splitlines()] == json.loads(out.read_text())["episodes"]

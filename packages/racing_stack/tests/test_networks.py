@@ -535,6 +535,32 @@ def _exported(tmp_path, name, **features):
                          tmp_path / name)
 
 
+def test_an_exported_plugin_is_called_by_its_name(tmp_path):
+    """The exported config.toml names the plugin (what the video's caption
+    and evaluate's picture show): the name given (train-ppo gives the run's
+    folder name), else the directory's; a name that is not a non-empty
+    string is refused before anything is written."""
+    import dataclasses
+
+    from racing_env.plugins import load_plugin
+
+    from racing_stack.features import LocalTrack
+    from racing_stack.ppo import PRESETS
+    from racing_stack.ppo.export import export_plugin
+
+    local = LocalTrack(points=4)
+    config = dataclasses.replace(PRESETS["cpu"], features=local)
+    policy = ActorCritic(local.size, config.hidden, config.init_log_std, LOW, HIGH)
+    odd = 'run "7" \\ \t\x7f é'  # quotes, a backslash, control characters, DEL, non-ASCII: TOML escapes
+    assert load_plugin(export_plugin(policy, config, tmp_path / "plugin", name=odd), import_code=False).name == odd
+    assert load_plugin(export_plugin(policy, config, tmp_path / "mine"), import_code=False).name == "mine"
+    with pytest.raises(TypeError, match="name must be a string or None, got int"):
+        export_plugin(policy, config, tmp_path / "other", name=7)
+    with pytest.raises(ValueError, match="name must not be empty, got ' '"):
+        export_plugin(policy, config, tmp_path / "other", name=" ")
+    assert not (tmp_path / "other").exists()
+
+
 def _load(plugin, settings=None):
     import tomllib
 

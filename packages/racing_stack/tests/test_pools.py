@@ -165,6 +165,28 @@ def test_a_damaged_cache_entry_is_removed_and_rebuilt_once(small_split, small_po
     assert builds == [None]
 
 
+def test_a_build_is_said_in_one_line_naming_why(small_split):
+    """``on_build`` (evaluate's line on stderr) hears one line before each
+    build: into the cache where it lacks the pool, naming the damage where
+    its entry is damaged, and of a prefix (built for each run); none where
+    the cache holds the pool."""
+    cache, builds = small_split
+    lines = []
+    pools.materialize("test", cache, on_build=lines.append)
+    assert lines == [] and builds == []
+    (cache / f"{NAME}.json").unlink()
+    pools.materialize("test", cache, on_build=lines.append)
+    assert builds == [None] and len(lines) == 1, lines
+    assert re.fullmatch(rf"test: rebuilding its pool in {re.escape(str(cache / NAME))}\.npz: the cached one is "
+                        r"damaged \(.*json is missing\)", lines[0]), lines
+    fresh = cache.parent / "fresh"
+    assert pools.materialize_prefix("test", cache=fresh, on_build=lines.append) is not None
+    assert lines[1:] == [f"test: building its pool of 1,000 tracks into {fresh / NAME}.npz (not in the cache yet; "
+                         "built once, then verified at each use)"]
+    assert pools.materialize_prefix("test", 3, on_build=lines.append) is not None
+    assert lines[2:] == ["test: building its first 3 tracks (a part of a split is built for each run, not cached)"]
+
+
 def test_stale_temporary_files_are_removed_and_others_kept(small_split):
     cache, _ = small_split
     stale = [f".{NAME}.npz.k3j9x_1q.tmp", f".{NAME}.json.0ab7c2de.tmp"]

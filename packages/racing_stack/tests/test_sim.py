@@ -45,8 +45,8 @@ def test_sim_with_the_pursuit_controller_completes_the_lap_and_records_it(tmp_pa
     (episode,) = printed["episodes"]
     assert episode["termination_reason"] == "success" and episode["lap_completed"]
     assert 20.0 < episode["lap_time_s"] < 60.0  # 376 m (measured 35.8 s)
-    # Every 5th of the reset and the lap's steps, at 10 frames/s: real time.
-    frames = -(-(episode["steps"] + 1) // 5)
+    # Every 5th of the reset and the lap's steps, at 10 frames/s (real time), and the terminal step.
+    frames = -(-(episode["steps"] + 1) // 5) + (episode["steps"] % 5 != 0)
     assert printed["recording"] == {"file": str(gif), "frames": frames, "fps": pytest.approx(10.0)}
     with Image.open(gif) as image:
         assert image.n_frames == frames and image.size == (800, 600) and image.info["duration"] == 100
@@ -63,8 +63,9 @@ def test_sim_with_the_pursuit_controller_completes_the_lap_and_records_it(tmp_pa
     (["--seed", "-1"], "argument --seed: must be in [0, 2**32), got -1"),
     (["--seed", str(2**32)], "argument --seed: must be in [0, 2**32), got 4294967296"),
     (["--seed", "1.5"], "argument --seed: must be an integer, got '1.5'"),
-    (["--record", "lap.gif", "--record-fps", "0"], "argument --record-fps: must be in (0, 60], got 0"),
-    (["--record", "lap.gif", "--record-fps", "nan"], "argument --record-fps: must be in (0, 60], got nan"),
+    (["--record", "lap.gif", "--record-fps", "0"], "argument --record-fps: must be in [0.1, 60], got 0"),
+    (["--record", "lap.gif", "--record-fps", "nan"], "argument --record-fps: must be in [0.1, 60], got nan"),
+    (["--record", "lap.gif", "--record-fps", "0.05"], "argument --record-fps: must be in [0.1, 60], got 0.05"),
 ])
 def test_bad_options_are_usage_errors_naming_the_flag(tmp_path, monkeypatch, capsys, args, match):
     monkeypatch.chdir(tmp_path)
@@ -83,6 +84,14 @@ def test_output_folders_are_made_before_the_run(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sim, "_simulate", lambda args: {"made": args.out.parent.is_dir()})
     assert sim.main(["--out", str(out)]) == 0
     assert json.loads(out.read_text()) == {"made": True}
+
+
+def test_a_failed_result_write_is_one_line_and_exit_1_after_the_result(monkeypatch, capsys):
+    monkeypatch.setattr(sim, "_simulate", lambda args: {"ran": True})
+    assert sim.main(["--out", "/dev/full"]) == 1
+    printed = capsys.readouterr()
+    assert json.loads(printed.out) == {"ran": True}
+    assert printed.err.splitlines() == ["sim: could not write the result to '/dev/full' (No space left on device)"]
 
 
 # Ctrl-C at the episode's fourth step.

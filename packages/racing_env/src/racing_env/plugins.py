@@ -80,6 +80,14 @@ class Plugin:
     package: str
     settings: Mapping[str, Any]
 
+    @property
+    def name(self) -> str:
+        """What captions and titles call the plugin: ``config.toml``'s
+        top-level ``name`` where it is a non-empty string, else the
+        directory's name."""
+        name = self.settings.get("name")
+        return name if isinstance(name, str) and name.strip() else self.directory.name
+
     def load_class(self) -> type[Controller]:
         """A freshly imported copy of the plugin's Controller subclass.
 

@@ -68,10 +68,13 @@ _T = TypeVar("_T")
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """A run: its settings, every episode in the order they ended, the summary.
-    ``interrupted``: Ctrl-C stopped it; ``episodes`` are those that ended
-    before (the episodes then running are left out)."""
+    ``plugin`` is the plugin's directory, ``plugin_name`` what titles call
+    it (`racing_env.plugins.Plugin.name`). ``interrupted``: Ctrl-C stopped
+    it; ``episodes`` are those that ended before (the episodes then running
+    are left out)."""
 
     plugin: str
+    plugin_name: str
     backend: str
     worlds: int
     seed: int
@@ -85,6 +88,7 @@ class RunResult:
         """A JSON-ready dict."""
         return {
             "plugin": self.plugin,
+            "plugin_name": self.plugin_name,
             "backend": self.backend,
             "worlds": self.worlds,
             "seed": self.seed,
@@ -193,7 +197,7 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
     start = time.perf_counter()
     ended: list[EpisodeResult] = []
     total = episodes if track_indices is None else len(rows)
-    frames = None if view is None else _Frames(view, plugin.directory.name, env.config.control_dt_s)
+    frames = None if view is None else _Frames(view, plugin.name, env.config.control_dt_s)
 
     def end(episode: EpisodeResult) -> None:
         ended.append(episode)
@@ -203,9 +207,9 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
             progress(len(ended), total)
 
     def result(interrupted: bool) -> RunResult:
-        return RunResult(plugin=str(plugin.directory), backend=env.backend, worlds=env.num_envs, seed=seed,
-                         challenge=challenge, episodes=list(ended), summary=summarize(ended),
-                         seconds=time.perf_counter() - start, interrupted=interrupted)
+        return RunResult(plugin=str(plugin.directory), plugin_name=plugin.name, backend=env.backend,
+                         worlds=env.num_envs, seed=seed, challenge=challenge, episodes=list(ended),
+                         summary=summarize(ended), seconds=time.perf_counter() - start, interrupted=interrupted)
 
     try:
         with contextlib.ExitStack() as stack:

@@ -1,7 +1,9 @@
 """What the command lines share: the checks before any work (a bad number
 or an output file that cannot be written is a usage error, exit 2, naming
-its flag), the end of a run that Ctrl-C stopped (its partial result,
-exit 130) and a Ctrl-C that is not lost (`ctrl_c_not_lost`)."""
+its flag), the writes after it (`write_output`: a failed one is a line
+on stderr, not a traceback), the end of a run that Ctrl-C stopped (its
+partial result, exit 130) and a Ctrl-C that is not lost
+(`ctrl_c_not_lost`)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,12 @@ import tempfile
 import threading
 from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 __all__ = ["SEED_END", "INTERRUPTED_STATUS", "Interrupted", "int_in", "float_in", "check_outputs", "check_folder",
-           "folder_path", "add_verbose_argument", "quiet_warp", "report_interrupted", "ctrl_c_not_lost",
-           "keep_early_ctrl_c"]
+           "folder_path", "write_output", "say_not_written", "add_verbose_argument", "quiet_warp",
+           "say_gpu_backend_on_cpu",
+           "report_interrupted", "ctrl_c_not_lost", "keep_early_ctrl_c"]
 
 #: Reset seeds are one uint32 SeedSequence word: ``[0, 2**32)``.
 SEED_END = 2**32
@@ -175,16 +178,18 @@ def int_in(low: int, end: int | None = None, end_text: str | None = None) -> Cal
     return parse
 
 
-def float_in(low: float, high: float) -> Callable[[str], float]:
-    """An argparse ``type``: a finite number in ``(low, high]``."""
+def float_in(low: float, high: float, *, low_open: bool = True) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number in ``(low, high]`` (``[low,
+    high]`` where not ``low_open``)."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-        if not (math.isfinite(value) and low < value <= high):
-            raise argparse.ArgumentTypeError(f"must be in ({low:g}, {high:g}], got {text}")
+        above_low = low < value if low_open else low <= value
+        if not (math.isfinite(value) and above_low and value <= high):
+            raise argparse.ArgumentTypeError(f"must be in {'(' if low_open else '['}{low:g}, {high:g}], got {text}")
         return value
 
     return parse
@@ -206,6 +211,30 @@ def quiet_warp(verbose: bool) -> None:
     import warp as wp
 
     wp.config.log_level = wp.LOG_INFO if verbose else wp.LOG_WARNING
+
+
+def say_gpu_backend_on_cpu(prog: str, backend: str) -> None:
+    """Say on stderr, in one line, that ``backend`` (one of
+    `racing_env.backend_names.BACKEND_NAMES`) runs on the CPU, and how much
+    slower, where it steps on a GPU (`racing_env.backends.Backend.uses_gpu`)
+    and JAX has none here (as `racing_env.physics` picks its device); say
+    nothing otherwise. Imports JAX.
+
+    The numbers are `docs/racing_env/backends.md`'s and, for one world,
+    ``sim``'s lap of seed 42 on a 2-core CPU (46 s on ``mjx_warp``, 10 s on
+    ``cpu_reference``).
+    """
+    from racing_env.backends import backend_type
+
+    if not backend_type(backend).uses_gpu:
+        return
+    import jax
+
+    if jax.default_backend() == "gpu":
+        return
+    print(f"{prog}: no GPU here, so {backend} steps on the CPU: 10-30 ms a step whatever the worlds (a GPU steps "
+          "1,024 of them in ~1.4 ms), ~5x slower than cpu_reference with one world; --backend cpu_reference runs "
+          "MuJoCo C on the CPU instead", file=sys.stderr)
 
 
 def folder_path(text: str) -> Path:
@@ -235,7 +264,8 @@ def check_folder(parser: argparse.ArgumentParser, flag: str, folder: Path) -> No
 
 
 def check_outputs(parser: argparse.ArgumentParser, outputs: Mapping[str, Path | None],
-                  suffixes: Mapping[str, Collection[str]] | None = None) -> None:
+                  suffixes: Mapping[str, Collection[str]] | None = None,
+                  pipes: Collection[str] = ()) -> dict[str, TextIO]:
     """Refuse, as a usage error naming the flag, an output file (flag ->
     path; None: not asked for) without one of its flag's ``suffixes``
     (lower case, with the dot), that is a folder, not a regular file or
@@ -246,11 +276,23 @@ def check_outputs(parser: argparse.ArgumentParser, outputs: Mapping[str, Path | 
     The folder check writes and removes a temporary file there (or in its
     nearest existing parent, where the folder is still to be made), so a
     read-only file system or missing permission is found, root included.
+
+    A named pipe is an output only of the flags in ``pipes``, whose caller
+    writes it through `write_output`: it is opened here, without waiting,
+    and kept open to be written, never opened only to be probed (closing
+    it would end the input of the process reading it, which would leave,
+    and the write after the run would then wait forever for a reader). A
+    pipe that no process reads is refused, and so is a pipe given to any
+    other flag (its writer opens it by name and would wait for a reader).
+
+    Returns:
+        The pipes opened (flag -> a text file to write); the caller writes
+        and closes each (`write_output`).
     """
     given = {flag: path for flag, path in outputs.items() if path is not None}
     for flag, path in given.items():
         try:
-            _check_output(parser, flag, path, sorted((suffixes or {}).get(flag, ())))
+            _check_output(parser, flag, path, sorted((suffixes or {}).get(flag, ())), flag in pipes)
         except OSError as error:  # a name too long, a loop of links: the system's own refusal
             parser.error(f"argument {flag}: {str(path)!r} cannot be used ({error.strerror or error})")
     seen: dict[str, str] = {}
@@ -260,22 +302,62 @@ def check_outputs(parser: argparse.ArgumentParser, outputs: Mapping[str, Path | 
             parser.error(f"arguments {same} and {flag} name one file, {str(path)!r}: each needs its own")
     for path in given.values():
         path.absolute().parent.mkdir(parents=True, exist_ok=True)
+    opened: dict[str, TextIO] = {}
+    for flag, path in given.items():
+        if flag in pipes and path.is_fifo():
+            try:
+                opened[flag] = _open_pipe(path)
+            except OSError as error:
+                for file in opened.values():
+                    file.close()
+                if error.errno == errno.ENXIO:
+                    parser.error(f"argument {flag}: {str(path)!r} is a pipe that no process reads")
+                parser.error(f"argument {flag}: {str(path)!r} cannot be opened ({error.strerror or error})")
+    return opened
 
 
-def _has_reader(pipe: Path) -> bool:
-    """Whether a named pipe has a process reading it (opening it to write
-    without waiting fails with ENXIO where none does)."""
+def write_output(path: Path, text: str, pipe: TextIO | None = None) -> None:
+    """Write ``text`` to the output ``path`` (created or emptied), or to
+    ``pipe``, the pipe `check_outputs` opened for it, and close it.
+
+    Raises:
+        OSError: the write failed (a full disk, a pipe whose reader left).
+    """
+    file = path.open("w", encoding="utf-8") if pipe is None else pipe
     try:
-        os.close(os.open(pipe, os.O_WRONLY | os.O_NONBLOCK))
-    except OSError as error:
-        if error.errno == errno.ENXIO:
-            return False
+        file.write(text)
+        file.flush()
+    except BaseException:
+        with contextlib.suppress(OSError):  # closing flushes the unwritten text again: the first error is raised
+            file.close()
         raise
-    return True
+    file.close()
 
 
-def _check_output(parser: argparse.ArgumentParser, flag: str, path: Path, allowed: list[str]) -> None:
-    """`check_outputs` for one output."""
+def say_not_written(prog: str, what: str, path: Path, error: Exception) -> None:
+    """Say on stderr, in one line, that ``prog`` could not write ``what`` to
+    ``path``, and why (``error``)."""
+    reason = getattr(error, "strerror", None) or str(error).partition("\n")[0] or type(error).__name__
+    print(f"{prog}: could not write {what} to {str(path)!r} ({reason})", file=sys.stderr)
+
+
+def _open_pipe(pipe: Path) -> TextIO:
+    """``pipe`` opened to write text, without waiting for a reader.
+
+    Raises:
+        OSError: ENXIO where no process reads it, or the system's refusal.
+    """
+    fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.set_blocking(fd, True)  # a full pipe's writes wait for its reader
+        return open(fd, "w", encoding="utf-8")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _check_output(parser: argparse.ArgumentParser, flag: str, path: Path, allowed: list[str], pipe: bool) -> None:
+    """`check_outputs` for one output (``pipe``: it may be a named pipe)."""
     if allowed and path.suffix.lower() not in allowed:
         parser.error(f"argument {flag}: must end in one of {', '.join(allowed)}, got {str(path)!r}")
     if path.is_dir():
@@ -286,8 +368,8 @@ def _check_output(parser: argparse.ArgumentParser, flag: str, path: Path, allowe
         except FileNotFoundError:
             pass  # a link to a file still to be made: writing makes it
     if path.exists():
-        if path.is_fifo() and not _has_reader(path):  # writing would wait for a reader
-            parser.error(f"argument {flag}: {str(path)!r} is a pipe that no process reads")
+        if path.is_fifo() and not pipe:
+            parser.error(f"argument {flag}: {str(path)!r} is a pipe; {flag} is written to a file only")
         if not (path.is_file() or path.is_char_device() or path.is_fifo()):  # /dev/null, /dev/stdout are fine
             parser.error(f"argument {flag}: {str(path)!r} is not a file")
         if not os.access(path, os.W_OK):

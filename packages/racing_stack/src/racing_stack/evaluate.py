@@ -9,15 +9,19 @@ tracks, a JSON result and, optionally, its picture.
 
 Level 1 drives every track of the split once (or its first ``--tracks``),
 from the verified pool in the cache (built there on first use, as
-``materialize-track-pool`` does; a pool that fails verification is an error
-naming the split and the row). Level 0 drives its one
-fixed track ``--episodes`` times. ``--plot`` draws the lap time of every
-track against its length, coloured by outcome, and against a reference
-result (``--reference``, a JSON result of another controller on the same
-tracks) where one is given. ``--render`` and ``--record`` draw world 0's
-episodes (a window; an animated GIF or MP4). Progress goes to stderr, the
-JSON summary to stdout (Warp's banner and module lines only with
-``--verbose``).
+``materialize-track-pool`` does, and rebuilt where the cached one is
+damaged: a line on stderr says when it builds one, and names the damage;
+a pool that fails verification is an error naming the split and the
+row). Level 0 drives its one fixed track ``--episodes`` times. Each of
+those two options is its Level's alone: given on the other Level it is a
+usage error. ``mjx_warp`` (the default) on a machine where JAX sees no
+GPU runs on the CPU, and a line on stderr says how much slower.
+``--plot`` draws the lap time of every track against its length,
+coloured by outcome, and against a reference result (``--reference``, a
+JSON result of another controller on the same tracks) where one is
+given. ``--render`` and ``--record`` draw world 0's episodes (a window;
+an animated GIF or MP4). Progress goes to stderr, the JSON summary to
+stdout (Warp's banner and module lines only with ``--verbose``).
 
 ``--isolate`` (the default on Level 1; ``--no-isolate`` the default on
 Level 0) runs each episode's controller in its own child process, with a
@@ -29,15 +33,22 @@ memory blow-up ends that episode as ``invalid_action`` with the error
 recorded, and the run goes on. Without it the plugin is trusted code in
 this process. With ``--out FILE``, each episode is appended to
 ``FILE``'s ``.episodes.jsonl`` sibling as it ends (one JSON object a line),
-and ``FILE`` gets the whole result at the end.
+and ``FILE`` gets the whole result at the end. A named pipe that a process
+reads may be ``--out``: it is opened before the run and written after it.
+
+The summary is printed before any file is written, so no failed write can
+lose it. A failed write of the episodes file (a full disk) is said once on
+stderr, naming it, and the run goes on; a failed write of ``--out``,
+``--plot`` or ``--record`` after the run is a line on stderr naming the
+file, and exit status 1.
 
 Exit status: 0 after a run (whatever the controller scored); 1 when every
 episode ended with a controller error (it raised, called ``sys.exit()``, or
-returned no valid action; the result and the summary are still written); 2
-for a usage error (a bad option, plugin, pool or output file), refused
-before anything runs; 130 after Ctrl-C during the run: the result of the
-episodes that had ended is still written and printed, with
-``"interrupted": true``.
+returned no valid action; the result and the summary are still written),
+or when ``--out``, ``--plot`` or ``--record`` could not be written; 2 for
+a usage error (a bad option, plugin, pool or output file), refused before
+anything runs; 130 after Ctrl-C during the run: the result of the episodes
+that had ended is still written and printed, with ``"interrupted": true``.
 """
 
 from __future__ import annotations
@@ -48,13 +59,19 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from racing_env.backend_names import BACKEND_NAMES, MJX_WARP
+from racing_env.backend_names import BACKEND_NAMES, CPU_REFERENCE, MJX_WARP
 
 from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, ctrl_c_not_lost, float_in,
-                               int_in, quiet_warp, report_interrupted)
+                               int_in, quiet_warp, report_interrupted, say_gpu_backend_on_cpu, say_not_written,
+                               write_output)
+from racing_stack._journal import Journal
 from racing_stack.viewing import add_view_arguments, open_view
+
+if TYPE_CHECKING:
+    from racing_env.isolation import Isolation
+    from racing_env.render import EpisodeView
 
 __all__ = ["ISOLATED_WORLDS", "Interrupted", "evaluate", "draw", "episodes_file", "main"]
 
@@ -71,7 +88,7 @@ _COLOURS = {"success": "tab:green", "off_track": "tab:red", "timeout": "tab:oran
 def evaluate(controller: Path | None = None, level: int = 1, split: str = "validation", tracks: int | None = None,
              episodes: int = 1, backend: str = MJX_WARP, worlds: int | None = None, seed: int = 0,
              progress=None, view=None, isolate: bool | None = None, isolation=None,
-             record=None) -> dict[str, Any]:
+             record=None, on_build=None) -> dict[str, Any]:
     """Run the plugin and return the Runner's JSON result, with the level,
     split and every driven track's length (m) under ``"track_length_m"``
     (keyed by track id).
@@ -80,8 +97,10 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
         controller: a plugin directory (default: the pure-pursuit reference).
         level: 0 (the fixed track) or 1 (a generated split).
         split: Level 1's split.
-        tracks: Level 1: drive only the split's first N tracks.
-        episodes: Level 0: episodes on the fixed track.
+        tracks: Level 1: drive only the split's first N tracks (None on
+            Level 0, which has one fixed track).
+        episodes: Level 0: episodes on the fixed track (1 on Level 1,
+            which drives each track once).
         backend: ``"cpu_reference"`` (one world) or ``"mjx_warp"``.
         worlds: worlds at once (default: 1 on cpu_reference, else as many
             as there are tracks, at most 1,024, or `ISOLATED_WORLDS` isolated).
@@ -92,10 +111,13 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
             plugin's code never runs here); None: on Level 1 only.
         isolation: its limits (a `racing_env.isolation.Isolation`; None: the defaults).
         record: called with each ended episode's `racing_env.runner.EpisodeResult`.
+        on_build: called with one line before a split's pool is built
+            (`racing_stack.pools.materialize_prefix`'s).
 
     Raises:
-        ValueError: a bad level, split, count or a pool that fails
-            verification; `racing_env.plugins.PluginError` for a bad plugin.
+        ValueError: a bad level, split, count (or one of the other
+            Level's) or a pool that fails verification;
+            `racing_env.plugins.PluginError` for a bad plugin.
         Interrupted: Ctrl-C during the run (a `KeyboardInterrupt`), with
             the partial result.
     """
@@ -111,6 +133,12 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
 
     if level not in (0, 1):
         raise ValueError(f"level must be 0 or 1, got {level!r}")
+    if level == 0 and tracks is not None:
+        raise ValueError(f"tracks is Level 1's (a split's first N tracks): Level 0 has one fixed track, driven "
+                         f"episodes times, got tracks={tracks!r}")
+    if level == 1 and episodes != 1:
+        raise ValueError(f"episodes is Level 0's: Level 1 drives each track of its split once (tracks sets how "
+                         f"many), got episodes={episodes!r}")
     if isolate is None:
         isolate = level == 1
     isolation = (isolation or Isolation()) if isolate else None
@@ -129,7 +157,7 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
         source, total, rows = {"split": split}, count, list(range(count))
     if worlds is None:
         worlds = 1 if backend_type(backend).one_world else min(total, ISOLATED_WORLDS if isolate else 1024)
-    env = level_env(worlds, LEVEL_0 if level == 0 else LEVEL_1, backend=backend, **source)
+    env = level_env(worlds, LEVEL_0 if level == 0 else LEVEL_1, backend=backend, on_build=on_build, **source)
     stopped = None
     try:
         if rows is None:
@@ -185,7 +213,7 @@ def draw(result: dict[str, Any], path: Path, reference: dict[str, Any] | None = 
     s = result["summary"]
     rate = 100.0 * (s["success_rate"] or 0.0)
     median = s["lap_time_s"]["median"]
-    title = f"{Path(result['plugin']).name}: {rate:.1f} % laps"
+    title = f"{_plugin_name(result)}: {rate:.1f} % laps"
     if median is not None:
         title += f", median {median:.1f} s"
     ax.set(xlabel="track length (m)", ylabel="lap time (s); failures at 0", title=title)
@@ -201,11 +229,19 @@ def draw(result: dict[str, Any], path: Path, reference: dict[str, Any] | None = 
             low, high = min(ref + mine), max(ref + mine)
             ax.plot([low, high], [low, high], "k--", lw=1, label="equal")
             ax.legend(fontsize=8)
-        ax.set(xlabel=f"{Path(reference['plugin']).name} lap time (s)", ylabel="lap time (s)",
+        ax.set(xlabel=f"{_plugin_name(reference)} lap time (s)", ylabel="lap time (s)",
                title=f"both lapped: {len(pairs)} tracks")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plugin_name(result: dict[str, Any]) -> str:
+    """What the picture calls a result's plugin: its ``plugin_name``
+    (`racing_env.plugins.Plugin.name`), or for a result written before
+    results had one, its directory's name."""
+    name = result.get("plugin_name")
+    return name if isinstance(name, str) and name.strip() else Path(result["plugin"]).name
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,12 +249,20 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--controller", type=Path, default=None,
                         help="a controller plugin directory (default: the pure-pursuit reference)")
-    parser.add_argument("--level", type=int, choices=(0, 1), default=1)
-    parser.add_argument("--split", default="validation", help="Level 1's split: train, validation or test")
-    parser.add_argument("--tracks", type=int_in(1), default=None, help="Level 1: only the split's first N tracks")
-    parser.add_argument("--episodes", type=int_in(1), default=1, help="Level 0: episodes on the fixed track")
-    parser.add_argument("--backend", choices=BACKEND_NAMES, default=MJX_WARP)
-    parser.add_argument("--worlds", type=int_in(1), default=None, help="worlds at once")
+    parser.add_argument("--level", type=int, choices=(0, 1), default=1,
+                        help="0: Level 0's one fixed track; 1: a split's generated tracks (default 1)")
+    parser.add_argument("--split", default="validation",
+                        help="Level 1's split: train, validation or test (default validation)")
+    parser.add_argument("--tracks", type=int_in(1), default=None,
+                        help="Level 1 only: the split's first N tracks (default: all of them)")
+    parser.add_argument("--episodes", type=int_in(1), default=None,
+                        help="Level 0 only: episodes on its fixed track (default 1)")
+    parser.add_argument("--backend", choices=BACKEND_NAMES, default=MJX_WARP,
+                        help=f"the physics: {MJX_WARP} (default; any number of worlds, on the GPU where there is "
+                             f"one) or {CPU_REFERENCE} (MuJoCo C on the CPU, one world)")
+    parser.add_argument("--worlds", type=int_in(1), default=None,
+                        help=f"worlds at once (default: 1 on {CPU_REFERENCE}; on {MJX_WARP} one a track, at most "
+                             f"1,024, or {ISOLATED_WORLDS} isolated)")
     parser.add_argument("--seed", type=int_in(0, SEED_END, "2**32"), default=0,
                         help="the env's root reset seed, in [0, 2**32) (default 0)")
     parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
@@ -238,80 +282,121 @@ def main(argv: list[str] | None = None) -> int:
     add_view_arguments(parser)
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    _level_options(parser, args)
     from matplotlib.backend_bases import FigureCanvasBase
     from racing_env import ProjectConfig
     from racing_env.isolation import Isolation
-    from racing_env.plugins import PluginError
     from racing_env.render import RECORD_SUFFIXES
 
     pictures = {f".{kind}" for kind in FigureCanvasBase.get_supported_filetypes()}
-    journal = None if args.out is None or _special(args.out) else episodes_file(args.out)
-    check_outputs(parser, {"--out": args.out, "--out's episodes": journal, "--plot": args.plot,
-                           "--record": args.record}, {"--plot": pictures, "--record": RECORD_SUFFIXES})
-    limits = {name: value for name, value in (("call_timeout_s", args.call_timeout),
-                                              ("start_timeout_s", args.start_timeout),
-                                              ("memory_limit_mb", args.memory_limit)) if value is not None}
-    try:
-        isolation = Isolation(**limits)
-    except ValueError as error:  # beyond what the child's limit can hold
-        parser.error(f"argument --memory-limit: {error}")
-    reference = None if args.reference is None else _read_result(parser, "--reference", args.reference, drawn=False)
-    quiet_warp(args.verbose)
-    status = 0
-    if args.from_result is not None:
-        result = _read_result(parser, "--from-result", args.from_result, drawn=True)
-    else:
-        def progress(ended: int, total: int) -> None:
-            if ended == total or ended % max(1, total // 20) == 0:
-                print(f"evaluate: {ended}/{total} episodes ended", file=sys.stderr)
-
+    journal_path = None if args.out is None or _special(args.out) else episodes_file(args.out)
+    pipes = check_outputs(parser, {"--out": args.out, "--out's episodes": journal_path, "--plot": args.plot,
+                                   "--record": args.record}, {"--plot": pictures, "--record": RECORD_SUFFIXES},
+                          pipes=("--out", "--out's episodes"))
+    # Whatever ends the command closes what it holds open: a pipe (its reader sees the end), the view.
+    with contextlib.ExitStack() as held:
+        for pipe in pipes.values():
+            held.enter_context(pipe)
+        limits = {name: value for name, value in (("call_timeout_s", args.call_timeout),
+                                                  ("start_timeout_s", args.start_timeout),
+                                                  ("memory_limit_mb", args.memory_limit)) if value is not None}
         try:
-            view = open_view(args, ProjectConfig())
-        except (ValueError, RuntimeError, ImportError) as error:
-            print(f"evaluate: {error}", file=sys.stderr)
-            return 2
-        try:
-            # stdout carries the JSON summary only: what the libraries print goes to stderr.
-            with contextlib.redirect_stdout(sys.stderr), contextlib.ExitStack() as stack:
-                if view is not None:
-                    stack.enter_context(view)
-                record = None
-                if journal is not None:
-                    opened: list = []  # at the first ended episode: a refused run leaves an earlier one's as it was
-
-                    def record(episode) -> None:
-                        if not opened:
-                            opened.append(stack.enter_context(journal.open("w")))
-                        opened[0].write(json.dumps(dataclasses.asdict(episode)) + "\n")
-                        opened[0].flush()
-
-                stack.enter_context(ctrl_c_not_lost())  # a Ctrl-C dropped in a GC callback is raised again
-                result = evaluate(args.controller, args.level, args.split, args.tracks, args.episodes,
-                                  args.backend, args.worlds, args.seed, progress, view, args.isolate,
-                                  isolation, record)
-        except (ValueError, PluginError) as error:
-            print(f"evaluate: {error}", file=sys.stderr)
-            return 2
-        except Interrupted as stop:
-            result, status = report_interrupted("evaluate", stop)
+            isolation = Isolation(**limits)
+        except ValueError as error:  # beyond what the child's limit can hold
+            parser.error(f"argument --memory-limit: {error}")
+        reference = None if args.reference is None else _read_result(parser, "--reference", args.reference,
+                                                                      drawn=False)
+        quiet_warp(args.verbose)
+        status, journal, view = 0, None, None
+        if args.from_result is not None:
+            result = _read_result(parser, "--from-result", args.from_result, drawn=True)
+        else:
+            try:
+                view = open_view(args, ProjectConfig())
+            except (ValueError, RuntimeError, ImportError) as error:
+                print(f"evaluate: {error}", file=sys.stderr)
+                return 2
+            if view is not None:
+                held.enter_context(view)
+            if journal_path is not None:
+                journal = Journal(journal_path, "evaluate", pipes.get("--out's episodes"))
+            ran = _run(args, isolation, view, journal)
+            if ran is None:
+                return 2
+            result, status = ran
+        printed = {k: result[k] for k in _SUMMARY_KEYS}
+        if result.get("interrupted"):
+            printed["interrupted"] = True
+        print(json.dumps(printed, indent=2), flush=True)  # before any file: a failed write cannot lose it
         if journal is not None:
-            # A Ctrl-C between an episode's end and its line: the journal is made to match the result.
-            journal.write_text("".join(json.dumps(e) + "\n" for e in result["episodes"]))
+            journal.finish(result["episodes"])
+        writes = []
         if args.out is not None:
-            args.out.write_text(json.dumps(result, indent=1) + "\n")
-        errors = result["summary"]["controller_errors"]
-        if status == 0 and errors == result["summary"]["episodes"]:
-            first = next(e["error"] for e in result["episodes"])
-            print(f"evaluate: every episode ({errors}) ended with a controller error; the first:\n{first}",
-                  file=sys.stderr)
-            status = 1
-    if args.plot is not None:
-        draw(result, args.plot, reference)
-    printed = {k: result[k] for k in _SUMMARY_KEYS}
-    if result.get("interrupted"):
-        printed["interrupted"] = True
-    print(json.dumps(printed, indent=2))
+            text = json.dumps(result, indent=1) + "\n"
+            writes.append(("the result", args.out, lambda: write_output(args.out, text, pipes.get("--out"))))
+        if args.plot is not None:
+            writes.append(("the picture", args.plot, lambda: draw(result, args.plot, reference)))
+        if view is not None and view.record is not None:
+            writes.append(("the recording", view.record, view.close))
+        with contextlib.redirect_stdout(sys.stderr):
+            for what, path, write in writes:
+                try:
+                    write()
+                except (OSError, RuntimeError) as error:  # a full disk, a pipe whose reader left, ffmpeg's failure
+                    say_not_written("evaluate", what, path, error)
+                    status = status or 1
     return status
+
+
+def _run(args: argparse.Namespace, isolation: Isolation, view: EpisodeView | None,
+         journal: Journal | None) -> tuple[dict[str, Any], int] | None:
+    """Run the options' plugin: its result and the exit status (0; 1 when
+    every episode ended with a controller error; 130 after Ctrl-C, the
+    result partial), world 0's episodes drawn to ``view`` (left open) and
+    each ended episode written to ``journal``; None after saying why the
+    plugin or the options cannot run (a usage error)."""
+    from racing_env.plugins import PluginError
+
+    def progress(ended: int, total: int) -> None:
+        if ended == total or ended % max(1, total // 20) == 0:
+            print(f"evaluate: {ended}/{total} episodes ended", file=sys.stderr)
+
+    status = 0
+    try:
+        # stdout carries the JSON summary only: what the libraries print goes to stderr.
+        # A Ctrl-C dropped in a GC callback is raised again.
+        with contextlib.redirect_stdout(sys.stderr), ctrl_c_not_lost():
+            say_gpu_backend_on_cpu("evaluate", args.backend)
+            record = None if journal is None else (lambda episode: journal.write(dataclasses.asdict(episode)))
+            result = evaluate(args.controller, args.level, args.split, args.tracks, args.episodes,
+                              args.backend, args.worlds, args.seed, progress, view, args.isolate,
+                              isolation, record, on_build=lambda line: print(f"evaluate: {line}", file=sys.stderr))
+    except (ValueError, PluginError) as error:
+        print(f"evaluate: {error}", file=sys.stderr)
+        return None
+    except Interrupted as stop:
+        result, status = report_interrupted("evaluate", stop)
+    errors = result["summary"]["controller_errors"]
+    if status == 0 and errors == result["summary"]["episodes"]:
+        first = next(e["error"] for e in result["episodes"])
+        print(f"evaluate: every episode ({errors}) ended with a controller error; the first:\n{first}",
+              file=sys.stderr)
+        status = 1
+    return result, status
+
+
+def _level_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, as a usage error naming it, an option of the other Level
+    (it would be ignored): ``--tracks`` on Level 0, ``--episodes`` on
+    Level 1; then give ``--episodes`` its default, 1."""
+    if args.level == 0 and args.tracks is not None:
+        parser.error("argument --tracks: Level 1 only (a split's first N tracks): Level 0 has one fixed track; "
+                     "--episodes N drives it N times")
+    if args.level == 1 and args.episodes is not None:
+        parser.error("argument --episodes: Level 0 only (runs of its fixed track): Level 1 drives each track of "
+                     "its split once; --tracks N drives the first N")
+    if args.episodes is None:
+        args.episodes = 1
 
 
 def _special(out: Path) -> bool:

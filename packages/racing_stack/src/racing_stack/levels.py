@@ -10,13 +10,16 @@ Every env here uses the project's car and control step
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from racing_env import LEVEL_1, Level, ProjectConfig, Track, VecCarRacingEnv
 
 __all__ = ["level_env", "timed"]
 
 
 def level_env(worlds: int, level: Level = LEVEL_1, *, split: str | None = None, tracks: int | None = None,
-              track: Track | None = None, backend: str = "mjx_warp", first_world: int = 0) -> VecCarRacingEnv:
+              track: Track | None = None, backend: str = "mjx_warp", first_world: int = 0,
+              on_build: Callable[[str], None] | None = None) -> VecCarRacingEnv:
     """A `racing_env.VecCarRacingEnv` of ``worlds`` worlds under ``level``.
 
     Args:
@@ -29,6 +32,8 @@ def level_env(worlds: int, level: Level = LEVEL_1, *, split: str | None = None, 
         backend: ``"mjx_warp"`` (default) or ``"cpu_reference"``.
         first_world: the index of this env's first world in a run of
             several processes (the seeds' world index).
+        on_build: called with one line before a split's pool is built
+            (`racing_stack.pools.materialize_prefix`'s).
 
     Raises:
         ValueError: both or neither of ``split`` and ``track``; a split or
@@ -41,7 +46,7 @@ def level_env(worlds: int, level: Level = LEVEL_1, *, split: str | None = None, 
     else:
         from racing_stack.pools import materialize_prefix  # builds with Warp on first use
 
-        source = {"track_pool": materialize_prefix(split, tracks)}
+        source = {"track_pool": materialize_prefix(split, tracks, on_build=on_build)}
     return VecCarRacingEnv(worlds, config=ProjectConfig(), level=level, backend=backend, first_world=first_world,
                            **source)
 

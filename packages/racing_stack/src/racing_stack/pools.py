@@ -36,9 +36,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from racing_stack._cli import add_verbose_argument, check_folder, folder_path, quiet_warp
 from racing_stack._files import exclusive_lock, remove_stale
+
+if TYPE_CHECKING:
+    from racing_env import TrackPool
 
 
 #: Seeds in each split's namespace.
@@ -115,7 +119,7 @@ def _entries(manifest_path: Path) -> dict:
 
 
 def materialize(split: str, cache: Path | None = None, write_manifest: bool = False,
-                progress: Callable[[str], None] | None = None):
+                progress: Callable[[str], None] | None = None, on_build: Callable[[str], None] | None = None):
     """The split's pool from the cache, verified against its committed
     manifest; built and saved first when the cache lacks it.
 
@@ -135,6 +139,10 @@ def materialize(split: str, cache: Path | None = None, write_manifest: bool = Fa
         write_manifest: write the committed manifest from this build
             instead of checking against it (for a new benchmark version).
         progress: called with a line of progress.
+        on_build: called with one line just before the pool is built into
+            the cache: where, and why (it is not there, or the damage
+            that made the cached one unusable); not called when the cache
+            holds it. For a caller that shows no progress (`evaluate`).
 
     Raises:
         ValueError: the cached or built pool's ids or geometry hashes differ
@@ -157,8 +165,10 @@ def materialize(split: str, cache: Path | None = None, write_manifest: bool = Fa
         for part in (path, path.with_suffix(".json")):
             for stale in remove_stale(cache, part.name):
                 say(f"{split}: removed {stale}, left by a killed run")
-        pool = _cached(split, path, say)
+        pool, damage = _cached(split, path, say)
         if pool is None:
+            if on_build is not None:
+                on_build(_why_built(split, path, damage))
             pool = build_pool(split, progress=lambda n, want: say(f"{split}: {_bar(n, want)} {n}/{want} tracks"))
             pool.save(path)
             say(f"{split}: wrote {path}")
@@ -173,28 +183,39 @@ def materialize(split: str, cache: Path | None = None, write_manifest: bool = Fa
     return pool
 
 
-def _cached(split: str, path: Path, say: Callable[[str], None]):
-    """The pool cached at ``path``, verified by `TrackPool.load`; None when
-    the cache has no part of it, or when a part is missing or damaged (then
-    both parts are removed, saying why, so that the caller rebuilds it)."""
+def _why_built(split: str, path: Path, damage: str | None) -> str:
+    """`materialize`'s one line before it builds ``split``'s pool into
+    ``path``: why (``damage``: what made the cached one unusable; None:
+    the cache had none of it)."""
+    if damage is None:
+        return (f"{split}: building its pool of {SPLITS[split].size:,} tracks into {path} (not in the cache yet; "
+                "built once, then verified at each use)")
+    return f"{split}: rebuilding its pool in {path}: the cached one is damaged ({damage})"
+
+
+def _cached(split: str, path: Path, say: Callable[[str], None]) -> tuple[TrackPool | None, str | None]:
+    """(the pool cached at ``path``, verified by `TrackPool.load`, None);
+    (None, None) when the cache has no part of it; (None, the damage) when a
+    part is missing or damaged (then both parts are removed, saying why, so
+    that the caller rebuilds it)."""
     from racing_env import TrackPool
 
     parts = (path, path.with_suffix(".json"))
     missing = [part for part in parts if not part.exists()]
     if len(missing) == len(parts):
-        return None
+        return None, None
     if missing:
         damage = f"{missing[0]} is missing"
     else:
         say(f"{split}: verifying {path}")
         try:
-            return TrackPool.load(path)
+            return TrackPool.load(path), None
         except ValueError as error:
             damage = str(error)
     say(f"{split}: the cached pool is damaged ({damage}); removing it and rebuilding")
     for part in parts:
         part.unlink(missing_ok=True)
-    return None
+    return None, damage
 
 
 def _checked_size(split: str, size: int | None, highest: int | None = None) -> int:
@@ -216,19 +237,22 @@ def _checked_size(split: str, size: int | None, highest: int | None = None) -> i
 
 
 def materialize_prefix(split: str, size: int | None = None, cache: Path | None = None,
-                       progress: Callable[[str], None] | None = None):
+                       progress: Callable[[str], None] | None = None, on_build: Callable[[str], None] | None = None):
     """The split's first ``size`` tracks, verified against the first
     ``size`` entries of its committed manifest: the whole split from the
     cache (`materialize`) when ``size`` is None or the split's size, else
     built here (small prefixes are quicker to build than to load).
-    ``progress`` is `materialize`'s.
+    ``progress`` and ``on_build`` are `materialize`'s (``on_build`` is
+    also called before a prefix is built).
 
     Raises:
         ValueError: a bad split or size, or rows that differ from the manifest.
     """
     size = _checked_size(split, size)
     if size == SPLITS[split].size:
-        return materialize(split, cache, progress=progress)
+        return materialize(split, cache, progress=progress, on_build=on_build)
+    if on_build is not None:
+        on_build(f"{split}: building its first {size:,} tracks (a part of a split is built for each run, not cached)")
     pool = build_pool(split, size=size)
     committed = _entries(MANIFESTS / f"{pool_name(split)}.json")["tracks"][:size]
     got = [{"track_id": int(i), "geometry_hash": h} for i, h in zip(pool.track_id.tolist(), pool.geometry_hashes)]

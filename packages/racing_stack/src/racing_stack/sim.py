@@ -10,11 +10,16 @@ of the controller plugin (the neutral template by default, which reaches
 the Level's timeout: it shows the API, not a driving result).
 ``--render`` shows the episode in a 2D window in real time, the
 controller's ``render_callback`` drawn over the track; ``--record`` writes
-it as an animated GIF or MP4 without a display.
+it as an animated GIF or MP4 without a display. ``--backend mjx_warp``
+where JAX sees no GPU runs on the CPU: a line on stderr says how much
+slower.
 
 A bad option, or an output file (``--out``, ``--record``) that cannot be
 written, is a usage error (exit 2) naming it, before anything runs;
-missing folders of the output files are made. Exit status 130 after Ctrl-C
+missing folders of the output files are made. ``--out`` may be a named
+pipe that a process reads (opened before the run, written after it); a
+failed write of it is a line on stderr naming it, after the result is
+printed, and exit status 1. Exit status 130 after Ctrl-C
 during the episode: the result of the episodes that had ended (none, unless
 the one episode had) is still printed and written, with ``"interrupted":
 true``, and so is the recording of the frames drawn. Warp's banner and its
@@ -29,10 +34,11 @@ import json
 import sys
 from pathlib import Path
 
-from racing_env.backend_names import BACKEND_NAMES, CPU_REFERENCE
+from racing_env.backend_names import BACKEND_NAMES, CPU_REFERENCE, MJX_WARP
 
 from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, ctrl_c_not_lost, int_in,
-                               quiet_warp, report_interrupted)
+                               quiet_warp, report_interrupted, say_gpu_backend_on_cpu, say_not_written,
+                               write_output)
 from racing_stack.viewing import add_view_arguments, open_view
 
 #: The track_gen seed ``sim`` drives on.
@@ -61,7 +67,9 @@ def build_track(backend: str):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--backend", choices=BACKEND_NAMES, default=CPU_REFERENCE)
+    parser.add_argument("--backend", choices=BACKEND_NAMES, default=CPU_REFERENCE,
+                        help=f"the physics: {CPU_REFERENCE} (default; MuJoCo C on the CPU) or {MJX_WARP} (on the "
+                             "GPU where there is one, else on the CPU, slower)")
     parser.add_argument("--controller", type=Path, default=None, help="a controller plugin directory "
                         "(default: the neutral template)")
     parser.add_argument("--seed", type=int_in(0, SEED_END, "2**32"), default=0,
@@ -72,22 +80,30 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from racing_env.render import RECORD_SUFFIXES
 
-    check_outputs(parser, {"--out": args.out, "--record": args.record}, {"--record": RECORD_SUFFIXES})
-    quiet_warp(args.verbose)
-    status = 0
-    try:
-        # stdout carries the JSON result only: what the libraries print goes to stderr. A Ctrl-C
-        # dropped in a garbage collector callback is raised again.
-        with contextlib.redirect_stdout(sys.stderr), ctrl_c_not_lost():
-            result = _simulate(args)
-    except Interrupted as stop:
-        result, status = report_interrupted("sim", stop)
-    if result is None:
-        return 2
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    pipes = check_outputs(parser, {"--out": args.out, "--record": args.record}, {"--record": RECORD_SUFFIXES},
+                          pipes=("--out",))
+    with contextlib.ExitStack() as held:  # a pipe opened for a refused run is closed: its reader sees the end
+        for pipe in pipes.values():
+            held.enter_context(pipe)
+        quiet_warp(args.verbose)
+        status = 0
+        try:
+            # stdout carries the JSON result only: what the libraries print goes to stderr. A Ctrl-C
+            # dropped in a garbage collector callback is raised again.
+            with contextlib.redirect_stdout(sys.stderr), ctrl_c_not_lost():
+                result = _simulate(args)
+        except Interrupted as stop:
+            result, status = report_interrupted("sim", stop)
+        if result is None:
+            return 2
+        text = json.dumps(result, indent=2)
+        print(text, flush=True)  # before the file: a failed write cannot lose it
+        if args.out is not None:
+            try:
+                write_output(args.out, text + "\n", pipes.get("--out"))
+            except OSError as error:
+                say_not_written("sim", "the result", args.out, error)
+                status = status or 1
     return status
 
 
@@ -114,13 +130,14 @@ def _simulate(args: argparse.Namespace) -> dict | None:
     with contextlib.ExitStack() as stack:
         if view is not None:
             stack.enter_context(view)
+        say_gpu_backend_on_cpu("sim", args.backend)
         track = build_track(args.backend)
         env = level_env(1, LEVEL_1, track=track, backend=args.backend)
 
         def progress(ended: int, total: int) -> None:
             print(f"sim: episode {ended}/{total} ended", file=sys.stderr)
 
-        print(f"sim: track_gen seed {TRACK_SEED}, lap {float(track.track_length):.0f} m; {plugin.directory.name} on "
+        print(f"sim: track_gen seed {TRACK_SEED}, lap {float(track.track_length):.0f} m; {plugin.name} on "
               f"{args.backend} (Level 1, timeout {LEVEL_1.max_episode_steps} steps)", file=sys.stderr)
         stopped = None
         try:

@@ -18,8 +18,17 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
                         help="show the episode in a 2D window, in real time (needs a display)")
     parser.add_argument("--record", type=Path, default=None, metavar="FILE",
                         help="write the episode as an animated .gif or .mp4 (no display needed)")
-    parser.add_argument("--record-fps", type=float_in(0.0, 60.0), default=10.0,
-                        help="the recording's frame rate, in (0, 60] (default 10)")
+    parser.add_argument("--record-fps", type=_record_fps, default=10.0,
+                        help="the recording's frame rate, in [0.1, 60] (default 10)")
+
+
+def _record_fps(text: str) -> float:
+    """``--record-fps``'s type: a frame rate in `racing_env.render.RECORD_FPS`
+    (imported when the flag is given: ``--help`` imports no JAX)."""
+    from racing_env.render import RECORD_FPS
+
+    low, high = RECORD_FPS
+    return float_in(low, high, low_open=False)(text)
 
 
 def open_view(args: argparse.Namespace, config):

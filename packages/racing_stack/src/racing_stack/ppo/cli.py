@@ -55,10 +55,13 @@ def main(argv: list[str] | None = None) -> int:
 def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PPOConfig,
            group: distributed.Group) -> int:
     """The run of `main`, in this process of ``group``; its exit status."""
-    _check_out(parser, args, whole_config(config, group))
+    resumed = _check_out(parser, args, whole_config(config, group))
     quiet_warp(args.verbose)
     say = (lambda text: print(f"train-ppo: {text}", file=sys.stderr, flush=True)) if group.lead else \
         (lambda text: None)
+    if resumed == config.updates:
+        say(f"the run in {args.out} was already complete (all {config.updates} updates): --resume trains nothing "
+            "and only exports it again (the plugin, the curve, the video)")
     say(f"building the envs ({config.worlds} worlds on Level 1's Train pool"
         + (f", in each of {group.size} processes)" if group.size > 1 else ")"))
     trainer = None
@@ -113,12 +116,14 @@ EXTRAS = {"curve": (("matplotlib",), "racing-stack[train]"), "video": (("pygame"
 
 def finish(trainer: Trainer, video_steps: int = 1500,
            say: Callable[[str], None] = lambda text: print(f"train-ppo: {text}", file=sys.stderr)) -> dict[str, Path]:
-    """After a run: the best validated policy's plugin (``out/plugin``),
-    the learning curve (``out/learning_curve.png``) and one recorded
-    episode of the plugin on Train row 0 (``out/policy.gif``, at most
-    ``video_steps`` steps). A picture whose modules are not installed
-    (`EXTRAS`) is skipped, and ``say`` names it with the extra that
-    brings it; the plugin is always exported.
+    """After a run: the best validated policy's plugin (``out/plugin``,
+    named after the run, ``out``'s folder name, which the video's caption
+    and `racing_stack.evaluate`'s picture show), the learning curve
+    (``out/learning_curve.png``) and one recorded episode of the plugin on
+    Train row 0 (``out/policy.gif``, at most ``video_steps`` steps). A
+    picture whose modules are not installed (`EXTRAS`) is skipped, and
+    ``say`` names it with the extra that brings it; the plugin is always
+    exported.
 
     Returns:
         What was made, by name ("plugin", "curve", "video").
@@ -126,7 +131,7 @@ def finish(trainer: Trainer, video_steps: int = 1500,
     from racing_env.plugins import load_plugin
 
     out = trainer.out
-    made = {"plugin": export_plugin(trainer.best_policy(), trainer.config, out / "plugin")}
+    made = {"plugin": export_plugin(trainer.best_policy(), trainer.config, out / "plugin", name=out.resolve().name)}
     if _installed("curve", say):
         draw_curve(out / "log.csv", out / "learning_curve.png")
         made["curve"] = out / "learning_curve.png"
@@ -165,9 +170,12 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PPOCon
         parser.error(f"--set: {error}")
 
 
-def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PPOConfig) -> None:
+def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PPOConfig) -> int | None:
     """Refuse, before any work, an ``--out`` that cannot hold the run, a run
-    there that would be overwritten, and a ``--resume`` that cannot resume."""
+    there that would be overwritten, and a ``--resume`` that cannot resume.
+    Returns the update ``--resume`` continues after where its checkpoint
+    holds an int there (its fields are checked once the env is built);
+    None otherwise, and without ``--resume``."""
     out: Path = args.out
     if args.resume and args.overwrite:
         parser.error("--resume and --overwrite exclude each other")
@@ -181,12 +189,14 @@ def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config
     found = [name for name in RUN_FILES if (out / name).exists()]
     if args.resume:
         try:
-            checkpoint.read(out / "checkpoint.pt", config, distributed.Group())  # config is the whole run's already
+            state = checkpoint.read(out / "checkpoint.pt", config, distributed.Group())  # config is the whole run's
         except ValueError as error:  # CorruptFile too
             parser.error(f"--resume: {error}")
         except OSError as error:
             parser.error(f"--resume: {out / 'checkpoint.pt'} cannot be read: {error.strerror}")
-    elif found and not args.overwrite:
+        update = state.get("update")
+        return update if type(update) is int else None
+    if found and not args.overwrite:
         resumable = "pass --resume to continue it or " if "checkpoint.pt" in found else "it has no checkpoint; pass "
         parser.error(f"--out {out} already holds a run ({', '.join(found)}): {resumable}--overwrite to replace it")
 

@@ -2,7 +2,8 @@
 that the Runner loads like any other:
 
     DIR/controller.py   `racing_stack/learned/controller.py`: the policy's mean action
-    DIR/config.toml     the network's widths, its residual, the feature settings
+    DIR/config.toml     the plugin's name (what captions and titles call it), the
+                        network's widths, its residual, the feature settings
                         (the prior's gains, if any), the device
     DIR/weights.pt      the network with its feature statistics: a Torch
                         state dict in a checked `racing_stack.checkpoints`
@@ -47,31 +48,42 @@ CONTROLLER = Path(__file__).parents[1] / "learned" / "controller.py"
 _TRAINED_WITH = "trained_with"
 
 
-def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, device: str = "cpu") -> Path:
+def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, device: str = "cpu",
+                  name: str | None = None) -> Path:
     """Write ``policy`` (trained with ``config``) as a plugin in ``directory``
     (created; its three files replaced) and return the directory.
 
     Args:
         device: where the plugin runs the network: ``"cpu"`` or ``"cuda"``.
+        name: what captions and titles call the plugin (its config.toml's
+            ``name``, `racing_env.plugins.Plugin.name`): `racing_stack.ppo.cli.finish`
+            gives the run's folder name; None: ``directory``'s name.
 
     Raises:
-        ValueError: a device other than ``"cpu"`` or ``"cuda"``, or a policy
-            whose residual is not ``config``'s.
+        TypeError: a name that is not a string.
+        ValueError: a device other than ``"cpu"`` or ``"cuda"``, an empty
+            name, or a policy whose residual is not ``config``'s.
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a string or None, got {type(name).__name__}")
+    if name is not None and not name.strip():
+        raise ValueError(f"name must not be empty, got {name!r}")
     if policy.residual_share != float(np.float32(config.residual)):  # the policy keeps it in float32
         raise ValueError(f"the policy is a residual of {policy.residual_share:g}, "
                          f"config.residual is {config.residual:g}")
     directory = Path(directory)
+    shown = directory.resolve().name if name is None else name
     directory.mkdir(parents=True, exist_ok=True)
-    for name in ("controller.py", "weights.pt", "config.toml"):
-        checkpoints.remove_stale(directory, name)  # left by a killed export
+    for part in ("controller.py", "weights.pt", "config.toml"):
+        checkpoints.remove_stale(directory, part)  # left by a killed export
     f = config.features
     prior = "" if f.prior is None else "\n[features.prior]\n" + "".join(
         f"{k} = {float(v)!r}\n" for k, v in dataclasses.asdict(f.prior).items())
     settings = (
         "# A policy trained by racing_stack.ppo (see controller.py).\n"
+        f"name = {_toml_string(shown)}\n"
         f'device = "{device}"\n'
         f"hidden = [{', '.join(str(h) for h in config.hidden)}]\n"
         f"residual = {float(config.residual)!r}\n\n"
@@ -87,6 +99,12 @@ def export_plugin(policy: ActorCritic, config: PPOConfig, directory: Path, devic
     checkpoints.save(directory / "weights.pt", "weights", weights)
     checkpoints.write_atomic(directory / "config.toml", settings.encode())
     return directory
+
+
+def _toml_string(text: str) -> str:
+    """``text`` as a TOML basic string: JSON's escapes (quotes, backslashes,
+    control characters) are TOML's, and DEL, which TOML wants escaped too."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def load_policy(settings: Mapping[str, Any], weights: Path, low: np.ndarray, high: np.ndarray,
