@@ -8,7 +8,13 @@ children are called at once; a child starts no JAX backend of its own."""
 from __future__ import annotations
 
 import builtins
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 
 import pytest
 
@@ -304,3 +310,97 @@ def test_no_child_starts_once_the_children_are_closed(env):
     with pytest.raises(ControllerFailed, match="the run has ended"):
         children.start(0, {}, {})
     assert children._worlds == {} and children._spares == []
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+#: Runs of isolated plugins in a process of its own (a session of its own, so that a signal to the
+#: run's group, on a build without the isolation, cannot reach the tests): for each plugin folder in
+#: ``argv[1:]``, two episodes with a call limit of 600 s; prints each episode's ending and error.
+RUN_SCRIPT = textwrap.dedent("""
+    import sys
+    from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track
+    from racing_env.isolation import Isolation
+    from racing_env.plugins import load_plugin
+    from racing_env.runner import run
+
+    if __name__ == "__main__":  # a spawned child imports this file too
+        env = VecCarRacingEnv(1, config=ProjectConfig(), level=Level(level_id=0, name="short", max_episode_steps=4),
+                              backend="cpu_reference", track=level0_track())
+        for folder in sys.argv[1:]:
+            result = run(load_plugin(folder), env, episodes=2, seed=0,
+                         isolation=Isolation(call_timeout_s=600.0, start_timeout_s=60.0))
+            for episode in result.episodes:
+                print("episode", episode.termination_reason, episode.error is not None, flush=True)
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and /proc as on Linux")
+def test_a_plugin_reaches_no_process_of_the_run_and_its_own_end_with_its_child(tmp_path, env):
+    """``os.killpg(0, SIGKILL)`` from the controller kills its own group,
+    not the evaluating process: both episodes are recorded controller
+    errors. What the controller started (and left in its group) is killed
+    with its child at the episode's end; a child whose evaluating process
+    is killed (SIGKILL: nothing of the run's code runs) is killed by the
+    kernel (what it started is then left: the Runner page says so)."""
+    pids = tmp_path / "pids"
+    spawner = make_plugin(tmp_path, "spawner", f"""
+        import os, subprocess, time
+        class Spawner(Controller):
+            def __init__(self, obs, info, config):
+                sleeper = subprocess.Popen(["sleep", "600"])
+                with open({str(pids)!r}, "a") as f:
+                    f.write(f"{{os.getpid()}} {{sleeper.pid}}\\n")
+            def compute_control(self, obs, info=None):
+                if os.environ.get("HANG_IN_CONTROL"):
+                    time.sleep(3600)
+                return np.zeros(2, np.float32)
+    """)
+    run(spawner, env, episodes=1, seed=0, isolation=FAST)
+    (child, sleeper), = [map(int, line.split()) for line in pids.read_text().splitlines()][:1]
+    assert _gone_within(child, 5.0) and _gone_within(sleeper, 5.0)
+    pids.unlink()
+    killer = make_plugin(tmp_path, "group_killer", """
+        import os, signal
+        class GroupKiller(Controller):
+            def compute_control(self, obs, info=None):
+                os.killpg(0, signal.SIGKILL)
+    """, import_code=False)
+    script = tmp_path / "run.py"
+    script.write_text(RUN_SCRIPT)
+    evaluating = subprocess.Popen([sys.executable, str(script), str(killer.directory), str(spawner.directory)],
+                                  env={**os.environ, "HANG_IN_CONTROL": "1"}, start_new_session=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        end = time.monotonic() + 180
+        while not pids.exists() or not pids.read_text().endswith("\n"):
+            assert time.monotonic() < end and evaluating.poll() is None, "the evaluating process ended"
+            time.sleep(0.1)
+        time.sleep(0.5)  # into the hanging call
+    finally:
+        evaluating.kill()
+        printed, _ = evaluating.communicate()
+    assert printed.splitlines() == ["episode invalid_action True"] * 2  # the group killer's, the run went on
+    for line in pids.read_text().splitlines():
+        child, sleeper = map(int, line.split())
+        try:
+            assert _gone_within(child, 5.0), f"the child {child} outlived the evaluating process"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child, signal.SIGKILL)

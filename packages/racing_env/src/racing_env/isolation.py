@@ -17,13 +17,23 @@ A child that raises (any `BaseException`: `SystemExit` and
 `KeyboardInterrupt` too), exits, crashes, runs past a call's wall-clock
 limit, exceeds its address-space limit or answers out of protocol is
 killed; the call raises `ControllerFailed` with what happened, and the
-Runner records it as the episode's controller error. While the child of
+Runner records it as the episode's controller error.
+
+Each child is a session and process group of its own: a signal the plugin
+sends to its group (``os.killpg(0, ...)``) reaches its own processes, not
+the run's or the caller's pipeline. A child is killed with its whole group
+(the processes the plugin started and left in it), and on Linux the kernel
+kills it when the evaluating process ends, however it ends (SIGKILL
+included: ``PR_SET_PDEATHSIG``). What a plugin can still do, as the user
+it runs as: signal the evaluating process by its pid, and start processes
+in sessions of their own, which outlive the run. While the child of
 an episode runs, the next one starts (a warm spare), so a new episode
 rarely waits for a process to start.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import multiprocessing
@@ -32,6 +42,7 @@ import resource
 import signal
 import socket
 import struct
+import sys
 import threading
 import traceback
 from collections.abc import Mapping
@@ -105,7 +116,7 @@ class _Child:
         self._closed = False
         self.conn, theirs = _SPAWN.Pipe()
         self.process = _SPAWN.Process(target=_serve, args=(theirs, directory, dict(challenge),
-                                                            isolation.memory_limit_mb), daemon=True)
+                                                            isolation.memory_limit_mb, os.getpid()), daemon=True)
         self.process.start()
         theirs.close()
         # A child that stops reading or stalls mid-answer cannot block the parent past the call limit.
@@ -158,6 +169,10 @@ class _Child:
             if self._closed:
                 return
             self._closed = True
+        try:  # the child leads its own group: the processes it started and left there go with it
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # the group is gone (a reaped child leads no group)
+            pass
         if self.process.exitcode is None:
             self.process.kill()
         self.process.join()
@@ -299,8 +314,22 @@ def check_plugin(directory: Path, isolation: Isolation) -> None:
         raise PluginError(str(refused))
 
 
-def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_limit_mb: int | None) -> None:
+def _detach(parent: int) -> None:
+    """Make this child a session and process group of its own and, on
+    Linux, have the kernel kill it when ``parent`` (the evaluating process)
+    ends; a child whose parent ended before that exits at once."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_limit_mb: int | None,
+           parent: int) -> None:
     """The child: answers the parent's calls until its pipe closes."""
+    _detach(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends the run and kills the children
     os.dup2(2, 1)  # what the controller prints goes to stderr, as evaluate's own stdout does
     if memory_limit_mb is not None:
