@@ -3,6 +3,7 @@ source and an empty configuration; the source of a Ctrl-C that Python drops."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 
@@ -44,3 +45,10 @@ CTRL_C_DROPPED_IN_GC = """
 import numpy as np
 from racing_env.controller import Controller
 """ + DROP_A_CTRL_C
+
+
+def ctrl_c_on() -> None:
+    """A command's Ctrl-C as a terminal gives it (SIGINT's default), whatever
+    the tests inherited (a job started in the background by a shell without
+    job control ignores SIGINT, and so do its children): a ``preexec_fn``."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

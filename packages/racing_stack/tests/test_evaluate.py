@@ -13,7 +13,7 @@ import time
 
 import pytest
 from PIL import Image
-from plugin_dirs import CTRL_C_DROPPED_IN_GC, write_plugin
+from plugin_dirs import CTRL_C_DROPPED_IN_GC, ctrl_c_on, write_plugin
 
 from racing_stack import evaluate, pools
 
@@ -317,7 +317,7 @@ def _long_run(tmp_path, out, started, sig, controller=STARTED):
     command = [sys.executable, "-m", "racing_stack.evaluate", "--controller", str(plugin), "--level", "0",
                "--episodes", "100000", "--backend", "cpu_reference", "--out", str(out)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=dict(os.environ, RACING_STACK_CACHE=str(tmp_path / "cache")))
+                               env=dict(os.environ, RACING_STACK_CACHE=str(tmp_path / "cache")), preexec_fn=ctrl_c_on)
     try:
         deadline = time.monotonic() + 300
         while not mark.exists() or len(mark.read_text()) < started:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from PIL import Image
-from plugin_dirs import CTRL_C_DROPPED_IN_GC, write_plugin
+from plugin_dirs import CTRL_C_DROPPED_IN_GC, ctrl_c_on, write_plugin
 
 from racing_stack import sim
 
@@ -143,7 +143,8 @@ def test_a_ctrl_c_dropped_in_a_gc_callback_still_stops_the_episode(tmp_path):
     with exit 130 instead of driving on to the episode's timeout."""
     plugin = write_plugin(tmp_path, "dropped", DROPPED)
     done = subprocess.run([sys.executable, "-m", "racing_stack.sim", "--controller", str(plugin)], capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, RACING_STACK_CACHE=str(tmp_path / "cache")))
+                          text=True, timeout=300, env=dict(os.environ, RACING_STACK_CACHE=str(tmp_path / "cache")),
+                          preexec_fn=ctrl_c_on)
     assert "Exception ignored" in done.stderr and "KeyboardInterrupt" in done.stderr  # it was dropped once
     assert done.returncode == 130, done.stderr[-3000:]
     result = json.loads(done.stdout)
