@@ -7,6 +7,7 @@
 #   make benchmark-racing-env  the racing_env M4 protocol (formal report on a CUDA GPU)
 #   make benchmark-track-pool  the racing_env M5 TrackPool protocol (formal report on a CUDA GPU)
 #   make benchmark-car-envelope  the car's envelope, measured in MuJoCo C (report on the CPU, minutes)
+#   make benchmark-min-time-laps  a lap at the limit on every Validation and Test track (report on the CPU, minutes)
 #   make benchmark-ppo         PPO on Level 1 Train, against pure pursuit on Validation and Test (report on a CUDA GPU)
 #   make benchmark-ppo-integrity  PPO's zero-copy rollouts against a host-copy reference (report on a CUDA GPU)
 #   make benchmark-ppo-speed   PPO's transitions/s against the env alone, and its time to skill (report on a CUDA GPU)
@@ -30,7 +31,7 @@ DEV := "ruff>=0.6" "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.
 
 .PHONY: help lint tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
         test-integration examples sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity benchmark-ppo-speed matrix clean
-.PHONY: benchmark-car-envelope
+.PHONY: benchmark-car-envelope benchmark-min-time-laps
 
 # `make` or `make help`: every target with its line (the `##` comments).
 help:
@@ -125,6 +126,10 @@ benchmark-track-pool: $(STAMP) ## the M5 TrackPool protocol
 # ARGS="--short" for the tests' schedule (seconds, written to benchmarks/out/).
 benchmark-car-envelope: $(STAMP) ## the car's envelope (lateral, forward, braking, g-g), measured
 	$(PY) benchmarks/racing_env/car_envelope.py $(ARGS)
+
+# ARGS="--check" recomputes and compares with the committed report; "--tracks 20" a quick prefix.
+benchmark-min-time-laps: $(STAMP) ## T_lim, a lap at the limit, on every Validation and Test track
+	$(PY) benchmarks/racing_env/min_time_laps.py $(ARGS)
 
 # ARGS="--dev" for an experiment (no Test), "--seed 1", "--publish" for the committed report.
 benchmark-ppo: $(STAMP) ## PPO trained and evaluated against the reference

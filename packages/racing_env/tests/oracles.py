@@ -80,3 +80,13 @@ class PursuitOracle:
         steering = np.arctan(self.wheelbase * 2.0 * ly / max(lx * lx + ly * ly, 1e-9))
         accel = min(2.0 * (target - speed), self.drive)
         return np.clip(np.array([steering, accel], np.float32), self.low, self.high), self.line[j], target
+
+
+def distance_to_loop(points: np.ndarray, loop: np.ndarray) -> np.ndarray:
+    """[M]: each point's distance to the closed polyline loop [N, 2] (its
+    nearest segment, the last point joined to the first)."""
+    start, end = loop[None, :, :], np.roll(loop, -1, axis=0)[None, :, :]
+    along, offset = end - start, points[:, None, :] - start
+    t = np.clip(np.sum(offset * along, axis=-1) / np.sum(along * along, axis=-1), 0.0, 1.0)
+    gap = offset - t[..., None] * along
+    return np.sqrt(np.min(np.sum(gap * gap, axis=-1), axis=1))

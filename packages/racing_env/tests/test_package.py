@@ -14,9 +14,12 @@ def test_declared_dependencies_import():
     import gymnasium
     import jax
     import mujoco
+    import scipy.optimize
+    import threadpoolctl
     from mujoco import mjx
 
     assert jax.numpy.add(1, 2) == 3
+    assert hasattr(scipy.optimize, "lsq_linear") and hasattr(threadpoolctl, "threadpool_limits")
     assert mujoco.mj_versionString().startswith("3.17")
     assert hasattr(mjx, "put_model")
     assert gymnasium.__version__.startswith("1.4")
