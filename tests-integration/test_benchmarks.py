@@ -85,6 +85,9 @@ def test_the_ppo_benchmark_dev_smoke_runs_every_phase(tmp_path):
     assert every["pursuit_success_rate"] == 1.0
     assert every["success_rate"] * 4 + len(every["failures"]) == 4
     assert all(f["reason"] in ("off_track", "timeout", "invalid_action") for f in every["failures"])
+    # The smoke's Validation episodes end at its short timeout: what it costs never hangs on its policy.
+    assert report["validation_max_episode_steps"] == 150
+    assert all(f["steps"] <= 150 for f in every["failures"]) and every["success_rate"] == 0.0
     edge = report["validation_edge"]  # the same 4 tracks under 1 % action noise, twice
     assert edge["tracks"] == 4 and [p["noise_seed"] for p in edge["passes"]] == [1, 2]
     failed = [{f["track_id"] for f in every["failures"]}] + [set(p["failed_tracks"]) for p in edge["passes"]]

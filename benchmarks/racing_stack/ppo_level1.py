@@ -62,8 +62,9 @@ second recipe the PPO page reports beside the first).
 A gate that is not met is reported with its margin. The report (JSON, its
 learning curve as PNG beside it) is written after every phase, so a run
 cut short keeps what it measured. Without CUDA it runs a tiny smoke (no
-gate evaluated) into ``benchmarks/out/ppo_level1_cpu.json``; on a GPU
-``benchmarks/out/ppo_level1.json``, or with ``--publish`` the committed
+gate evaluated; its Validation episodes end after `SMOKE_EPISODE_STEPS`
+calls, so what it costs does not hang on whether its policy drives) into
+``benchmarks/out/ppo_level1_cpu.json``; on a GPU ``benchmarks/out/ppo_level1.json``, or with ``--publish`` the committed
 ``benchmarks/results/ppo_level1.json``.
 """
 
@@ -104,6 +105,9 @@ GATE_WORLDS = 4096
 GATE_VALIDATION_SUCCESS = 0.99
 GATE_VALIDATION_LAP_RATIO = 0.90
 GATE_OVERHEAD_SHARE = 0.10
+#: The CPU smoke's Validation timeout (control steps, 3 s): Level 1's own, driven by a policy that holds
+#: the car at the start, costs minutes a pass on a CPU.
+SMOKE_EPISODE_STEPS = 150
 #: Pure pursuit's committed laps on the 1,000 Validation tracks.
 PURSUIT_VALIDATION = Path(__file__).resolve().parents[1] / "v0.1" / "pursuit_level1_validation.json"
 #: Pure pursuit tuned by hand (`prior_gains.py`: 100 % of Validation at 0.89 of the reference's laps on the CPU),
@@ -326,6 +330,7 @@ def main() -> None:
                               "source_sha256": source_hashes(__file__),
                               "recipe": "residual on pure pursuit" if config.residual else "end-to-end",
                               "config": config.to_json(),
+                              "validation_max_episode_steps": None if gpu else SMOKE_EPISODE_STEPS,
                               "train_seconds": args.train_seconds, "eval_tracks": args.eval_tracks,
                               "selection_rows": [0, config.validation_tracks],
                               "confirmation_rows": [config.validation_tracks, 2 * config.validation_tracks]}
@@ -340,7 +345,8 @@ def main() -> None:
     log(f"env: {config.worlds} worlds on the Train pool")
     t0 = time.perf_counter()
     try:
-        env, validation = make_env(config), make_validation_env(config)
+        env = make_env(config)
+        validation = make_validation_env(config, max_episode_steps=None if gpu else SMOKE_EPISODE_STEPS)
     except ValueError as error:  # e.g. more worlds than this machine's memory holds: refused before any
         parser.error(f"the envs cannot be built: {error}")
     shutil.rmtree(run_dir, ignore_errors=True)  # a run's folder (check_run_dir): this run replaces it

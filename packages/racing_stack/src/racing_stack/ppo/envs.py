@@ -23,16 +23,20 @@ def make_env(config: PPOConfig, group: Group | None = None) -> VecCarRacingEnv:
                             tracks=config.tracks, first_world=group.first_world(config.worlds))
 
 
-def make_validation_env(config: PPOConfig, worlds: int | None = None) -> VecCarRacingEnv:
+def make_validation_env(config: PPOConfig, worlds: int | None = None,
+                        max_episode_steps: int | None = None) -> VecCarRacingEnv:
     """The validation env: ``worlds`` (default ``config.validation_tracks``)
     ``mjx_warp`` worlds on Level 1's Validation split (its first 2 x
     ``worlds`` rows, at most the whole split; verified against the
     committed manifest), under Level 1 itself (its timeout: the episodes
-    the Runner drives)."""
+    the Runner drives), or with ``max_episode_steps`` (control steps)
+    Level 1 under that shorter timeout (a CPU smoke's: no lap it drives is
+    the Runner's)."""
     from racing_stack.pools import SPLITS
 
     worlds = config.validation_tracks if worlds is None else worlds
     size = SPLITS["validation"].size
     if worlds > size:
         raise ValueError(f"the Validation split has {size} tracks, fewer than {worlds} worlds")
-    return levels.level_env(worlds, split="validation", tracks=min(2 * worlds, size))
+    level = levels.LEVEL_1 if max_episode_steps is None else levels.timed("ppo-validation", max_episode_steps)
+    return levels.level_env(worlds, level, split="validation", tracks=min(2 * worlds, size))
