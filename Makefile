@@ -8,6 +8,7 @@
 #   make benchmark-track-pool  the racing_env M5 TrackPool protocol (formal report on a CUDA GPU)
 #   make benchmark-car-envelope  the car's envelope, measured in MuJoCo C (report on the CPU, minutes)
 #   make benchmark-min-time-laps  a lap at the limit on every Validation and Test track (report on the CPU, minutes)
+#   make benchmark-limits  the leaderboard: the shipped controllers and PPO's plugin over T_lim on 1,000 Test tracks
 #   make benchmark-ppo         PPO on Level 1 Train, against pure pursuit on Validation and Test (report on a CUDA GPU)
 #   make benchmark-ppo-integrity  PPO's zero-copy rollouts against a host-copy reference (report on a CUDA GPU)
 #   make benchmark-ppo-speed   PPO's transitions/s against the env alone, and its time to skill (report on a CUDA GPU)
@@ -31,7 +32,7 @@ DEV := "ruff>=0.6" "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.
 
 .PHONY: help lint tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
         test-integration examples sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity benchmark-ppo-speed matrix clean
-.PHONY: benchmark-car-envelope benchmark-min-time-laps
+.PHONY: benchmark-car-envelope benchmark-min-time-laps benchmark-limits
 
 # `make` or `make help`: every target with its line (the `##` comments).
 help:
@@ -130,6 +131,10 @@ benchmark-car-envelope: $(STAMP) ## the car's envelope (lateral, forward, brakin
 # ARGS="--check" recomputes and compares with the committed report; "--tracks 20" a quick prefix.
 benchmark-min-time-laps: $(STAMP) ## T_lim, a lap at the limit, on every Validation and Test track
 	$(PY) benchmarks/racing_env/min_time_laps.py $(ARGS)
+
+# ARGS="--tracks 20" a quick prefix; "--backend mjx_warp --worlds 64" on a GPU machine.
+benchmark-limits: $(STAMP) ## the leaderboard: each controller's laps over T_lim on the Test tracks
+	$(PY) benchmarks/racing_env/limits.py $(ARGS)
 
 # ARGS="--dev" for an experiment (no Test), "--seed 1", "--publish" for the committed report.
 benchmark-ppo: $(STAMP) ## PPO trained and evaluated against the reference

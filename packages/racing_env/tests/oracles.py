@@ -90,3 +90,37 @@ def distance_to_loop(points: np.ndarray, loop: np.ndarray) -> np.ndarray:
     t = np.clip(np.sum(offset * along, axis=-1) / np.sum(along * along, axis=-1), 0.0, 1.0)
     gap = offset - t[..., None] * along
     return np.sqrt(np.min(np.sum(gap * gap, axis=-1), axis=1))
+
+
+def raceline_action(points: np.ndarray, speed: np.ndarray, obs: dict, settings: dict, wheelbase: float,
+                    low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The racing-line controller's action, computed from its documented
+    rule one segment at a time in plain Python floats: the closed line
+    ``points`` [N, 2] (m) with the target ``speed`` [N] (m/s, the profile's
+    times the fraction) at each point; the segment nearest the front axle
+    of all N, the reference ``preview_s`` of speed ahead of the foot,
+    Stanley's steering and the speed tracking with the profile's own
+    acceleration on the reference's segment."""
+    n = len(points)
+    yaw, v = float(obs["yaw"]), float(obs["velocity_body"][0])
+    fx = float(obs["position"][0]) + wheelbase * np.cos(yaw)
+    fy = float(obs["position"][1]) + wheelbase * np.sin(yaw)
+    best = None
+    for i in range(n):
+        (ax, ay), (bx, by) = points[i], points[(i + 1) % n]
+        length = float(np.hypot(bx - ax, by - ay))
+        ux, uy = (bx - ax) / length, (by - ay) / length
+        t = min(max((fx - ax) * ux + (fy - ay) * uy, 0.0), length)
+        gx, gy = fx - (ax + t * ux), fy - (ay + t * uy)
+        if best is None or gx * gx + gy * gy < best[0]:
+            best = (gx * gx + gy * gy, i, t, ux * gy - uy * gx)
+    _, i, t, error = best
+    starts = np.concatenate([[0.0], np.cumsum(np.hypot(*(np.roll(points, -1, 0) - points).T))])
+    target = (starts[i] + t + max(v, 0.0) * settings["preview_s"]) % starts[-1]
+    j = max(k for k in range(n) if starts[k] <= target)
+    (ax, ay), (bx, by) = points[j], points[(j + 1) % n]
+    turn = (np.arctan2(by - ay, bx - ax) - yaw + np.pi) % (2 * np.pi) - np.pi
+    steering = turn - np.arctan(settings["cross_track_gain"] * error / (max(v, 0.0) + settings["softening_mps"]))
+    own = (speed[(j + 1) % n] ** 2 - speed[j] ** 2) / (2 * np.hypot(bx - ax, by - ay))
+    accel = min(own + settings["speed_gain_per_s"] * (speed[j] - v), settings["drive_accel_mps2"])
+    return np.clip([steering, accel], low, high).astype(np.float32)

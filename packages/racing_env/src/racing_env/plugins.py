@@ -34,8 +34,8 @@ from typing import Any
 from racing_env.controller import Controller
 from racing_env.moved import moved_names
 
-__all__ = ["PLUGIN_PACKAGE", "CHALLENGE_KEYS", "CONTROLLERS", "PURSUIT", "TEMPLATE", "Plugin", "PluginError",
-           "freeze", "load_plugin"]
+__all__ = ["PLUGIN_PACKAGE", "CHALLENGE_KEYS", "CONTROLLERS", "PURSUIT", "RACELINE", "TEMPLATE", "Plugin",
+           "PluginError", "freeze", "load_plugin"]
 
 #: `challenge_values` reads the env, so it lives where env and plugin meet: `racing_env.runner`.
 __getattr__ = moved_names(__name__, {"challenge_values": "racing_env.runner.challenge_values"})
@@ -48,6 +48,8 @@ CONTROLLERS = Path(__file__).parent / "controllers"
 TEMPLATE = CONTROLLERS / "template"
 #: The reference controller: pure pursuit and a curvature speed profile.
 PURSUIT = CONTROLLERS / "pursuit"
+#: The racing-line controller: the lap at the car's measured limit (`racing_env.raceline`), tracked.
+RACELINE = CONTROLLERS / "raceline"
 #: The top-level config keys the Challenge owns (the plugin's TOML cannot set them).
 CHALLENGE_KEYS = ("vehicle", "action", "track", "level", "benchmark")
 

@@ -1,0 +1,85 @@
+"""The leaderboard at the limit and the racing-line plugin it ranks: the
+plugin ships the committed envelope of today's car; at a Validation
+track's start it computes the very lap the committed T_lim report holds
+for that track; the leaderboard's smoke drives every phase and accounts
+for every episode; its usage errors are refused by name."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from racing_env.config import ProjectConfig
+from racing_env.envelope import Envelope, config_hash
+from racing_env.plugins import RACELINE, load_plugin
+from racing_env.runner import challenge_values
+from racing_stack import levels
+
+ROOT = Path(__file__).parents[1]
+SCRIPT = ROOT / "benchmarks/racing_env/limits.py"
+
+
+def test_the_plugin_ships_the_committed_envelope_of_todays_car():
+    shipped = Envelope.from_json((RACELINE / "envelope.json").read_text())
+    committed = Envelope.from_json(json.dumps(json.loads((ROOT / "benchmarks/results/car_envelope.json")
+                                                          .read_text())["envelope"]))
+    assert shipped.to_json() == committed.to_json()
+    assert shipped.config_sha256 == config_hash(ProjectConfig())
+
+
+def test_the_plugin_computes_the_committed_lap_at_a_tracks_start():
+    env = levels.level_env(1, split="validation", tracks=1, backend="cpu_reference")
+    obs, info = env.reset(seed=0, options={"track_indices": np.array([0])})
+    one = {k: np.asarray(v)[0] for k, v in obs.items()}
+    plugin = load_plugin(RACELINE)
+    lap = plugin.load_class()(one, {}, plugin.config(challenge_values(env))).lap
+    record = json.loads((ROOT / "benchmarks/results/min_time_laps.json").read_text())["splits"]["validation"][
+        "tracks"][0]
+    assert record["track_id"] == int(np.asarray(info["track_id"])[0])
+    assert lap.lap_time_s == pytest.approx(record["t_lim_s"], rel=1e-6)
+    assert lap.standing_lap_time_s == pytest.approx(record["t_lim_standing_s"], rel=1e-6)
+    assert lap.length_m == pytest.approx(record["line_length_m"], rel=1e-6)
+
+
+def test_the_leaderboard_smoke_drives_every_phase(tmp_path):
+    out = tmp_path / "limits.json"
+    run = subprocess.run([sys.executable, str(SCRIPT), "--tracks", "2", "--honest-tracks", "1", "--workers", "2",
+                          "--controllers", "raceline", "pure_pursuit", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["controllers"]) == {"raceline", "pure_pursuit"}
+    assert set(report["honest"]) == {"raceline", "pure_pursuit", "raceline_at_the_limit"}
+    tracks = report["tracks"]["test"]
+    assert tracks["count"] == 2 and len(tracks["track_id"]) == len(tracks["t_lim_standing_s"]) == 2
+    for name, body in report["controllers"].items():
+        test, laps = body["test"], tracks[name]["lap_s"]
+        assert test["tracks"] == 2 and len(laps) == 2
+        assert test["success_rate"] == sum(lap is not None for lap in laps) / 2
+        done = [lap / limit for lap, limit in zip(laps, tracks["t_lim_standing_s"]) if lap is not None]
+        if done:
+            assert test["lap_over_t_lim"]["median"] == pytest.approx(float(np.median(done)))
+    for splits in report["honest"].values():
+        assert splits["level0"]["tracks"] == 1 and splits["validation"]["tracks"] == 1
+    assert report["controllers"]["raceline"]["test"]["success_rate"] == 1.0
+    names = [g["name"] for g in report["gates"]]
+    assert names == ["no_lap_under_0.97_t_lim", "raceline_test_success", "raceline_median_lap_over_t_lim",
+                     "command_wall_s"]
+    assert report["passed"] is False  # 2 tracks are a smoke, not the leaderboard
+    assert report["fastest_honest_lap"]["lap_over_t_lim"] == report["gates"][0]["value"]
+    assert out.with_suffix(".png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--tracks", "0"], "argument --tracks: must be in [1, 1000]"),
+    (["--worlds", "4"], "argument --worlds: cpu_reference runs one world"),
+    (["--controllers", "raceline_at_the_limit"], "argument --controllers: invalid choice"),
+    (["--out", "x.txt"], "argument --out: must end in .json"),
+])
+def test_usage_errors_are_refused_by_name(tmp_path, flags, message):
+    run = subprocess.run([sys.executable, str(SCRIPT), *flags], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
