@@ -87,6 +87,7 @@ def test_the_ppo_benchmark_dev_smoke_runs_every_phase(tmp_path):
     assert all(f["reason"] in ("off_track", "timeout", "invalid_action") for f in every["failures"])
     # The smoke's Validation episodes end at its short timeout: what it costs never hangs on its policy.
     assert report["validation_max_episode_steps"] == 150
+    assert every["lap_over_t_lim"] == {"laps": 0, "median": None, "p90": None, "min": None}  # no lap in 3 s
     assert all(f["steps"] <= 150 for f in every["failures"]) and every["success_rate"] == 0.0
     edge = report["validation_edge"]  # the same 4 tracks under 1 % action noise, twice
     assert edge["tracks"] == 4 and [p["noise_seed"] for p in edge["passes"]] == [1, 2]

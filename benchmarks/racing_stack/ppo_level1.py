@@ -32,8 +32,10 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
    500-world validation env, against pure pursuit's committed per-track
    laps (``benchmarks/v0.1/pursuit_level1_validation.json``). Rows 500-999
    played no part in choosing the policy: they are also reported alone
-   (the confirmation). The edge check drives the same tracks twice more
-   with Gaussian noise of 1 % of each action's half range on every call
+   (the confirmation). Each completed lap over its track's T_lim from
+   rest (``benchmarks/results/min_time_laps.json``; no gate). The edge
+   check drives the same tracks twice more with Gaussian noise of 1 % of
+   each action's half range on every call
    (two noise seeds): the tracks that fail in any of the three passes were
    driven at the edge, where another float path (the Runner's) may fail
    them too (no gate). The standing starts: the chosen policy's
@@ -110,6 +112,8 @@ GATE_OVERHEAD_SHARE = 0.10
 SMOKE_EPISODE_STEPS = 150
 #: Pure pursuit's committed laps on the 1,000 Validation tracks.
 PURSUIT_VALIDATION = Path(__file__).resolve().parents[1] / "v0.1" / "pursuit_level1_validation.json"
+#: Each Validation track's lap at the limit (T_lim; ``make benchmark-min-time-laps``).
+LIMIT_LAPS = Path(__file__).resolve().parents[1] / "results" / "min_time_laps.json"
 #: Pure pursuit tuned by hand (`prior_gains.py`: 100 % of Validation at 0.89 of the reference's laps on the CPU),
 #: reported beside the learned policy on Validation (no gate): what tuning alone gives.
 TUNED_PURSUIT = PursuitPrior(lateral_accel_mps2=5.5, max_speed_mps=26.0, drive_accel_mps2=3.0)
@@ -278,6 +282,19 @@ def against_pursuit(episodes: list, pursuit: dict[int, dict[str, Any]]) -> dict[
             "max_per_track_ratio": float(np.max(ratios)) if ratios else None}
 
 
+def over_limit(episodes: list) -> dict[str, Any]:
+    """The completed Validation laps over each track's T_lim from rest (the
+    lap at the limit an episode could drive, `LIMIT_LAPS`): median, 90th
+    percentile, least (no gate yet)."""
+    limits = {t["track_id"]: t["t_lim_standing_s"]
+              for t in json.loads(LIMIT_LAPS.read_text())["splits"]["validation"]["tracks"]}
+    ratios = [e.lap_time_s / limits[e.track_id] for e in episodes if e.lap_completed]
+    if not ratios:
+        return {"laps": 0, "median": None, "p90": None, "min": None}
+    return {"laps": len(ratios), "median": float(np.median(ratios)), "p90": float(np.percentile(ratios, 90)),
+            "min": float(np.min(ratios))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=None,
@@ -413,6 +430,7 @@ def main() -> None:
                                 early_exit=False)
         report["confirmation"] = against_pursuit(confirmation, pursuit)
         report["validation_all"] = {**against_pursuit(selection + confirmation, pursuit),
+                                    "lap_over_t_lim": over_limit(selection + confirmation),
                                     "seconds": time.perf_counter() - t0}
         log(f"confirmation (rows {n}-{2 * n - 1}): {report['confirmation']['success_rate']:.3f} success")
         log(f"all {2 * n} Validation tracks: "

@@ -43,7 +43,10 @@ def test_it_laps_level_0_near_the_limit_it_computed(level0, plugin, started):
     assert episode.termination_reason == "success" and episode.error is None
     # The episode starts at rest: its yardstick is the standing lap (32.4 s; the flying lap 28.2 s).
     ratio = episode.lap_time_s / controller.lap.standing_lap_time_s
-    assert 0.97 <= ratio <= 1.10, ratio  # measured 1.055 at speed_fraction 0.97
+    assert 0.97 <= ratio <= 1.10, ratio
+    # The plugins page's numbers: 34.2 s, 1.055 of the lap from rest (the line's solve may round otherwise
+    # on another machine's BLAS: a step or two).
+    assert episode.lap_time_s == pytest.approx(34.18, abs=0.05) and round(ratio, 3) == pytest.approx(1.055, abs=2e-3)
 
 
 def test_it_acts_as_its_oracle_near_its_line(started):
