@@ -287,6 +287,22 @@ def check_values(arrays: dict[str, np.ndarray], rows: bool = True) -> None:
         raise ValueError(f"track_id {dup} appears in rows {where}; ids must be unique within a pool")
 
 
+def loop_segment_lengths(name: str, points: np.ndarray, advice: str = "") -> np.ndarray:
+    """The segments' lengths of the closed loop ``points`` ([N, 2], m):
+    point i to i + 1, the last to the first ([N], m, in the points' dtype).
+
+    Raises:
+        ValueError: two neighbours coincide (a segment of no length):
+            "``name`` i and i + 1 coincide``advice``" of the first such.
+    """
+    segment = np.linalg.norm(np.roll(points, -1, axis=0) - points, axis=-1)
+    bad = np.flatnonzero(segment == 0)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{name} {i} and {(i + 1) % len(points)} coincide{advice}")
+    return segment
+
+
 def check_host_mask_values(name: str, mask: np.ndarray) -> None:
     """Refuse mask values other than 0 and 1 before any cast to int8."""
     bad = ~((mask == 0) | (mask == 1))

@@ -324,12 +324,7 @@ def _track_arrays(track: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             raise ValueError(f"{label.format(name)} is not finite at point {int(bad[0])}")
         arrays.append(valid)
     center = arrays[0]
-    _, segment = geometry.loop_segments(np, center, np.asarray(count))
-    bad = np.flatnonzero(segment == 0)
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(f"{label.format('centerline')} points {i} and {(i + 1) % count} coincide: "
-                         "a degenerate track")
+    checks.loop_segment_lengths(label.format("centerline") + " points", center, ": a degenerate track")
     following = np.roll(center, -1, axis=0)
     before, after = center - np.roll(center, 1, axis=0), following - center
     turn = np.arctan2(before[:, 0] * after[:, 1] - before[:, 1] * after[:, 0], np.sum(before * after, axis=1))
@@ -642,10 +637,7 @@ def speed_profile(points_m: np.ndarray, curvature_per_m: np.ndarray, envelope: E
     if max_speed_mps is not None:
         top = checks.real_in(max_speed_mps, "max_speed_mps", 0.0, top, low_open=True, unit="m/s")
     count = len(points)
-    _, segment = geometry.loop_segments(np, points, np.asarray(count))
-    if np.any(segment == 0):
-        i = int(np.flatnonzero(segment == 0)[0])
-        raise ValueError(f"points_m {i} and {(i + 1) % count} coincide")
+    segment = checks.loop_segment_lengths("points_m", points)
     corner = _corner_speeds(limits, curvature, top)
     slowest = int(np.argmin(corner))
     speed = _sweep(corner, segment, curvature, limits, limits.forward, slowest, backward=False)

@@ -203,12 +203,8 @@ class Track:
         if not np.all(np.isfinite(width) & (width > 0)):
             raise ValueError("half_width must be finite and > 0 (m)")
 
-        _, segment_length = geometry.loop_segments(np, p, np.asarray(n))
-        bad = np.flatnonzero(segment_length == 0)
-        if bad.size:
-            i = int(bad[0])
-            raise ValueError(f"centerline points {i} and {(i + 1) % n} coincide (as float32); "
-                             "do not repeat the first point at the end")
+        segment_length = checks.loop_segment_lengths("centerline points", p,
+                                                     " (as float32); do not repeat the first point at the end")
         tangent = geometry.loop_tangents(np, p)
         bad = np.flatnonzero(np.linalg.norm(tangent, axis=-1) == 0)
         if bad.size:
