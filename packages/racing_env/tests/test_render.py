@@ -13,6 +13,8 @@ import sys
 import textwrap
 import time
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -304,6 +306,39 @@ def test_bad_view_arguments_are_refused_by_name(tmp_path, monkeypatch, kwargs, e
     with pytest.raises(error, match=match):
         EpisodeView(kwargs.pop("control_dt_s"), **kwargs)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["lap.gif", "lap.mp4"])
+def test_a_recording_replaces_its_file_whole_or_not_at_all(tmp_path, tmp_path_factory, env, monkeypatch, name):
+    """A recording is written beside its file and renamed over it: a write
+    that fails half way (an interrupt after part of the GIF is out, an
+    encoder that writes part of the MP4 and fails) leaves the file as it
+    was and nothing beside it; one that succeeds replaces it."""
+    path = tmp_path / name
+    path.write_bytes(b"an earlier recording")
+    if name.endswith(".gif"):
+        def half_written(image, fp, *args, **kwargs):
+            Path(fp).write_bytes(b"GIF89a, half")
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(Image.Image, "save", half_written)
+        failure = KeyboardInterrupt
+    else:
+        import imageio_ffmpeg
+
+        encoder = tmp_path_factory.mktemp("encoder") / "ffmpeg"
+        encoder.write_text('#!/bin/sh\ncat > /dev/null\nfor last; do :; done\nprintf half > "$last"\nexit 1\n')
+        encoder.chmod(0o755)
+        monkeypatch.setattr(imageio_ffmpeg, "get_ffmpeg_exe", lambda: str(encoder))
+        failure = RuntimeError
+    with pytest.raises(failure):
+        with EpisodeView(0.02, record=path, size=(160, 120)) as view:
+            run(load_plugin(PURSUIT), env, episodes=1, view=view)
+    assert path.read_bytes() == b"an earlier recording" and sorted(tmp_path.iterdir()) == [path]
+    monkeypatch.undo()
+    with EpisodeView(0.02, record=path, size=(160, 120)) as view:
+        run(load_plugin(PURSUIT), env, episodes=1, view=view)
+    assert path.read_bytes() != b"an earlier recording" and sorted(tmp_path.iterdir()) == [path]
 
 
 def test_a_recording_onto_a_folder_is_refused(tmp_path):

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +67,33 @@ def test_other_open_errors_are_raised(tmp_path):
     with pytest.raises(FileNotFoundError):
         with exclusive_lock(tmp_path / "no-such-folder" / ".x.lock"):
             pytest.fail("ran without the lock")
+
+
+def test_a_learning_curve_replaces_its_picture_whole_or_not_at_all(tmp_path, monkeypatch):
+    """`draw_curve` (the learning curve of train-ppo and the PPO benchmark)
+    writes through `save_figure`: an interrupt while Matplotlib writes
+    leaves the earlier picture and nothing beside it."""
+    import matplotlib.figure
+
+    from racing_stack.ppo import draw_curve
+
+    log = tmp_path / "log.csv"
+    log.write_text("transitions,success_rate,mean_progress,median_lap_time_s,validation_success_rate,"
+                   "validation_median_lap_time_s\n1,0.5,0.5,30,nan,nan\n2,0.75,0.9,29,1.0,28\n")
+    picture = tmp_path / "learning_curve.png"
+    picture.write_bytes(b"an earlier curve")
+    real = matplotlib.figure.Figure.savefig
+
+    def half_written(figure, fname, *args, **kwargs):
+        real(figure, fname, *args, **kwargs)
+        fname.truncate(100) if hasattr(fname, "truncate") else Path(fname).write_bytes(b"\x89PNG half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", half_written)
+    with pytest.raises(KeyboardInterrupt):
+        draw_curve(log, picture)
+    assert picture.read_bytes() == b"an earlier curve"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["learning_curve.png", "log.csv"]
+    monkeypatch.undo()
+    draw_curve(log, picture)
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

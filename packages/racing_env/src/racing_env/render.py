@@ -16,10 +16,11 @@ for MP4); nothing here is imported by the env itself.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -276,6 +277,25 @@ class FramePainter:
         self._pygame.draw.line(self._surface, _CAR_NOSE, *nose.tolist(), 2)
 
 
+def _temporary(path: Path) -> Path:
+    """Where a recording of ``path`` is written before it replaces ``path``."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, tmp: Path | None = None) -> Iterator[Path]:
+    """Write the block's file at ``tmp`` (default `_temporary`), then let it
+    replace ``path`` in one rename: an interrupted or failed write leaves
+    ``path`` as it was and no temporary file behind."""
+    tmp = _temporary(path) if tmp is None else tmp
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 class _GifWriter:
     """Frames kept as palette images (about width x height bytes each),
     written as one animated GIF on close."""
@@ -295,7 +315,9 @@ class _GifWriter:
     def close(self) -> None:
         if self.frames:
             first, *rest = self.frames
-            first.save(self.path, save_all=True, append_images=rest, duration=round(self.duration_ms), loop=0)
+            with _replacing(self.path) as tmp:
+                first.save(tmp, format="GIF", save_all=True, append_images=rest, duration=round(self.duration_ms),
+                           loop=0)
         self.frames = []
 
 
@@ -308,9 +330,11 @@ class _Mp4Writer:
         except ImportError as error:
             raise ImportError("recording MP4 needs imageio-ffmpeg: pip install 'racing-env[render]'") from error
         width, height = size
+        self.path, self._tmp = path, _temporary(path)
         command = [imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", "-f", "rawvideo",
                    "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", f"{fps:.6g}", "-i", "-",
-                   "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "-pix_fmt", "yuv420p", "-vcodec", "libx264", str(path)]
+                   "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "-pix_fmt", "yuv420p", "-vcodec", "libx264",
+                   "-f", "mp4", str(self._tmp)]
         self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def add(self, frame: np.ndarray) -> None:
@@ -319,10 +343,11 @@ class _Mp4Writer:
     def close(self) -> None:
         if self._process is None:
             return
-        _, errors = self._process.communicate()
-        code, self._process = self._process.returncode, None
-        if code != 0:
-            raise RuntimeError(f"ffmpeg failed ({code}): {errors.decode(errors='replace')[-500:]}")
+        with _replacing(self.path, self._tmp):
+            _, errors = self._process.communicate()
+            code, self._process = self._process.returncode, None
+            if code != 0:
+                raise RuntimeError(f"ffmpeg failed ({code}): {errors.decode(errors='replace')[-500:]}")
 
 
 class EpisodeView:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["exclusive_lock", "remove_stale", "write_atomic"]
+__all__ = ["exclusive_lock", "remove_stale", "save_figure", "write_atomic"]
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -40,6 +42,18 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.fsync(folder)
     finally:
         os.close(folder)
+
+
+def save_figure(figure: Any, path: Path, dpi: int = 110) -> None:
+    """A Matplotlib ``figure`` as a PNG at ``path``, written atomically
+    (`write_atomic`): an interrupted or failed drawing leaves ``path`` as it was.
+
+    Raises:
+        OSError: as `write_atomic`.
+    """
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    write_atomic(path, buffer.getvalue())
 
 
 def remove_stale(folder: Path, name: str) -> list[Path]:

@@ -66,6 +66,7 @@ from racing_env.backend_names import BACKEND_NAMES, CPU_REFERENCE, MJX_WARP
 from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, ctrl_c_not_lost, float_in,
                                int_in, quiet_warp, report_interrupted, say_gpu_backend_on_cpu, say_not_written,
                                write_output)
+from racing_stack._files import save_figure
 from racing_stack._journal import Journal
 from racing_stack.viewing import add_view_arguments, open_view
 
@@ -232,7 +233,7 @@ def draw(result: dict[str, Any], path: Path, reference: dict[str, Any] | None = 
         ax.set(xlabel=f"{_plugin_name(reference)} lap time (s)", ylabel="lap time (s)",
                title=f"both lapped: {len(pairs)} tracks")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
 

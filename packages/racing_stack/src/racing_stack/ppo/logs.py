@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from racing_stack import checkpoints
+from racing_stack._files import save_figure
 from racing_stack.ppo.losses import LOSS_FIELDS
 from racing_stack.ppo.validation import VALIDATION_FIELDS
 
@@ -125,7 +126,8 @@ def add_events(writer, row: dict[str, Any]) -> None:
 def draw_curve(log: Path, path: Path) -> None:
     """The learning curve of a run's ``log.csv`` against transitions: the
     success rate and mean progress of the Train rollouts' ended episodes
-    and their median lap time, with the validations' where they ran."""
+    and their median lap time, with the validations' where they ran;
+    ``path`` is replaced atomically (`racing_stack._files.save_figure`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,6 +152,6 @@ def draw_curve(log: Path, path: Path) -> None:
     right.set(xlabel="transitions", ylabel="s", title="median lap time of the completed laps")
     right.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
     plt.close(fig)
 
