@@ -4,6 +4,7 @@ instead of rebuilt, mismatches named; a damaged cache entry rebuilt once,
 a killed run's temporary files removed, concurrent runs taking turns."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -151,6 +152,11 @@ def _tamper_with_a_row(path):
                  id="manifest-truncated"),
     pytest.param(lambda npz, manifest: _tamper_with_a_row(npz), r"row 1 \(track_id [0-9]+\) of .*npz: geometry hash",
                  id="row-changed"),
+    # Opening a named pipe would wait for a writer for good.
+    pytest.param(lambda npz, manifest: (npz.unlink(), os.mkfifo(npz)), r"npz is not a regular file \(a named pipe\)",
+                 id="npz-a-named-pipe"),
+    pytest.param(lambda npz, manifest: (manifest.unlink(), os.mkfifo(manifest)),
+                 r"json is not a regular file \(a named pipe\)", id="manifest-a-named-pipe"),
 ])
 def test_a_damaged_cache_entry_is_removed_and_rebuilt_once(small_split, small_pool, damage, named):
     cache, builds = small_split

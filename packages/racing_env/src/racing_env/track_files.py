@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -212,7 +213,7 @@ def read(path: Any) -> PoolFile:
     row by row, the values, and each row's hash recomputed from the bytes.
     """
     npz_path, manifest_path = _paths(path)
-    with open(manifest_path, encoding="utf-8") as f:
+    with open(_regular(manifest_path), encoding="utf-8") as f:
         try:
             manifest = json.load(f)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -256,6 +257,26 @@ def _paths(path: Any) -> tuple[Path, Path]:
     return npz, npz.with_suffix(".json")
 
 
+#: What `_regular` calls the files that are not regular, by their ``stat`` test.
+_NOT_REGULAR = ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a device"),
+                (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _regular(path: Path) -> Path:
+    """``path``, once it is known to be a regular file: opening a named
+    pipe would wait for a writer for good, and a device may never end.
+
+    Raises:
+        OSError: ``path`` is missing or cannot be looked at.
+        ValueError: it is not a regular file, naming what it is.
+    """
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a file")
+        raise ValueError(f"{path} is not a regular file ({kind}): a pool's parts are files")
+    return path
+
+
 def _read_npz(npz_path: Path) -> dict[str, np.ndarray]:
     """The six arrays of a pool's npz, by name.
 
@@ -266,7 +287,7 @@ def _read_npz(npz_path: Path) -> dict[str, np.ndarray]:
             damaged offset sends past the file), or holds other arrays than
             the six; the message names the file.
     """
-    with open(npz_path, "rb") as f:
+    with open(_regular(npz_path), "rb") as f:
         try:
             with np.load(f, allow_pickle=False) as data:
                 keys = set(data.files)

@@ -590,7 +590,9 @@ class TrackPool:
             TypeError: ``path`` is not a path.
             FileNotFoundError: either file is missing.
             OSError: either file cannot be opened (permissions).
-            ValueError: ``path`` does not end in ``.npz``, a malformed manifest
+            ValueError: ``path`` does not end in ``.npz``, either file is not
+                a regular file (a named pipe, which an open would wait on for
+                good, a folder, a device), a malformed manifest
                 or npz (not JSON, not a readable zip of the six arrays: a
                 truncated or damaged file; each naming the file), a count,
                 capacity or id mismatch, a bad value, or a hash mismatch
