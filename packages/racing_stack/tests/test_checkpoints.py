@@ -206,6 +206,18 @@ def test_a_valid_file_whose_payload_would_run_code_is_refused_without_running_it
     assert not marker.exists()
 
 
+def test_a_numpy_payload_is_refused_by_its_global_without_advice_or_escapes(tmp_path):
+    """NumPy arrays are no tensors: the safe load refuses them, and the
+    message names what it refused, not Torch's advice (in bold) to load the
+    file unsafely or to allow-list the global."""
+    path = tmp_path / "checkpoint.pt"
+    checkpoints.save(path, "checkpoint", {"update": 1, "w": np.zeros(3)})
+    message = str(refused(path, match="holds something other than tensors"))
+    assert "an object of numpy." in message and "only an unsafe load would rebuild" in message
+    for advice in ("\x1b", "weights_only", "trust", "safe_globals", "can still be loaded"):
+        assert advice not in message, advice
+
+
 @pytest.mark.parametrize("fault", [OSError(28, "No space left on device"), KeyboardInterrupt()])
 @pytest.mark.parametrize("where", ["fsync", "replace", "write"])
 def test_a_failed_write_leaves_the_old_file_whole_and_no_temporary_file(tmp_path, monkeypatch, fault, where):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ FORMAT_VERSION = 1
 _MAGIC = b"racing_stack"
 #: A header is one short line; anything longer is not ours.
 _MAX_HEADER = 256
+#: Terminal escapes (colours, bold) that a message of Torch's may hold.
+_ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class CorruptFile(ValueError):
@@ -106,9 +109,15 @@ def load(path: Path, kind: str, map_location: torch.device | str | None = None) 
 
 
 def _why(error: pickle.UnpicklingError) -> str:
-    """What Torch's safe unpickler refused, without its advice to load the
-    file unsafely (``weights_only=False``) or to file an issue."""
-    advice = ("Check the documentation", "Please file an issue")
-    kept = [line.strip().removeprefix("WeightsUnpickler error:").strip() for line in str(error).splitlines()
+    """What Torch's safe unpickler refused (the object's global where it
+    names one), without its advice to load the file unsafely
+    (``weights_only=False``, allow-listing the global) or to file an issue,
+    and without terminal escapes."""
+    text = _ESCAPES.sub("", str(error))
+    found = re.search(r"GLOBAL (\S+) was not an allowed global", text)
+    if found:
+        return f"an object of {found.group(1)}, which only an unsafe load would rebuild"
+    advice = ("Check the documentation", "Please file an issue", "Weights only load failed")
+    kept = [line.strip().removeprefix("WeightsUnpickler error:").strip() for line in text.splitlines()
             if "weights_only" not in line and not line.strip().startswith(advice)]
     return "; ".join(line for line in kept if line) or "a payload the safe unpickler refuses"
