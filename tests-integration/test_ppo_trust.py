@@ -497,6 +497,24 @@ def test_a_resume_rewrites_the_log_up_to_its_checkpoint_and_the_events_hold_each
     assert_events_match_the_log(out / "tensorboard", read_log(out / "log.csv"))
 
 
+def test_a_resume_names_the_updates_its_log_lacks(env, straight, tmp_path, capsys):
+    """A log that lacks rows before the checkpoint (here updates 1 and 2,
+    cut out by hand) is said once, naming them; the run goes on from its
+    checkpoint and the log keeps the gap."""
+    out = tmp_path / "run"
+    shutil.copytree(straight["out"], out)
+    shutil.copyfile(straight["checkpoints"][3], out / "checkpoint.pt")
+    lines = (out / "log.csv").read_bytes().splitlines(keepends=True)
+    (out / "log.csv").write_bytes(b"".join([lines[0], lines[3]]))  # the header and update 3
+    rows = Trainer(TINY, env, out, progress=quiet).run(resume=True)
+    assert [r["update"] for r in rows] == [4]
+    said = [line for line in capsys.readouterr().err.splitlines() if "lacks the rows" in line]
+    assert said == [f"train-ppo: {out / 'log.csv'} lacks the rows of 2 of the 3 updates before the checkpoint "
+                    "(updates 1-2): a damaged or edited log; the resumed log and its TensorBoard events keep "
+                    "that gap"]
+    assert [int(r["update"]) for r in read_log(out / "log.csv")] == [3, 4]
+
+
 @pytest.mark.parametrize("garbage", [
     ",".join(["nan"] * len(LOG_FIELDS)).encode(), ",".join(["1.5"] * len(LOG_FIELDS)).encode(),
     ",".join(["1e0"] * len(LOG_FIELDS)).encode(), b"\xff\xfe\x80 not UTF-8",

@@ -8,6 +8,7 @@ import io
 import math
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,17 +52,35 @@ def log_rows(path: Path, update: int) -> list[dict[str, str]]:
     return kept
 
 
-def start_log(out: Path, update: int):
+def start_log(out: Path, update: int, say: Callable[[str], None] = lambda text: print(text, file=sys.stderr)):
     """Start (``update`` 0) or continue (after update ``update``) the log
     of the run in ``out``: stale temporary files removed, ``log.csv``
     rewritten with its complete rows up to ``update``, and the
     TensorBoard events rewritten from them (`tensorboard`), so that
-    neither loses nor repeats an update. Returns the TensorBoard writer."""
+    neither loses nor repeats an update. Where the log lacks the rows of
+    some of those updates (damaged or edited), ``say`` names them once:
+    the resumed log keeps that gap. Returns the TensorBoard writer."""
     for name in ("checkpoint.pt", "log.csv"):
         checkpoints.remove_stale(out, name)
     kept = log_rows(out / "log.csv", update) if update else []
+    missing = sorted(set(range(1, update + 1)) - {int(row["update"]) for row in kept})
+    if missing:
+        say(f"train-ppo: {out / 'log.csv'} lacks the rows of {len(missing)} of the {update} updates before the "
+            f"checkpoint ({_spans(missing)}): a damaged or edited log; the resumed log and its TensorBoard "
+            "events keep that gap")
     write_log(out / "log.csv", kept)
     return tensorboard(out / "tensorboard", kept)
+
+
+def _spans(numbers: list[int]) -> str:
+    """Sorted ints as runs: [9, 10, 11, 12, 15] -> "updates 9-12, 15"."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return "updates " + ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
 
 
 def progress_line(row: dict[str, Any], updates: int) -> str:
