@@ -97,6 +97,15 @@ def test_an_import_error_is_reported_with_its_cause(tmp_path):
     assert isinstance(error.value.__cause__, RuntimeError)
 
 
+@pytest.mark.parametrize("code", ["3", "'bye'", ""])
+def test_a_sys_exit_at_import_is_an_import_error_not_an_exit(tmp_path, code):
+    path = make_plugin(tmp_path, "p", controller=ONE + f"\nimport sys\nsys.exit({code})\n")
+    shown = repr(eval(code)) if code else "None"
+    with pytest.raises(PluginError, match=re.escape(f"failed to import: it called sys.exit({shown})")) as error:
+        load_plugin(path)
+    assert isinstance(error.value.__cause__, SystemExit)
+
+
 def test_two_plugins_with_the_same_helper_name_never_see_each_other(tmp_path):
     body = ONE + "\nfrom .helpers import VALUE\n"
     a = load_plugin(make_plugin(tmp_path, "a", controller=body, helpers="VALUE = 'a'\n"))

@@ -94,8 +94,9 @@ class Plugin:
         """A freshly imported copy of the plugin's Controller subclass.
 
         Raises:
-            PluginError: ``controller.py`` fails to import (the cause is
-                chained), or does not define exactly one concrete subclass.
+            PluginError: ``controller.py`` fails to import (it raises or
+                calls ``sys.exit()``; the cause is chained), or does not
+                define exactly one concrete subclass.
         """
         for name in [m for m in sys.modules if m == self.package or m.startswith(self.package + ".")]:
             del sys.modules[name]
@@ -110,6 +111,8 @@ class Plugin:
         sys.modules[spec.name] = module
         try:
             spec.loader.exec_module(module)
+        except SystemExit as error:  # a plugin's sys.exit() at import must not end the caller in silence
+            raise PluginError(f"{path} failed to import: it called sys.exit({error.code!r})") from error
         except Exception as error:
             raise PluginError(f"{path} failed to import: {type(error).__name__}: {error}") from error
         found = [obj for obj in vars(module).values()
