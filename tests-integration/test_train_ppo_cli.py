@@ -4,6 +4,7 @@ found before the env is built are found before it is built."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -290,3 +291,33 @@ def test_resuming_a_finished_run_says_so_and_only_exports_it_named_after_the_run
     capsys.readouterr()
     assert ppo.main([*FLAGS, "--out", str(run), "--resume", "--updates", "3"]) == 0  # one more update: not said
     assert "already complete" not in capsys.readouterr().err
+
+
+def test_a_full_disk_at_the_export_is_said_not_a_traceback(capsys, envs, run, monkeypatch):
+    """The run is trained and checkpointed; its export then meets a full
+    disk: one line names the failure and what --resume will do, exit 1,
+    and the checkpoint, the log and the plugin are as they were (the
+    resume rewrites its TensorBoard events)."""
+
+    def kept(folder):
+        return {path: body for path, body in snapshot(folder).items() if path.parts[0] != "tensorboard"}
+
+    before = kept(run)
+
+    real = os.fsync
+
+    def full(fd):  # the disk fills up once the export writes the plugin's files
+        if "/plugin/" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(28, "No space left on device")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", full)  # every atomic write fsyncs its file before the rename
+    assert ppo.main([*FLAGS, "--out", str(run), "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "train-ppo: the export failed: [Errno 28] No space left on device; the run's last checkpoint (update 2) " \
+           "is whole: --resume, once there is room, exports it again" in err, err
+    assert kept(run) == before
+    monkeypatch.undo()
+    assert ppo.main([*FLAGS, "--out", str(run), "--resume"]) == 0
+

@@ -95,7 +95,13 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
                 if trainer.best is not None:
                     say(f"exporting update {trainer.best['update']}'s policy (validation success "
                         f"{trainer.best['validation_success_rate']:.2f})")
-                for name, path in finish(trainer, say=say).items():
+                try:
+                    made = finish(trainer, say=say)
+                except OSError as error:  # a full disk: each file is whole or as it was (written atomically)
+                    say(f"the export failed: {error}; the run's last checkpoint (update {trainer.saved_update}) is "
+                        "whole: --resume, once there is room, exports it again")
+                    return 1
+                for name, path in made.items():
                     say(f"{name} {path}")
     except KeyboardInterrupt:
         where = "before training" if trainer is None else f"at update {trainer.update}"
