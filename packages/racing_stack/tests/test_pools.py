@@ -57,18 +57,26 @@ def test_the_cache_is_verified_not_rebuilt_and_a_mismatch_is_named(tmp_path, mon
     built = pools.materialize("test", cache, write_manifest=True, progress=lines.append)
     assert len(built) == 12 and any("12/12 tracks" in line for line in lines)
 
-    def no_rebuild(*args, **kwargs):
-        raise AssertionError("the cache should have been used")
+    builds, real = [], pools.build_pool
 
-    monkeypatch.setattr(pools, "build_pool", no_rebuild)
+    def counted(*args, **kwargs):
+        builds.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pools, "build_pool", counted)
     again = pools.materialize("test", cache)
-    assert again.geometry_hashes == built.geometry_hashes
+    assert again.geometry_hashes == built.geometry_hashes and builds == []  # the cache was used
     manifest = pools.MANIFESTS / f"{pools.pool_name('test')}.json"
     doc = json.loads(manifest.read_text())
     doc["tracks"][5]["geometry_hash"] = "0" * 64
     manifest.write_text(json.dumps(doc))
+    # The cache differs from the committed manifest: rebuilt once; the fresh build differs too: an error.
+    lines.clear()
     with pytest.raises(ValueError, match="row 5"):
-        pools.materialize("test", cache)
+        pools.materialize("test", cache, progress=lines.append)
+    assert len(builds) == 1
+    assert any("the cached pool is damaged (it is whole but not the committed pool: split 'test': row 5" in line
+               for line in lines), lines
     manifest.unlink()
     with pytest.raises(ValueError, match="no committed manifest"):
         pools.materialize("test", cache)
@@ -169,6 +177,27 @@ def test_a_damaged_cache_entry_is_removed_and_rebuilt_once(small_split, small_po
     assert len(said) == 1 and re.search(named, said[0]) and "rebuilding" in said[0], lines
     assert pools.materialize("test", cache).geometry_hashes == small_pool.geometry_hashes
     assert builds == [None]
+
+
+@pytest.fixture(scope="module")
+def validation_pool():
+    return pools.build_pool("validation", size=3)
+
+
+def test_a_whole_pool_of_another_split_under_this_name_is_rebuilt(validation_pool, small_split, small_pool):
+    """Three Validation tracks saved under the Test pool's name: whole by
+    their own manifest, not the committed Test pool; removed and rebuilt
+    once, saying why."""
+    cache, builds = small_split
+    for part in (cache / f"{NAME}.npz", cache / f"{NAME}.json"):
+        part.unlink()
+    validation_pool.save(cache / f"{NAME}.npz")
+    lines = []
+    pool = pools.materialize("test", cache, progress=lines.append)
+    assert builds == [None] and pool.geometry_hashes == small_pool.geometry_hashes
+    said = [line for line in lines if "the cached pool is damaged" in line]
+    assert len(said) == 1 and "it is whole but not the committed pool: split 'test':" in said[0], lines
+    assert pools.materialize("test", cache).geometry_hashes == small_pool.geometry_hashes and builds == [None]
 
 
 def test_a_build_is_said_in_one_line_naming_why(small_split):

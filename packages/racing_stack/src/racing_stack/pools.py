@@ -130,8 +130,11 @@ def materialize(split: str, cache: Path | None = None, write_manifest: bool = Fa
     holding the lock first removes the temporary files killed runs left
     (``.<name>.npz.*.tmp``, ``.<name>.json.*.tmp``). A damaged entry (one
     part missing, or one that `TrackPool.load` refuses: truncated, not a
-    zip, not JSON, a hash that does not match) is never loaded: it is
-    removed and rebuilt once, saying why through ``progress``.
+    zip, not JSON, a hash that does not match), and a whole one that is
+    not the committed pool (another split's files under this name), is
+    never used: it is removed and rebuilt once, saying why through
+    ``progress``; a fresh build that differs from the committed manifest
+    is an error.
 
     Args:
         split: ``"train"``, ``"validation"`` or ``"test"``.
@@ -166,6 +169,8 @@ def materialize(split: str, cache: Path | None = None, write_manifest: bool = Fa
             for stale in remove_stale(cache, part.name):
                 say(f"{split}: removed {stale}, left by a killed run")
         pool, damage = _cached(split, path, say)
+        if pool is not None and not write_manifest:
+            pool, damage = _committed(split, pool, path, committed, say)
         if pool is None:
             if on_build is not None:
                 on_build(_why_built(split, path, damage))
@@ -216,6 +221,23 @@ def _cached(split: str, path: Path, say: Callable[[str], None]) -> tuple[TrackPo
     for part in parts:
         part.unlink(missing_ok=True)
     return None, damage
+
+
+def _committed(split: str, pool: TrackPool, path: Path, committed: Path,
+               say: Callable[[str], None]) -> tuple[TrackPool | None, str | None]:
+    """(``pool``, None) when the cache entry at ``path``, whole by its own
+    manifest, is the committed one's; else (None, why) with both parts
+    removed (another split's files under this name, an older benchmark's),
+    so that the caller rebuilds it."""
+    try:
+        _compare(split, _entries(committed), _entries(path.with_suffix(".json")))
+    except ValueError as error:
+        damage = f"it is whole but not the committed pool: {error}"
+        say(f"{split}: the cached pool is damaged ({damage}); removing it and rebuilding")
+        for part in (path, path.with_suffix(".json")):
+            part.unlink(missing_ok=True)
+        return None, damage
+    return pool, None
 
 
 def _checked_size(split: str, size: int | None, highest: int | None = None) -> int:
