@@ -25,8 +25,12 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH_PIP := --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 PACKAGES := rl_triton track_gen racing_env racing_stack
 PY := $(abspath $(VENV))/bin/python
+# The tests run in TEST_WORKERS processes (pytest-xdist), each test file in one of them (its
+# module fixtures built once); TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
+PYTEST := -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 STAMP := $(VENV)/.installed
-DEV := "ruff>=0.6" "pytest>=8" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "pillow>=10" "imageio-ffmpeg>=0.5" "tensorboardX>=2.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
+DEV := "ruff>=0.6" "pytest>=8" "pytest-xdist>=3.5" "hypothesis>=6.100" "matplotlib>=3.8" box2d==2.3.10 "pygame>=2.5" "pillow>=10" "imageio-ffmpeg>=0.5" "tensorboardX>=2.6" "mkdocs-material>=9.5" "mkdocstrings[python]>=0.26"
 
 .DEFAULT_GOAL := help
 
@@ -61,20 +65,20 @@ tests: $(STAMP) ## every package's CPU tests, then the integration tests; names 
 	echo "make tests: every target passed ($(TEST_TARGETS))"
 
 test-rl-triton: $(STAMP) ## rl_triton's tests (its kernels under TRITON_INTERPRET=1)
-	cd packages/rl_triton && $(PY) -m pytest -q -m 'not kernels and not gpu' \
-		&& TRITON_INTERPRET=1 $(PY) -m pytest -q -m kernels
+	cd packages/rl_triton && $(PY) $(PYTEST) -m 'not kernels and not gpu' \
+		&& TRITON_INTERPRET=1 $(PY) $(PYTEST) -m kernels
 
 test-track-gen: $(STAMP) ## track_gen's CPU tests
-	cd packages/track_gen && $(PY) -m pytest -q -m 'not gpu'
+	cd packages/track_gen && $(PY) $(PYTEST) -m 'not gpu'
 
 test-racing-env: $(STAMP) ## racing_env's CPU tests (both backends)
-	cd packages/racing_env && $(PY) -m pytest -q -m 'not gpu'
+	cd packages/racing_env && $(PY) $(PYTEST) -m 'not gpu'
 
 test-racing-stack: $(STAMP) ## racing_stack's CPU tests
-	cd packages/racing_stack && $(PY) -m pytest -q -m 'not gpu'
+	cd packages/racing_stack && $(PY) $(PYTEST) -m 'not gpu'
 
 test-integration: $(STAMP) ## the tests across packages (tests-integration/)
-	$(PY) -m pytest -q tests-integration
+	$(PY) $(PYTEST) tests-integration
 
 gpu-tests: $(STAMP) ## the CUDA tests (on a GPU machine)
 	$(PY) -m pytest -q packages/rl_triton/tests -m 'kernels or gpu' \
