@@ -164,10 +164,10 @@ matrix: ## each package installed alone, with its own tests
 		case "$$deps" in *torch*) $$env/bin/python -m pip install -q $(TORCH_PIP) "$(TORCH)";; esac; \
 		$$env/bin/python -m pip install -q $$deps; \
 		if [ $$p = rl_triton ]; then \
-			(cd packages/$$p && $$env/bin/python -m pytest -q -m 'not kernels and not gpu' \
-				&& TRITON_INTERPRET=1 $$env/bin/python -m pytest -q -m kernels); \
+			(cd packages/$$p && $$env/bin/python $(PYTEST) -m 'not kernels and not gpu' \
+				&& TRITON_INTERPRET=1 $$env/bin/python $(PYTEST) -m kernels); \
 		else \
-			(cd packages/$$p && $$env/bin/python -m pytest -q -m 'not gpu'); \
+			(cd packages/$$p && $$env/bin/python $(PYTEST) -m 'not gpu'); \
 		fi; \
 		rm -rf $$env; \
 	done
