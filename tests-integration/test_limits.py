@@ -68,7 +68,9 @@ def test_the_leaderboard_smoke_drives_every_phase(tmp_path):
     names = [g["name"] for g in report["gates"]]
     assert names == ["no_lap_under_0.97_t_lim", "raceline_test_success", "raceline_median_lap_over_t_lim",
                      "command_wall_s"]
-    assert report["passed"] is False  # 2 tracks are a smoke, not the leaderboard
+    # The racing line laps both tracks within 1.10 of T_lim and no lap beats 0.97 of it; yet 2 tracks are a
+    # smoke, not the leaderboard: not passed.
+    assert [g["passed"] for g in report["gates"][:3]] == [True, True, True] and report["passed"] is False
     assert report["fastest_honest_lap"]["lap_over_t_lim"] == report["gates"][0]["value"]
     assert out.with_suffix(".png").stat().st_size > 0
 

@@ -81,8 +81,9 @@ def test_the_window_follows_a_car_along_its_line(started):
     fresh.index = None
     points = controller.lap.line.points_m
     car = config["vehicle"]
-    for i in range(0, len(points), 3):
-        direction = points[(i + 1) % len(points)] - points[i]
+    n = len(points)
+    for i in (k % n for k in range(0, n + 60, 3)):  # once round, past point 0 and on
+        direction = points[(i + 1) % n] - points[i]
         yaw = float(np.arctan2(direction[1], direction[0]))
         rear = points[i] + [0.3, -0.2] - car["wheelbase_m"] * np.array([np.cos(yaw), np.sin(yaw)])
         pose = {**one, "position": rear, "yaw": np.float64(yaw), "velocity_body": np.array([20.0, 0.0])}
@@ -124,9 +125,18 @@ def test_another_car_is_refused(plugin, level0):
         plugin.load_class()(circle_observation(120), {}, other)
 
 
-@pytest.mark.parametrize("fraction", [0.0, -0.5, 1.01, float("nan")])
-def test_a_speed_fraction_out_of_range_is_refused(plugin, level0, fraction):
+@pytest.mark.parametrize("name, value, error, said", [
+    ("speed_fraction", 0.0, ValueError, r"speed_fraction must be in \(0, 1\], got 0.0"),
+    ("speed_fraction", 1.01, ValueError, r"speed_fraction must be in \(0, 1\]"),
+    ("speed_fraction", float("nan"), ValueError, r"speed_fraction must be in \(0, 1\]"),
+    ("preview_s", -0.1, ValueError, r"preview_s must be in \[0, 1\] s"),
+    ("cross_track_gain", 0.0, ValueError, r"cross_track_gain must be finite and > 0"),
+    ("softening_mps", float("inf"), ValueError, r"softening_mps must be finite and > 0"),
+    ("speed_gain_per_s", -3.0, ValueError, r"speed_gain_per_s must be finite and > 0"),
+    ("drive_accel_mps2", "fast", TypeError, r"drive_accel_mps2"),
+])
+def test_a_setting_out_of_range_is_refused_by_name(plugin, level0, name, value, error, said):
     config = plugin.config(challenge_values(level0))
-    config = {**config, "controller": {**config["controller"], "speed_fraction": fraction}}
-    with pytest.raises(ValueError, match=r"speed_fraction must lie in \(0, 1\]"):
+    config = {**config, "controller": {**config["controller"], name: value}}
+    with pytest.raises(error, match=said):
         plugin.load_class()(circle_observation(120), {}, config)

@@ -344,7 +344,13 @@ class _Mp4Writer:
         if self._process is None:
             return
         with _replacing(self.path, self._tmp):
-            _, errors = self._process.communicate()
+            try:
+                _, errors = self._process.communicate()
+            except BaseException:  # an interrupt: the encoder must not outlive the recording
+                self._process.kill()
+                self._process.wait()
+                self._process = None
+                raise
             code, self._process = self._process.returncode, None
             if code != 0:
                 raise RuntimeError(f"ffmpeg failed ({code}): {errors.decode(errors='replace')[-500:]}")

@@ -45,14 +45,15 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def save_figure(figure: Any, path: Path, dpi: int = 110) -> None:
-    """A Matplotlib ``figure`` as a PNG at ``path``, written atomically
-    (`write_atomic`): an interrupted or failed drawing leaves ``path`` as it was.
+    """A Matplotlib ``figure`` at ``path``, in the format its suffix names
+    (PNG without one), written atomically (`write_atomic`): an interrupted
+    or failed drawing leaves ``path`` as it was.
 
     Raises:
         OSError: as `write_atomic`.
     """
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi)
+    figure.savefig(buffer, format=Path(path).suffix.lstrip(".").lower() or "png", dpi=dpi)
     write_atomic(path, buffer.getvalue())
 
 

@@ -229,10 +229,11 @@ def _committed(split: str, pool: TrackPool, path: Path, committed: Path,
     manifest, is the committed one's; else (None, why) with both parts
     removed (another split's files under this name, an older benchmark's),
     so that the caller rebuilds it."""
+    want, cached = _entries(committed), _entries(path.with_suffix(".json"))
     try:
-        _compare(split, _entries(committed), _entries(path.with_suffix(".json")))
+        _compare(split, want, cached)
     except ValueError as error:
-        damage = f"it is whole but not the committed pool: {error}"
+        damage = f"another pool's files: {error}"
         say(f"{split}: the cached pool is damaged ({damage}); removing it and rebuilding")
         for part in (path, path.with_suffix(".json")):
             part.unlink(missing_ok=True)

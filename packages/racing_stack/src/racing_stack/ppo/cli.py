@@ -99,7 +99,8 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
                     made = finish(trainer, say=say)
                 except OSError as error:  # a full disk: each file is whole or as it was (written atomically)
                     say(f"the export failed: {error}; the run's last checkpoint (update {trainer.saved_update}) is "
-                        "whole: --resume, once there is room, exports it again")
+                        "whole, the plugin, the curve or the video may not be: --resume, once there is room, "
+                        "exports them again")
                     return 1
                 for name, path in made.items():
                     say(f"{name} {path}")

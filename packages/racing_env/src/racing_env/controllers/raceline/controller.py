@@ -9,8 +9,9 @@ beside this file), then tracks it:
   to the line's tangent ``preview_s`` ahead, plus
   ``atan(cross_track_gain * e / (speed + softening_mps))`` towards the line
   (``e`` the front axle's signed distance from it);
-- acceleration: the profile's own (its speed change along the line) plus
-  ``speed_gain_per_s`` times the gap to its speed ``preview_s`` ahead,
+- acceleration: the profile's own on the line's segment ``preview_s``
+  ahead (its speed change along it) plus ``speed_gain_per_s`` times the
+  gap to the speed at that segment's start, at most ``drive_accel_mps2``;
   every speed ``speed_fraction`` of the profile's (the margin; 1.0 drives
   the limit itself).
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from racing_env import checks
 from racing_env.config import ProjectConfig
 from racing_env.controller import Controller
 from racing_env.envelope import Envelope, config_hash
@@ -41,12 +43,11 @@ class RacelineController(Controller):
     def __init__(self, obs, info, config):
         super().__init__(obs, info, config)
         own = config["controller"]
-        self.fraction = float(own["speed_fraction"])
-        if not 0.0 < self.fraction <= 1.0:
-            raise ValueError(f"speed_fraction must lie in (0, 1], got {self.fraction}")
-        self.preview_s = float(own["preview_s"])
-        self.gain, self.softening = float(own["cross_track_gain"]), float(own["softening_mps"])
-        self.speed_gain, self.drive = float(own["speed_gain_per_s"]), float(own["drive_accel_mps2"])
+        self.fraction = checks.real_in(own["speed_fraction"], "speed_fraction", 0.0, 1.0, low_open=True)
+        self.preview_s = checks.real_in(own["preview_s"], "preview_s", 0.0, 1.0, unit="s")
+        self.gain, self.softening, self.speed_gain, self.drive = (
+            checks.positive(own[name], name)
+            for name in ("cross_track_gain", "softening_mps", "speed_gain_per_s", "drive_accel_mps2"))
         car = ProjectConfig(**config["vehicle"])
         envelope = Envelope.from_json(ENVELOPE.read_text())
         if envelope.config_sha256 != config_hash(car):
