@@ -282,15 +282,27 @@ def _temporary(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+def _in_place(path: Path) -> bool:
+    """Whether a recording of ``path`` is written where it is: its target
+    (a link's followed) exists and is no regular file (a device, a pipe)."""
+    target = Path(os.path.realpath(path))
+    return target.exists() and not target.is_file()
+
+
 @contextlib.contextmanager
 def _replacing(path: Path, tmp: Path | None = None) -> Iterator[Path]:
     """Write the block's file at ``tmp`` (default `_temporary`), then let it
-    replace ``path`` in one rename: an interrupted or failed write leaves
-    ``path`` as it was and no temporary file behind."""
-    tmp = _temporary(path) if tmp is None else tmp
+    replace ``path`` (a link's target) in one rename: an interrupted or
+    failed write leaves it as it was and no temporary file behind. A
+    ``path`` that `_in_place` says is no regular file is written as it is."""
+    if _in_place(path):
+        yield path
+        return
+    target = Path(os.path.realpath(path))
+    tmp = _temporary(target) if tmp is None else tmp
     try:
         yield tmp
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -330,7 +342,8 @@ class _Mp4Writer:
         except ImportError as error:
             raise ImportError("recording MP4 needs imageio-ffmpeg: pip install 'racing-env[render]'") from error
         width, height = size
-        self.path, self._tmp = path, _temporary(path)
+        self.path = path
+        self._tmp = path if _in_place(path) else _temporary(Path(os.path.realpath(path)))
         command = [imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", "-f", "rawvideo",
                    "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", f"{fps:.6g}", "-i", "-",
                    "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "-pix_fmt", "yuv420p", "-vcodec", "libx264",

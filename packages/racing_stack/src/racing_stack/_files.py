@@ -46,15 +46,22 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 def save_figure(figure: Any, path: Path, dpi: int = 110) -> None:
     """A Matplotlib ``figure`` at ``path``, in the format its suffix names
-    (PNG without one), written atomically (`write_atomic`): an interrupted
-    or failed drawing leaves ``path`` as it was.
+    (PNG without one). A regular file (or none yet) is written atomically
+    (`write_atomic`), a link's target in its place: an interrupted or
+    failed drawing leaves it as it was. What is no regular file (a device,
+    a named pipe) is written as it is.
 
     Raises:
-        OSError: as `write_atomic`.
+        OSError: as `write_atomic`, or the write to a device or pipe failed.
     """
     buffer = io.BytesIO()
     figure.savefig(buffer, format=Path(path).suffix.lstrip(".").lower() or "png", dpi=dpi)
-    write_atomic(path, buffer.getvalue())
+    target = Path(os.path.realpath(path))
+    if target.exists() and not target.is_file():
+        with open(target, "wb") as f:
+            f.write(buffer.getvalue())
+    else:
+        write_atomic(target, buffer.getvalue())
 
 
 def remove_stale(folder: Path, name: str) -> list[Path]:
