@@ -341,6 +341,24 @@ def test_a_recording_replaces_its_file_whole_or_not_at_all(tmp_path, tmp_path_fa
     assert path.read_bytes() != b"an earlier recording" and sorted(tmp_path.iterdir()) == [path]
 
 
+def test_a_recording_onto_a_link_writes_its_target_and_onto_a_device_fails_there(tmp_path, env):
+    """A link to a file: the file is replaced, the link stays a link; a link
+    to /dev/full: written there, so the full device's error reaches the
+    caller instead of the link being replaced by a file."""
+    target, link = tmp_path / "target.gif", tmp_path / "lap.gif"
+    target.write_bytes(b"an earlier recording")
+    link.symlink_to(target)
+    with EpisodeView(0.02, record=link, size=(160, 120)) as view:
+        run(load_plugin(PURSUIT), env, episodes=1, view=view)
+    assert link.is_symlink() and target.read_bytes()[:6] == b"GIF89a"
+    full = tmp_path / "full.gif"
+    full.symlink_to("/dev/full")
+    with pytest.raises(OSError):
+        with EpisodeView(0.02, record=full, size=(160, 120)) as view:
+            run(load_plugin(PURSUIT), env, episodes=1, view=view)
+    assert full.is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["full.gif", "lap.gif", "target.gif"]
+
+
 def test_a_recording_onto_a_folder_is_refused(tmp_path):
     (tmp_path / "lap.gif").mkdir()
     with pytest.raises(ValueError, match="is a folder, not a file"):
