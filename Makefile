@@ -21,8 +21,9 @@ VENV ?= .venv
 # default build: TORCH_INDEX= (empty).
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
-# torch alone from that index (its dependencies then come from the usual ones).
-TORCH_PIP := --no-deps $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
+# torch alone from that index (its dependencies then come from the usual ones), tried
+# twice: offline, pip falls back on a local wheel without five retries' wait.
+TORCH_PIP := --no-deps --retries 1 $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX))
 PACKAGES := rl_triton track_gen racing_env racing_stack
 PY := $(abspath $(VENV))/bin/python
 # The tests run in TEST_WORKERS processes (pytest-xdist), each test file in one of them (its
