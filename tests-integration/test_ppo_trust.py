@@ -515,6 +515,21 @@ def test_a_resume_names_the_updates_its_log_lacks(env, straight, tmp_path, capsy
     assert [int(r["update"]) for r in read_log(out / "log.csv")] == [3, 4]
 
 
+def test_a_resume_keeps_one_row_of_each_update_its_log_repeats(env, straight, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(straight["out"], out)
+    shutil.copyfile(straight["checkpoints"][3], out / "checkpoint.pt")
+    lines = (out / "log.csv").read_bytes().splitlines(keepends=True)
+    (out / "log.csv").write_bytes(b"".join([lines[0], lines[1], lines[2], lines[1], lines[3]]))  # update 1 twice
+    rows = Trainer(TINY, env, out, progress=quiet).run(resume=True)
+    assert [r["update"] for r in rows] == [4]
+    err = capsys.readouterr().err
+    assert "repeats the rows of some updates (1 row more than updates): an edited log; the first row of each " \
+           "update is kept" in err and "lacks the rows" not in err, err
+    assert [int(r["update"]) for r in read_log(out / "log.csv")] == [1, 2, 3, 4]
+    assert_same_rows(read_log(out / "log.csv"), straight["rows"])
+
+
 @pytest.mark.parametrize("garbage", [
     ",".join(["nan"] * len(LOG_FIELDS)).encode(), ",".join(["1.5"] * len(LOG_FIELDS)).encode(),
     ",".join(["1e0"] * len(LOG_FIELDS)).encode(), b"\xff\xfe\x80 not UTF-8",

@@ -59,11 +59,20 @@ def start_log(out: Path, update: int, say: Callable[[str], None] = lambda text: 
     TensorBoard events rewritten from them (`tensorboard`), so that
     neither loses nor repeats an update. Where the log lacks the rows of
     some of those updates (damaged or edited), ``say`` names them once:
-    the resumed log keeps that gap. Returns the TensorBoard writer."""
+    the resumed log keeps that gap; where it repeats some, ``say`` says so
+    and the first row of each is kept. Returns the TensorBoard writer."""
     for name in ("checkpoint.pt", "log.csv"):
         checkpoints.remove_stale(out, name)
-    kept = log_rows(out / "log.csv", update) if update else []
-    missing = sorted(set(range(1, update + 1)) - {int(row["update"]) for row in kept})
+    rows = log_rows(out / "log.csv", update) if update else []
+    first: dict[int, dict[str, str]] = {}
+    for row in rows:
+        first.setdefault(int(row["update"]), row)
+    kept = [first[number] for number in sorted(first)]
+    extra = len(rows) - len(kept)
+    if extra:
+        say(f"train-ppo: {out / 'log.csv'} repeats the rows of some updates ({extra} row{'s' * (extra > 1)} more "
+            "than updates): an edited log; the first row of each update is kept")
+    missing = sorted(set(range(1, update + 1)) - set(first))
     if missing:
         say(f"train-ppo: {out / 'log.csv'} lacks the rows of {len(missing)} of the {update} updates before the "
             f"checkpoint ({_spans(missing)}): a damaged or edited log; the resumed log and its TensorBoard "
