@@ -253,7 +253,10 @@ def test_a_runner_child_is_interrupted_then_killed_when_the_benchmark_stops():
 
     def started(code: str) -> subprocess.Popen:
         program = f"{code}\nprint('up', flush=True)\nimport time\ntime.sleep(60)"
-        child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+        # As start_runner starts it: SIGINT's default whatever this test inherited (a job started in the
+        # background ignores SIGINT, and so would its children).
+        child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True,
+                                 preexec_fn=bench.interruptible)
         assert child.stdout.readline() == "up\n"
         return child
 
@@ -270,6 +273,24 @@ def test_a_runner_child_is_interrupted_then_killed_when_the_benchmark_stops():
     assert ended.returncode == 0
     for child in (polite, stubborn):
         child.stdout.close()
+
+
+def test_a_runner_child_hears_ctrl_c_whatever_the_benchmark_inherited(tmp_path):
+    """Started where SIGINT is ignored (a benchmark run in the background),
+    a Runner child still takes SIGINT as Ctrl-C: `stop_runner` can
+    interrupt it politely."""
+    import signal
+
+    bench = _ppo_benchmark()
+    code = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                               preexec_fn=bench.interruptible)
+        bare = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert child.stdout.strip() == "True" and bare.stdout.strip() == "False"  # the test can fail
 
 
 def test_the_ppo_benchmark_gates_read_the_report():

@@ -183,13 +183,23 @@ def start_runner(plugin: Path, tracks: int, out: Path) -> subprocess.Popen:
     """The Runner driving ``plugin`` once on each of the first ``tracks``
     Test tracks (``python -m racing_stack.evaluate``, the plugin in that
     process, ``mjx_warp`` with one world a track, Torch on one thread) in a
-    child process, which runs beside this one; its result goes to ``out``
-    (`runner_result` reads it), its output to ``out``'s ``.log`` sibling."""
+    child process, which runs beside this one and hears SIGINT
+    (`interruptible`); its result goes to ``out`` (`runner_result` reads
+    it), its output to ``out``'s ``.log`` sibling."""
     with out.with_suffix(".log").open("w") as output:
         return subprocess.Popen([sys.executable, "-m", "racing_stack.evaluate", "--controller", str(plugin),
                                  "--level", "1", "--split", "test", "--tracks", str(tracks), "--backend", "mjx_warp",
                                  "--worlds", str(tracks), "--no-isolate", "--out", str(out)],
-                                stdout=output, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                                stdout=output, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                                preexec_fn=interruptible)
+
+
+def interruptible() -> None:
+    """A child's SIGINT as a terminal's Ctrl-C gives it (the default), so
+    that `stop_runner` can interrupt it: a benchmark started in the
+    background ignores SIGINT, and its children would inherit that
+    (a ``preexec_fn``)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def runner_result(child: subprocess.Popen, out: Path) -> dict[str, Any]:
