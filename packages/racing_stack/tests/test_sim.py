@@ -202,6 +202,8 @@ def test_warp_says_nothing_unless_asked(tmp_path, verbose):
     json.loads(out.stdout)
     said = [line for line in out.stderr.splitlines() if line.startswith(("Warp 1.", "Module "))]
     assert bool(said) == verbose, out.stderr
+    if not verbose:  # nor its line that a CPU machine has no NVIDIA driver
+        assert "NVIDIA CUDA driver" not in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("command", ["sim", "evaluate"])

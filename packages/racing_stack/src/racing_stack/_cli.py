@@ -201,16 +201,50 @@ def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
                         help="also print Warp's banner and a line per loaded kernel module (stderr)")
 
 
+#: What Warp's native library prints at initialisation on a machine without the NVIDIA driver (no setting stops it).
+NO_DRIVER = "Could not find or load the NVIDIA CUDA driver"
+
+
 def quiet_warp(verbose: bool) -> None:
     """Warp's info messages (its banner at initialisation, a line per
-    loaded module) only when ``verbose``; its warnings and errors always.
+    loaded module) only when ``verbose``; its warnings and errors always,
+    but for its line that a machine has no NVIDIA driver (`NO_DRIVER`: a
+    CPU machine's normal state, which the commands say in their own
+    words where it matters), kept only when ``verbose``.
 
     Warp 1.18 reads ``warp.config.log_level`` (``warp.config.quiet`` is
-    gone and does nothing); call this before anything initialises Warp.
+    gone and does nothing); call this before anything initialises Warp:
+    unless ``verbose`` it initialises Warp itself.
     """
     import warp as wp
 
     wp.config.log_level = wp.LOG_INFO if verbose else wp.LOG_WARNING
+    if not verbose:
+        _init_without(NO_DRIVER, wp.init)
+
+
+def _init_without(line: str, init: Callable[[], None]) -> None:
+    """Call ``init`` with file descriptor 2 (stderr, where a native library
+    prints) caught, then pass on what it printed, less the lines holding
+    ``line``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as caught:
+            os.dup2(caught.fileno(), 2)
+            try:
+                init()
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+            caught.seek(0)
+            printed = caught.read().decode(errors="replace")
+    finally:
+        os.close(saved)
+    kept = "".join(text for text in printed.splitlines(keepends=True) if line not in text)
+    if kept:
+        sys.stderr.write(kept)
+        sys.stderr.flush()
 
 
 def say_gpu_backend_on_cpu(prog: str, backend: str) -> None:
