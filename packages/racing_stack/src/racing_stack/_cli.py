@@ -196,9 +196,10 @@ def float_in(low: float, high: float, *, low_open: bool = True) -> Callable[[str
 
 
 def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
-    """Add ``--verbose``: Warp's banner and its line per loaded module."""
+    """Add ``--verbose``: Warp's banner, its line per loaded module and its no-driver line."""
     parser.add_argument("--verbose", action="store_true",
-                        help="also print Warp's banner and a line per loaded kernel module (stderr)")
+                        help="also print Warp's banner, a line per loaded kernel module and its no-driver line "
+                             "(stderr)")
 
 
 #: What Warp's native library prints at initialisation on a machine without the NVIDIA driver (no setting stops it).

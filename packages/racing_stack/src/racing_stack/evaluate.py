@@ -21,7 +21,8 @@ coloured by outcome, and against a reference result (``--reference``, a
 JSON result of another controller on the same tracks) where one is
 given. ``--render`` and ``--record`` draw world 0's episodes (a window;
 an animated GIF or MP4). Progress goes to stderr, the JSON summary to
-stdout (Warp's banner and module lines only with ``--verbose``).
+stdout (Warp's banner, module lines and no-NVIDIA-driver line only with
+``--verbose``).
 
 ``--isolate`` (the default on Level 1; ``--no-isolate`` the default on
 Level 0) runs each episode's controller in its own child process, with a

@@ -22,8 +22,9 @@ failed write of it is a line on stderr naming it, after the result is
 printed, and exit status 1. Exit status 130 after Ctrl-C
 during the episode: the result of the episodes that had ended (none, unless
 the one episode had) is still printed and written, with ``"interrupted":
-true``, and so is the recording of the frames drawn. Warp's banner and its
-line per loaded kernel module show only with ``--verbose``.
+true``, and so is the recording of the frames drawn. Warp's banner, its
+line per loaded kernel module and its line that the machine has no NVIDIA
+driver show only with ``--verbose``.
 """
 
 from __future__ import annotations
