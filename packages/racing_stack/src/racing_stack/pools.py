@@ -171,19 +171,21 @@ def materialize(split: str, cache: Path | None = None, write_manifest: bool = Fa
         pool, damage = _cached(split, path, say)
         if pool is not None and not write_manifest:
             pool, damage = _committed(split, pool, path, committed, say)
-        if pool is None:
+        fresh = pool is None  # else `_committed` has compared it with the committed manifest
+        if fresh:
             if on_build is not None:
                 on_build(_why_built(split, path, damage))
             pool = build_pool(split, progress=lambda n, want: say(f"{split}: {_bar(n, want)} {n}/{want} tracks"))
             pool.save(path)
             say(f"{split}: wrote {path}")
-        built = _entries(path.with_suffix(".json"))
+        built = _entries(path.with_suffix(".json")) if fresh or write_manifest else None
     if write_manifest:
         committed.parent.mkdir(parents=True, exist_ok=True)
         committed.write_text(json.dumps(built, indent=1) + "\n")
         say(f"{split}: wrote the manifest {committed}")
         return pool
-    _compare(split, _entries(committed), built)
+    if fresh:
+        _compare(split, _entries(committed), built)
     say(f"{split}: {len(pool)} tracks match the committed manifest")
     return pool
 
