@@ -135,7 +135,8 @@ def env_rates(env, config: PPOConfig, steps: int, repeats: int = 3) -> dict[str,
 def profiled(trainer: Trainer) -> dict[str, Any]:
     """One optimisation and one rollout of ``trainer`` under Torch's
     profiler: the kernels each launched, their device time, the host
-    time, and the ten kernels of most device time (ms)."""
+    time, the 25 kernels of most device time (ms), and the kernels that
+    take under 5 us each on average (launch-bound: their count and time)."""
     out = {}
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
@@ -158,9 +159,18 @@ def profiled(trainer: Trainer) -> dict[str, Any]:
         out[phase] = {"kernels_launched": int(kernels),
                       "device_ms": sum(e.self_device_time_total for e in device) / 1e3,
                       "host_ms": sum(e.self_cpu_time_total for e in events) / 1e3,
+                      "short_kernels": short_kernels(device),
                       "top": [{"name": e.key[:80], "calls": e.count, "device_ms": e.self_device_time_total / 1e3}
-                              for e in device[:10]]}
+                              for e in device[:25]]}
     return out
+
+
+def short_kernels(device: list) -> dict[str, float]:
+    """Of the profiler's kernel rows ``device``, those under 5 us a launch on
+    average: how many launches and their device time (ms)."""
+    short = [e for e in device if e.self_device_time_total < 5.0 * e.count]
+    return {"launches": int(sum(e.count for e in short)),
+            "device_ms": sum(e.self_device_time_total for e in short) / 1e3}
 
 
 def throughput(env, config: PPOConfig, variants: list[str], updates: int, profile: bool,
