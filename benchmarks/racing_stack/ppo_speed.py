@@ -21,14 +21,18 @@ trainer keeps, where an update's time goes, and how soon a policy laps.
    - with ``--profile``, once every variant is timed (a profile can slow
      the launches after it): Torch's profiler over one optimisation and
      one rollout of each variant, on a trainer of its own: the kernels,
-     their device time, the host time, the ten longest kernels.
+     their device time, the host time, the 25 longest kernels and the
+     launch-bound ones (under 5 us a launch).
 2. Time to skill, at each of ``--skill-worlds`` for each of
    ``--skill-seeds``, each run alone: a trainer of the best variant
    validates with early exit on Validation rows 0-499 every
-   ``validate_every`` updates (``round(200,000 / worlds)`` unless set);
-   training seconds are the wall time of the updates and their
-   validations (compiles included; pool and env building, and the check
-   below, not). At the first validation of at least
+   ``validate_every`` updates (``round(200,000 / worlds)`` unless set),
+   from the first update whose training episodes lapped at
+   ``--validate-from`` (0.5) or more; training seconds are the wall time
+   of the updates (compiles included; pool and env building, the
+   validations and the check below not: the clock stops, the device
+   idle, while they measure the policy; their time is reported apart,
+   as ``validation_and_check_s``). At the first validation of at least
    99 %, the policy drives the first 2 x ``validation_tracks`` Validation
    tracks (all 1,000 at the preset) to their end and
    its laps are compared with pure pursuit's committed ones; the run stops
@@ -208,25 +212,44 @@ def throughput(env, config: PPOConfig, variants: list[str], updates: int, profil
     return result
 
 
-def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[str, Any]],
+                  validate_from: float) -> dict[str, Any]:
     """One training run until its policy passes the skill check (or
-    ``budget_s`` of training): its curve and the check (module docstring)."""
+    ``budget_s`` of training): its curve and the check (module docstring).
+
+    The training clock runs through the updates alone (compiles
+    included): it stops, with the device idle, before a validation or a
+    check and starts again after it (a validation measures the policy; it
+    changes nothing of the training). Validations are due every
+    ``config.validate_every`` updates once an update's training episodes
+    have lapped at ``validate_from`` or more (a policy whose own episodes
+    lap less does not validate at 99 %); their wall time is reported
+    apart."""
     t0 = time.perf_counter()
     env, validation = make_env(config), make_validation_env(config)
     setup_s = time.perf_counter() - t0
-    curve, checks, trained = [], [], 0.0
+    curve, checks, trained, validating, started = [], [], 0.0, 0.0, None
+    every = config.validate_every
     with tempfile.TemporaryDirectory() as out:
-        trainer = Trainer(config, env, Path(out), progress=lambda row: None, validation=validation)
+        trainer = Trainer(dataclasses.replace(config, validate_every=0), env, Path(out), progress=lambda row: None,
+                          validation=validation)
         trainer.compile_validation()
         reached = None
         while trained < budget_s and trainer.update < config.updates and reached is None:
             start = time.perf_counter()
             row = trainer._one_update()
-            trained += time.perf_counter() - start  # the update and its validation, if one was due
-            rate = row["validation_success_rate"]
-            if not np.isfinite(rate):
+            if started is None and (validate_from <= 0 or row["success_rate"] >= validate_from):
+                started = trainer.update
+            due = started is not None and trainer.update % every == 0
+            if due:
+                sync()  # what the update launched is part of its time
+            trained += time.perf_counter() - start
+            if not due:
                 continue
-            curve.append({"update": trainer.update, "training_s": trained, "validation_success_rate": rate})
+            start = time.perf_counter()
+            rate = trainer.validate_and_keep()["validation_success_rate"]
+            curve.append({"update": trainer.update, "training_s": trained, "validation_success_rate": rate,
+                          "training_success_rate": row["success_rate"]})
             if rate >= GATE_SKILL_SUCCESS:
                 n = config.validation_tracks
                 episodes = [e for rows in (range(n), range(n, 2 * n)) for e in
@@ -239,10 +262,13 @@ def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[st
                 if check["success_rate"] >= GATE_SKILL_SUCCESS and \
                         (check["median_per_track_ratio"] or np.inf) <= GATE_SKILL_RATIO:
                     reached = trained
-        result = {"worlds": config.worlds, "seed": config.seed, "validate_every": config.validate_every,
+            sync()
+            validating += time.perf_counter() - start
+        result = {"worlds": config.worlds, "seed": config.seed, "validate_every": every,
+                  "validate_from_training_success": validate_from, "first_validated_update": started,
                   "policy_lag": config.policy_lag, "setup_s": setup_s, "training_s": trained,
-                  "validation_s": trainer.overhead["validation_s"], "updates": trainer.update,
-                  "time_to_skill_s": reached, "curve": curve, "checks": checks}
+                  "validation_and_check_s": validating, "validations": trainer.overhead["validations"],
+                  "updates": trainer.update, "time_to_skill_s": reached, "curve": curve, "checks": checks}
         del trainer
     gc.collect()
     if torch.cuda.is_available():
@@ -264,7 +290,7 @@ def draw(report: dict[str, Any], path: Path) -> None:
         ax.plot(xs, ys, marker=".", label=f"{run['worlds']:,} worlds, seed {run['seed']}")
     ax.axhline(GATE_SKILL_SUCCESS, color="grey", lw=0.8, ls="--")
     ax.axvline(GATE_SKILL_S, color="grey", lw=0.8, ls=":")
-    ax.set(xlabel="training seconds (updates only, compiles included)",
+    ax.set(xlabel="training seconds (updates only, compiles included; validations apart)",
            ylabel="Validation success (rows 0-499, early exit)", ylim=(0, 1.02),
            title=f"PPO time to skill ({report['device']})")
     ax.legend(fontsize=8)
@@ -303,6 +329,8 @@ def main() -> None:
                         help="the skill runs' update_path/matmul_precision (default: the fastest measured here)")
     parser.add_argument("--validate-every", type=int, default=None,
                         help="updates between a skill run's validations (default round(200,000 / worlds))")
+    parser.add_argument("--validate-from", type=float, default=0.5,
+                        help="a skill run validates once an update's training episodes lapped at this rate (0-1)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a setting of the GPU preset (as train-ppo's --set)")
     parser.add_argument("--out", type=Path, default=None)
@@ -315,9 +343,10 @@ def main() -> None:
         except (TypeError, ValueError) as error:
             parser.error(f"argument --paths: {variant!r}: {error}")
     if any(w < 1 for w in args.worlds + args.skill_worlds) or args.updates < 1 or not 0 < args.skill_seconds < 1e6 \
-            or (args.validate_every is not None and not 1 <= args.validate_every < 2**31):
+            or (args.validate_every is not None and not 1 <= args.validate_every < 2**31) \
+            or not 0 <= args.validate_from <= 1:
         parser.error("--worlds, --skill-worlds, --updates and --validate-every must be >= 1, --skill-seconds in "
-                     "(0, 1e6)")
+                     "(0, 1e6), --validate-from in [0, 1]")
     config = PRESETS["gpu"]
     env_steps = 50
     if not gpu:
@@ -326,6 +355,7 @@ def main() -> None:
         args.worlds, args.skill_worlds, args.skill_seeds = [4], [4], args.skill_seeds[:1]
         args.updates, args.skill_seconds, env_steps = 2, 3.0, 3
         args.validate_every = args.validate_every or 1  # the first update validates: the curve has a point
+        args.validate_from = 0.0
     try:
         config = dataclasses.replace(config.override(args.set), validate_every=0)
     except (TypeError, ValueError) as error:
@@ -365,7 +395,7 @@ def main() -> None:
             every = args.validate_every or max(1, round(200_000 / worlds))
             cfg = dataclasses.replace(variant_config(config, best), worlds=worlds, seed=seed, validate_every=every)
             log(f"time to skill at {worlds} worlds, seed {seed} ({best}, validating every {every} updates)")
-            report["skill"].append(time_to_skill(cfg, args.skill_seconds, pursuit))
+            report["skill"].append(time_to_skill(cfg, args.skill_seconds, pursuit, args.validate_from))
             log(f"  time to skill: {report['skill'][-1]['time_to_skill_s']}")
             draw(report, out.with_suffix(".png"))
             write()
