@@ -40,7 +40,8 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     profiled, one time-to-skill run with its curve; no gate on a CPU."""
     out = tmp_path / "speed.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--profile", "--out",
-                          str(out), "--paths", "eager/highest", "graph/high/lag1", "--skill-path", "eager/high/lag1"],
+                          str(out), "--paths", "eager/highest", "graph/high/lag1", "--skill-path", "eager/high/lag1",
+                          "--trace", str(tmp_path / "trace.json")],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -51,7 +52,11 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     for variant in throughput["variants"].values():
         assert variant["median_transitions_per_s"] > 0 and variant["ratio_to_env_with_wrappers"] > 0
         assert set(variant["phases"]["fractions"]) == {"env", "policy", "gae", "update"}
-        assert set(variant["profile"]) == {"optimise", "rollout"} and variant["profile"]["optimise"]["host_ms"] > 0
+        assert set(variant["profile"]) == {"optimise", "rollout", "update"}
+        assert variant["profile"]["optimise"]["host_ms"] > 0 and variant["profile"]["update"]["wall_ms"] > 0
+        assert variant["profile"]["update"]["device_busy_ms"] == 0.0  # no device on a CPU
+    for variant in ("eager_highest", "graph_high_lag1"):
+        assert "traceEvents" in json.loads((tmp_path / f"trace_4_{variant}.json").read_text())
     (skill,) = report["skill"]
     assert skill["worlds"] == 4 and skill["training_s"] > 0 and skill["curve"]  # validated on the way
     assert skill["policy_lag"] == 1 and skill["validation_and_check_s"] > 0  # measured apart from the training

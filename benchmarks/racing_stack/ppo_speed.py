@@ -22,7 +22,9 @@ trainer keeps, where an update's time goes, and how soon a policy laps.
      the launches after it): Torch's profiler over one optimisation and
      one rollout of each variant, on a trainer of its own: the kernels,
      their device time, the host time, the 25 longest kernels and the
-     launch-bound ones (under 5 us a launch).
+     launch-bound ones (under 5 us a launch); then one whole update's
+     timeline (`timeline`: how long the device was busy in it, each
+     stream's share, the host's waits; ``--trace`` keeps its Chrome trace).
 2. Time to skill, at each of ``--skill-worlds`` for each of
    ``--skill-seeds``, each run alone: a trainer of the best variant
    validates with early exit on Validation rows 0-499 every
@@ -169,6 +171,45 @@ def profiled(trainer: Trainer) -> dict[str, Any]:
     return out
 
 
+def timeline(trainer: Trainer, trace: Path | None = None) -> dict[str, Any]:
+    """One whole update of ``trainer`` (`Trainer._one_update`: with a
+    policy lag, the next rollout collected beside the optimisation) under
+    the profiler's trace, the device synchronised before and after: its
+    wall time (ms), the time the device was busy (the union of its
+    kernels', copies' and fills' intervals, every stream's, JAX's too), the
+    kernel time of each stream, and the host's waits for the device (the
+    runtime's and the driver's synchronising calls). A device busy for
+    nearly all the wall time bounds the update; one idle for much of it
+    waits on the host. ``trace``: also keep the Chrome trace there."""
+    trainer._one_update()
+    sync()
+    with tempfile.TemporaryDirectory() as folder:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            start = time.perf_counter()
+            trainer._one_update()
+            sync()
+            wall = time.perf_counter() - start
+        path = trace or Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text())["traceEvents"]
+    device = sorted((e["ts"], e["ts"] + e["dur"], e.get("tid")) for e in events
+                    if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e)
+    busy, end = 0.0, -np.inf
+    for a, b, _ in device:
+        busy += max(0.0, b - max(a, end))
+        end = max(end, b)
+    streams: dict[str, float] = {}
+    for a, b, tid in device:
+        streams[str(tid)] = streams.get(str(tid), 0.0) + (b - a) / 1e3
+    waits = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and "dur" in e
+             and "ynchronize" in e.get("name", "")]
+    span = (device[-1][1] - device[0][0]) / 1e3 if device else 0.0
+    return {"wall_ms": wall * 1e3, "device_busy_ms": busy / 1e3, "device_span_ms": span,
+            "stream_kernel_ms": streams, "host_sync_calls": len(waits),
+            "host_sync_ms": sum(e["dur"] for e in waits) / 1e3}
+
+
 def short_kernels(device: list) -> dict[str, float]:
     """Of the profiler's kernel rows ``device``, those under 5 us a launch on
     average: how many launches and their device time (ms)."""
@@ -178,7 +219,7 @@ def short_kernels(device: list) -> dict[str, float]:
 
 
 def throughput(env, config: PPOConfig, variants: list[str], updates: int, profile: bool,
-               env_steps: int) -> dict[str, Any]:
+               env_steps: int, trace: Path | None = None) -> dict[str, Any]:
     """The env's rates and each variant's, at ``env``'s worlds: every
     variant timed first, then (``profile``) each profiled on a trainer of
     its own, so that no timing follows a profile (the profiler can slow
@@ -202,6 +243,9 @@ def throughput(env, config: PPOConfig, variants: list[str], updates: int, profil
                         f"env with its wrappers ({baseline:,.0f}/s)")
                 else:
                     result["variants"][variant]["profile"] = profiled(trainer)
+                    kept = None if trace is None else trace.with_name(
+                        f"{trace.stem}_{config.worlds}_{variant.replace('/', '_')}.json")
+                    result["variants"][variant]["profile"]["update"] = timeline(trainer, kept)
                 del trainer
             gc.collect()
             if torch.cuda.is_available():
@@ -321,7 +365,10 @@ def main() -> None:
     parser.add_argument("--paths", nargs="+", default=["eager/highest", "graph/highest", "eager/high", "graph/high"],
                         help="update_path/matmul_precision[/lagN] variants")
     parser.add_argument("--updates", type=int, default=8, help="timed updates a variant")
-    parser.add_argument("--profile", action="store_true", help="profile one optimisation and rollout a variant")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one optimisation, one rollout and one whole update a variant")
+    parser.add_argument("--trace", type=Path, default=None,
+                        help="with --profile, keep each variant's Chrome trace of one update beside this name")
     parser.add_argument("--skill-worlds", type=int, nargs="*", default=[8192, 32768, 65536])
     parser.add_argument("--skill-seeds", type=int, nargs="*", default=[0, 1])
     parser.add_argument("--skill-seconds", type=float, default=60.0, help="training seconds a skill run may take")
@@ -385,7 +432,8 @@ def main() -> None:
             env = make_env(cfg)
         except ValueError as error:  # e.g. more worlds than this machine's memory holds: refused before any run
             parser.error(f"the envs cannot be built: {error}")
-        report["throughput"].append(throughput(env, cfg, args.paths, args.updates, args.profile, env_steps))
+        report["throughput"].append(throughput(env, cfg, args.paths, args.updates, args.profile, env_steps,
+                                               args.trace))
         del env
         gc.collect()
         write()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from racing_stack.checkpoints import CorruptFile
-from racing_stack.ppo.networks import ActorCritic, Normalizer, clipped_mean
+from racing_stack.ppo.networks import ActorCritic, Linear, Normalizer, clipped_mean
 
 LOW = np.array([-0.6, -8.0], np.float32)
 HIGH = np.array([0.6, 4.0], np.float32)
@@ -658,3 +658,62 @@ def test_the_exported_plugin_drives_in_a_child_that_never_starts_a_jax_backend(t
     monkeypatch.setenv("JAX_PLATFORMS", "no_such_platform")
     (episode,) = run(load_plugin(plugin), env, episodes=1, isolation=Isolation(start_timeout_s=120.0)).episodes
     assert episode.error is None and episode.termination_reason == "timeout" and episode.steps == 4
+
+
+def _twins(inputs: int, outputs: int, seed: int) -> tuple[Linear, torch.nn.Linear]:
+    torch.manual_seed(seed)
+    ours = Linear(inputs, outputs)
+    theirs = torch.nn.Linear(inputs, outputs)
+    theirs.load_state_dict(ours.state_dict())
+    return ours, theirs
+
+
+def _run(layer: torch.nn.Linear, x: torch.Tensor, grad: torch.Tensor, bf16: bool) -> list[torch.Tensor]:
+    """The output, and the gradients of x, the weight and the bias for an output gradient ``grad``."""
+    for p in layer.parameters():
+        p.grad = None
+    x = x.clone().requires_grad_(True)
+    with torch.autocast("cpu", torch.bfloat16, enabled=bf16):
+        y = layer(x)
+    y.backward(grad.to(y.dtype))
+    return [y.detach(), x.grad, layer.weight.grad, layer.bias.grad]
+
+
+@pytest.mark.parametrize("rows, inputs, outputs", [(1, 3, 2), (7, 134, 256), (257, 256, 1), (64, 5, 256)])
+def test_linear_is_torch_linear_in_float32(rows, inputs, outputs):
+    ours, theirs = _twins(inputs, outputs, rows)
+    x, grad = torch.randn(rows, inputs), torch.randn(rows, outputs)
+    for a, b in zip(_run(ours, x, grad, False), _run(theirs, x, grad, False)):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    assert list(ours.state_dict()) == ["weight", "bias"]  # checkpoints and plugins load as before
+
+
+@pytest.mark.parametrize("rows, inputs, outputs", [(1, 3, 2), (7, 134, 256), (257, 256, 1), (1000, 5, 256)])
+def test_linear_under_bf16_autocast_sums_the_bias_gradient_by_a_product(rows, inputs, outputs):
+    """Under bfloat16 autocast: autocast's output bit for bit, float32
+    parameter gradients, the input's and the weight's gradients those of
+    Torch's own backward, the bias's the rows' sum of the output gradient
+    (as bfloat16 holds it) to bfloat16's rounding."""
+    ours, theirs = _twins(inputs, outputs, rows + 1)
+    x, grad = torch.randn(rows, inputs) * 3, torch.randn(rows, outputs) * 5
+    got, want = _run(ours, x, grad, True), _run(theirs, x, grad, True)
+    assert got[0].dtype == torch.bfloat16 and torch.equal(got[0], want[0])
+    assert got[2].dtype == got[3].dtype == torch.float32
+    for a, b in zip(got[1:3], want[1:3]):
+        torch.testing.assert_close(a.float(), b.float(), rtol=1.6e-2, atol=1e-2)
+    exact = grad.to(torch.bfloat16).double().sum(0)
+    assert torch.allclose(got[3].double(), exact, rtol=2**-7, atol=1e-6 * float(exact.abs().max()) + 1e-12)
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16):
+        assert torch.equal(ours(x), theirs(x))  # without a gradient: Torch's Linear itself
+
+
+def test_a_bf16_update_steps_every_bias():
+    """The bias gradients reach the optimizer under bfloat16 (an update moves every bias)."""
+    policy = ActorCritic(6, (16, 16), -1.0, np.array([-1.0, -1.0]), np.array([1.0, 1.0]))
+    x = torch.randn(33, 6)
+    with torch.autocast("cpu", torch.bfloat16):
+        loss = policy.distribution(x).mean.square().sum() + policy.value(x).square().sum()
+    loss.float().backward()
+    for name, p in policy.named_parameters():
+        if name.endswith("bias"):
+            assert p.grad is not None and p.grad.dtype == torch.float32 and bool(p.grad.abs().sum() > 0), name

@@ -15,10 +15,51 @@ from torch import nn
 from racing_stack import checkpoints
 from racing_stack.ppo.distributed import Group
 
-__all__ = ["MIN_RESIDUAL", "ActorCritic", "Normalizer", "clipped_mean", "prior_alone"]
+__all__ = ["MIN_RESIDUAL", "ActorCritic", "Linear", "Normalizer", "clipped_mean", "prior_alone"]
 
 #: The smallest residual share above 0 (smaller ones round to 0 in float32's buffer, or nearly).
 MIN_RESIDUAL = 1e-6
+
+
+class Linear(nn.Linear):
+    """`torch.nn.Linear`, the same parameters and forward, whose backward
+    under bfloat16 autocast (`racing_stack.ppo.algorithm.matmul_precision`
+    ``"bf16"``) takes the bias's gradient as a matrix product, ``ones
+    [1, B] @ grad [B, out]``, instead of a sum over the rows: the same sum
+    (float32 accumulation, a bfloat16 result, as autocast's own), which
+    the GPU's matrix units read at full bandwidth where Torch's column
+    reduction of a bfloat16 [65,536, 256] gradient reads it at a fraction.
+    Anywhere else (float32, no gradient, other shapes) it is
+    `torch.nn.Linear` itself."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` [..., in] -> [..., out]."""
+        kind = x.device.type
+        if (x.dim() == 2 and torch.is_grad_enabled() and torch.is_autocast_enabled(kind)
+                and torch.get_autocast_dtype(kind) == torch.bfloat16):
+            return _BiasByProduct.apply(x, self.weight, self.bias)
+        return super().forward(x)
+
+
+class _BiasByProduct(torch.autograd.Function):
+    """A bfloat16 affine map, [B, in] -> [B, out], as autocast runs it
+    (input, weight and bias cast to bfloat16, one ``addmm``), whose
+    backward sums the bias's gradient by a matrix product."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            x, weight = x.to(torch.bfloat16), weight.to(torch.bfloat16)
+            ctx.save_for_backward(x, weight)
+            return nn.functional.linear(x, weight, bias.to(torch.bfloat16))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        x, weight = ctx.saved_tensors
+        grad = grad.to(torch.bfloat16)
+        # The engine casts each gradient to its input's type (float32 for the parameters).
+        grad_x = grad.mm(weight) if ctx.needs_input_grad[0] else None
+        return grad_x, grad.t().mm(x), grad.new_ones(1, grad.shape[0]).mm(grad)[0]
 
 
 class Normalizer(nn.Module):
@@ -102,9 +143,9 @@ class ActorCritic(nn.Module):
             layers: list[nn.Module] = []
             width = features
             for h in hidden:
-                layers += [nn.Linear(width, h), nn.Tanh()]
+                layers += [Linear(width, h), nn.Tanh()]
                 width = h
-            layers.append(nn.Linear(width, out))
+            layers.append(Linear(width, out))
             for layer in layers:
                 if isinstance(layer, nn.Linear):
                     nn.init.orthogonal_(layer.weight, gain=np.sqrt(2.0))
