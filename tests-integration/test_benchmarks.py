@@ -62,6 +62,7 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     assert skill["policy_lag"] == 1 and skill["validation_and_check_s"] > 0  # measured apart from the training
     assert skill["first_validated_update"] == 1 and skill["validations"] == len(skill["curve"])
     assert [p["update"] for p in skill["curve"]] == list(range(1, len(skill["curve"]) + 1))
+    assert [p["update"] for p in skill["training"]] == [p["update"] for p in skill["curve"]]
     assert all(0.0 <= p["validation_success_rate"] <= 1.0 for p in skill["curve"])
     assert out.with_suffix(".png").stat().st_size > 0
     for variant in ("jit/high", "graph/high/lag", "graph/high/lag2", "graph"):

@@ -272,7 +272,7 @@ def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[st
     t0 = time.perf_counter()
     env, validation = make_env(config), make_validation_env(config)
     setup_s = time.perf_counter() - t0
-    curve, checks, trained, validating, started = [], [], 0.0, 0.0, None
+    curve, checks, trained, validating, started, training = [], [], 0.0, 0.0, None, []
     every = config.validate_every
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(dataclasses.replace(config, validate_every=0), env, Path(out), progress=lambda row: None,
@@ -288,6 +288,10 @@ def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[st
             if due:
                 sync()  # what the update launched is part of its time
             trained += time.perf_counter() - start
+            if trainer.update % every == 0:
+                training.append({"update": trainer.update, "training_s": trained,
+                                 **{k: row[k] for k in ("success_rate", "off_track_rate", "mean_speed_mps",
+                                                        "crash_weight", "approx_kl", "learning_rate")}})
             if not due:
                 continue
             start = time.perf_counter()
@@ -312,7 +316,8 @@ def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[st
                   "validate_from_training_success": validate_from, "first_validated_update": started,
                   "policy_lag": config.policy_lag, "setup_s": setup_s, "training_s": trained,
                   "validation_and_check_s": validating, "validations": trainer.overhead["validations"],
-                  "updates": trainer.update, "time_to_skill_s": reached, "curve": curve, "checks": checks}
+                  "updates": trainer.update, "time_to_skill_s": reached, "curve": curve, "checks": checks,
+                  "training": training}
         del trainer
     gc.collect()
     if torch.cuda.is_available():

@@ -45,7 +45,7 @@ def test_the_graph_path_falls_back_to_the_eager_update_on_the_cpu():
     eager, eager_stats = updated(CONFIG)
     graph, graph_stats = updated(dataclasses.replace(CONFIG, update_path="graph"))
     assert not graph.graphed and not eager.graphed
-    assert graph._step is None  # nothing was captured
+    assert graph._captured is None  # nothing was captured
     assert graph_stats == eager_stats
     for (name, a), (_, b) in zip(eager.policy.state_dict().items(), graph.policy.state_dict().items()):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
@@ -133,3 +133,12 @@ def test_a_checkpoint_written_before_the_newer_settings_resumes_as_its_run_ran(t
         resume_problem(dataclasses.replace(CONFIG, matmul_precision="high"), older, path)
     with pytest.raises(ValueError, match=r"lacks the settings \['gamma'\]"):
         resume_problem(CONFIG, {k: v for k, v in older.items() if k != "gamma"}, path)
+
+
+def test_the_optimizer_state_keeps_its_step_size_a_number():
+    """What a checkpoint keeps of the optimizer: its step size a number, the one set last."""
+    update, _ = updated(CONFIG)
+    update.set_learning_rate(3e-4)
+    state = update.optimizer_state()
+    assert [g["lr"] for g in state["param_groups"]] == [3e-4] and state["state"]
+    assert update.optimizer.param_groups[0]["lr"] == 3e-4 and not update.optimizer.param_groups[0]["capturable"]

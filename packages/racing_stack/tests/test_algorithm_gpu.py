@@ -1,6 +1,8 @@
-"""The captured update on a CUDA device: the ``"graph"`` path's update is
-bitwise the eager one (the same kernels on the same data), it is captured
-again for a new policy, and TF32 (``matmul_precision="high"``) changes the
+"""The captured update on a CUDA device: the ``"graph"`` path's updates
+(the first eager, which makes the optimizer's moments, the later ones one
+replay each) are bitwise the eager ones (the same kernels on the same
+data, the step size changed between them), it is captured again for a new
+policy and optimizer, and TF32 (``matmul_precision="high"``) changes the
 numbers a little, not the update."""
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ def cuda():
         pytest.skip("needs a CUDA device")
 
 
-def optimised(config, seeds=(1, 2)) -> tuple[PPOUpdate, list[dict[str, float]]]:
+def optimised(config, seeds=(1, 2, 3)) -> tuple[PPOUpdate, list[dict[str, float]]]:
+    """Updates on random buffers, each at its own step size."""
     update = PPOUpdate(config, LOW, HIGH, torch.device("cuda", 0))
     buf, advantage, returns = (None, None, None)
     stats = []
@@ -37,6 +40,7 @@ def optimised(config, seeds=(1, 2)) -> tuple[PPOUpdate, list[dict[str, float]]]:
             for k, v in cpu.items():
                 buf[k].copy_(v)
         advantage, returns = a.cuda(), r.cuda()
+        update.set_learning_rate(config.learning_rate / seed)
         stats.append(update.optimise(buf, advantage, returns))
     return update, stats
 
@@ -53,20 +57,26 @@ def assert_same_update(a: PPOUpdate, b: PPOUpdate) -> None:
 def test_the_graph_path_updates_bitwise_as_the_eager_path(config):
     eager, eager_stats = optimised(config)
     graph, graph_stats = optimised(dataclasses.replace(config, update_path="graph"))
-    assert graph.graphed and graph._step is not None and not eager.graphed
+    assert graph.graphed and graph._captured is not None and not eager.graphed and eager._captured is None
+    assert all(g["capturable"] for g in graph.optimizer.param_groups)
+    assert not any(g["capturable"] for g in eager.optimizer.param_groups)
     assert graph_stats == eager_stats
     assert_same_update(eager, graph)
 
 
 def test_a_new_policy_is_captured_again():
     config = dataclasses.replace(CONFIG, update_path="graph")
-    update, _ = optimised(config, seeds=(1,))
-    first = update._step
+    update, _ = optimised(config, seeds=(1, 2))
+    first = update._captured
+    assert first is not None and first.fits(update, first.flat)
     update.policy = update.new_policy()
     update.optimizer = update.new_optimizer(update.policy)
     buf, advantage, returns = rollout_buffers(config, 5)
-    update.optimise({k: v.cuda() for k, v in buf.items()}, advantage.cuda(), returns.cuda())
-    assert update._step is not first and update._step.fits(update.policy, update._step.flat)
+    buf = {k: v.cuda() for k, v in buf.items()}
+    update.optimise(buf, advantage.cuda(), returns.cuda())  # a new optimizer holds no moments yet: eager
+    assert update._captured is first and not first.fits(update, first.flat)
+    update.optimise(buf, advantage.cuda(), returns.cuda())
+    assert update._captured is not first and update._captured.fits(update, update._captured.flat)
 
 
 def test_tf32_changes_the_numbers_a_little():

@@ -75,7 +75,7 @@ def test_the_graph_path_collects_and_updates_bitwise_as_the_eager_path(trainer, 
         rows[path] = [{k: v for k, v in trainers[path]._one_update().items()
                        if k not in ("seconds", "transitions_per_s")} for _ in range(2)]
     eager, graph = trainers["eager"], trainers["graph"]
-    assert graph.rollout._act is not None and graph.learner._step is not None and eager.rollout._act is None
+    assert graph.rollout._act is not None and graph.learner._captured is not None and eager.rollout._act is None
     assert json.dumps(rows["eager"]) == json.dumps(rows["graph"])  # NaN (no lap, no validation) included
     for key in ("x", "u", "logp", "value", "valid", "reward", "terminated"):
         assert torch.equal(eager.buf[key], graph.buf[key]), key

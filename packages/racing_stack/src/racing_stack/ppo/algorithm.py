@@ -12,6 +12,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,7 +26,7 @@ from racing_stack.ppo.losses import LOSS_FIELDS, normalised_advantages, ppo_loss
 from racing_stack.ppo.networks import ActorCritic
 from racing_stack.ppo.rollout import captured, capturing, returns_bootstrapped, returns_cut, warm_up
 
-__all__ = ["UPDATE_FIELDS", "CapturedStep", "PPOUpdate", "crash_weight", "first_worst", "matmul_precision", "read"]
+__all__ = ["UPDATE_FIELDS", "CapturedUpdate", "PPOUpdate", "crash_weight", "first_worst", "matmul_precision", "read"]
 
 #: What `PPOUpdate.optimise` returns, in order.
 UPDATE_FIELDS = (*LOSS_FIELDS, "actor_grad_norm", "critic_grad_norm", "explained_variance", "std_steering",
@@ -57,7 +58,7 @@ class PPOUpdate:
         self.optimizer = self.new_optimizer(self.policy)
         self.generator = torch.Generator(device)
         self.generator.manual_seed(config.seed)
-        self._step: CapturedStep | None = None
+        self._captured: CapturedUpdate | None = None
         self._acting = copy.deepcopy(self.policy) if config.policy_lag else None
         #: On CUDA, the event `follow` last recorded.
         self.followed: torch.cuda.Event | None = None
@@ -86,14 +87,37 @@ class PPOUpdate:
 
     def new_optimizer(self, policy: ActorCritic) -> torch.optim.Adam:
         """Adam over ``policy``'s parameters; on CUDA its fused kernel (one
-        launch a step instead of several per parameter tensor)."""
-        return torch.optim.Adam(policy.parameters(), lr=self.config.learning_rate, eps=1e-5,
-                                fused=self.device.type == "cuda")
+        launch a step instead of several per parameter tensor; `adopt`)."""
+        optimizer = torch.optim.Adam(policy.parameters(), lr=self.config.learning_rate, eps=1e-5,
+                                     fused=self.device.type == "cuda")
+        self.adopt(optimizer)
+        return optimizer
+
+    def adopt(self, optimizer: torch.optim.Adam) -> None:
+        """Fit a new or loaded ``optimizer`` to this update's path: on CUDA
+        its step size a float32 tensor on the device (`set_learning_rate`
+        writes it in place, a `CapturedUpdate` reads it there), and
+        capturable exactly on the ``"graph"`` path (its step counts are on
+        the device either way: the fused kernel's numbers do not change)."""
+        if self.device.type != "cuda":
+            return
+        for group in optimizer.param_groups:
+            group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=self.device)
+            group["capturable"] = self.graphed
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The optimizer's state dict with its step size a number (as a checkpoint keeps it)."""
+        state = self.optimizer.state_dict()
+        state["param_groups"] = [{**g, "lr": float(g["lr"])} for g in state["param_groups"]]
+        return state
 
     def set_learning_rate(self, rate: float) -> None:
         """The step size of the optimizer's next steps."""
         for group in self.optimizer.param_groups:
-            group["lr"] = rate
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(rate)
+            else:
+                group["lr"] = rate
 
     def advantages(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """(advantages, returns), [T, E], of a rollout's ``batch``
@@ -131,40 +155,43 @@ class PPOUpdate:
         explained variance of the values and the policy's standard
         deviations.
 
-        On the ``"graph"`` path (`graphed`), each minibatch's loss,
-        backward and clipping replay one `CapturedStep`, captured at the
-        first update (and again when the policy or the buffers are new);
-        the optimizer steps after it as on the eager path.
+        On the ``"graph"`` path (`graphed`), once the optimizer holds its
+        moments (after the first update), the whole optimisation replays
+        one `CapturedUpdate`: one launch where the eager path launches some
+        200 kernels a minibatch and the optimizer's step after each.
         """
-        with matmul_precision(self.config.matmul_precision, self.device):
-            return self._optimise(buf, advantage, returns)
-
-    def _optimise(self, buf: dict[str, torch.Tensor], advantage: torch.Tensor,
-                  returns: torch.Tensor) -> torch.Tensor:
-        cfg, policy, group = self.config, self.policy, self.group
+        cfg = self.config
         n = cfg.steps * cfg.worlds
         flat = {k: buf[k].reshape(n, *buf[k].shape[2:]) for k in ("x", "u", "logp", "value", "valid")}
+        parts = [self._minibatches() for _ in range(cfg.epochs)]
+        with matmul_precision(cfg.matmul_precision, self.device):
+            if self.graphed and all(p in self.optimizer.state for p in self.policy.parameters()):
+                return self._capture(flat).replay(advantage.reshape(n), returns.reshape(n), parts)
+            return self.steps(flat, advantage.reshape(n), returns.reshape(n), parts)
+
+    def steps(self, flat: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor,
+              parts: list[list[torch.Tensor]]) -> torch.Tensor:
+        """The arithmetic of `launch` (what a `CapturedUpdate` captures):
+        the rollout's ``flat`` buffers [N, ...], its ``advantage`` and
+        ``returns`` [N], and each epoch's minibatches' rows ``parts``
+        (`_minibatches`). No host read, no allocation kept between calls."""
+        cfg, policy, group = self.config, self.policy, self.group
         mask = flat["valid"]
-        adv, ret = normalised_advantages(advantage.reshape(n), mask, group), returns.reshape(n)
+        adv = normalised_advantages(advantage, mask, group)
         stats = torch.zeros(len(LOSS_FIELDS) + 2, device=self.device)
-        captured = self._captured(flat, adv, ret) if self.graphed else None
-        for _ in range(cfg.epochs):
-            parts = self._minibatches()
-            counts = group.sum(torch.stack([mask[i].sum() for i in parts]))  # valid slots of each whole minibatch
-            for i, count in zip(parts, counts):
-                if captured is None:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    stats += self.gradients(flat["x"][i], flat["u"][i], flat["logp"][i], adv[i], ret[i], mask[i],
-                                            count)
-                else:
-                    stats += captured.replay(i, count)
+        for epoch in parts:
+            counts = group.sum(torch.stack([mask[i].sum() for i in epoch]))  # valid slots of each whole minibatch
+            for i, count in zip(epoch, counts):
+                self.optimizer.zero_grad(set_to_none=False)  # a captured update adds into the same gradients
+                stats += self.gradients(flat["x"][i], flat["u"][i], flat["logp"][i], adv[i], returns[i], mask[i],
+                                        count)
                 self.optimizer.step()
         stats /= cfg.epochs * cfg.minibatches
         group.sum(stats[:len(LOSS_FIELDS)])  # each process's part of the minibatches' means
-        error = (ret - flat["value"]) * mask
-        count, total, wrong = group.sum(torch.stack([mask.sum(), (ret * mask).sum(), error.sum()]))
+        error = (returns - flat["value"]) * mask
+        count, total, wrong = group.sum(torch.stack([mask.sum(), (returns * mask).sum(), error.sum()]))
         count = count.clamp(min=1.0)
-        spread, unexplained = group.sum(torch.stack([(((ret - total / count) * mask) ** 2).sum(),
+        spread, unexplained = group.sum(torch.stack([(((returns - total / count) * mask) ** 2).sum(),
                                                      ((error - wrong / count) ** 2 * mask).sum()])) / count
         explained = 1.0 - unexplained / spread.clamp(min=1e-12)
         policy.normalizer.update(flat["x"], mask, group)
@@ -172,7 +199,7 @@ class PPOUpdate:
 
     @property
     def graphed(self) -> bool:
-        """Whether the minibatch steps replay a `CapturedStep`: ``config.update_path`` is
+        """Whether the optimisation replays a `CapturedUpdate`: ``config.update_path`` is
         ``"graph"``, on a CUDA device, in a process training alone (else the eager path)."""
         return captured(self.config, self.device, self.group)
 
@@ -191,17 +218,13 @@ class PPOUpdate:
                              nn.utils.clip_grad_norm_(list(policy.critic.parameters()), cfg.max_grad_norm)])
         return torch.cat([losses, norms.detach()])
 
-    def _captured(self, flat: dict[str, torch.Tensor], advantage: torch.Tensor,
-                  returns: torch.Tensor) -> CapturedStep:
-        """This update's `CapturedStep` (captured anew when the policy or the buffers changed), holding
-        ``advantage`` and ``returns`` [N]."""
-        step = self._step
-        if step is None or not step.fits(self.policy, flat):
-            self._step = None  # its memory pool goes before the next capture takes one
-            step = self._step = CapturedStep(self, flat)
-        step.advantage.copy_(advantage)
-        step.returns.copy_(returns)
-        return step
+    def _capture(self, flat: dict[str, torch.Tensor]) -> CapturedUpdate:
+        """This update's `CapturedUpdate`, captured anew when the policy, its optimizer or the buffers changed."""
+        update = self._captured
+        if update is None or not update.fits(self, flat):
+            self._captured = None  # its memory pool goes before the next capture takes one
+            update = self._captured = CapturedUpdate(self, flat)
+        return update
 
     def _minibatches(self) -> list[torch.Tensor]:
         """This process's slots (flat indices into its [T x E] rollout) of
@@ -273,58 +296,71 @@ class PPOUpdate:
         return violations([self.parameters("acting parameter", policy)])
 
 
-class CapturedStep:
-    """One minibatch step of a `PPOUpdate` (`PPOUpdate.gradients`: the
-    loss, the backward pass, the clipping) captured as a CUDA graph over
-    static buffers: the rollout's flat buffers (views: a rollout writes
-    them in place), the update's advantages and returns (copied in once an
-    update), the minibatch's rows and its valid count (copied in before
-    each replay), and the parameters' gradients, allocated once and zeroed
-    inside the graph. A replay launches the kernels the eager step would,
-    on the same data: the same numbers.
+class CapturedUpdate:
+    """A `PPOUpdate`'s whole optimisation (`PPOUpdate.steps`: every
+    minibatch's loss, backward pass, clipping and optimizer step, then the
+    statistics and the feature statistics' update) captured as one CUDA
+    graph over static buffers: the rollout's flat buffers (views: a
+    rollout writes them in place), the update's advantages and returns and
+    its minibatches' rows (copied in before each replay), the parameters'
+    gradients (allocated once, zeroed inside the graph), and the
+    optimizer's moments, step counts and step size (on the device:
+    `PPOUpdate.new_optimizer`). A replay launches the kernels the eager
+    update would, on the same data: the same numbers.
+
+    Captured once the optimizer holds its moments (an eager update made
+    them), so that the capture allocates none of the optimizer's state.
 
     Args:
         update: the update whose policy it steps (its device is CUDA).
-        flat: the rollout's buffers as [N, ...] rows ("x", "u", "logp", "valid").
+        flat: the rollout's buffers as [N, ...] rows ("x", "u", "logp", "value", "valid").
     """
 
     def __init__(self, update: PPOUpdate, flat: dict[str, torch.Tensor]) -> None:
         cfg, device = update.config, update.device
         n = flat["x"].shape[0]
-        self.policy, self.flat = update.policy, flat
-        self._pointers = self._buffers(update.policy, flat)
-        #: The update's advantages and returns [N], and one minibatch's rows [B] and valid count [].
+        self.flat, self.policy, self.optimizer = flat, update.policy, update.optimizer
+        self._pointers = self._buffers(flat)
+        #: The update's advantages and returns [N], and each epoch's minibatches' rows [epochs, minibatches, B].
         self.advantage, self.returns = torch.zeros(n, device=device), torch.zeros(n, device=device)
-        self.rows = torch.zeros(n // cfg.minibatches, dtype=torch.int64, device=device)
-        self.count = torch.zeros((), device=device)
+        self.rows = torch.zeros((cfg.epochs, cfg.minibatches, n // cfg.minibatches), dtype=torch.int64,
+                                device=device)
+        update.optimizer.zero_grad(set_to_none=False)
         for p in update.policy.parameters():
-            p.grad = torch.zeros_like(p)
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
         self._grads = [p.grad for p in update.policy.parameters()]
-        warm_up(device, lambda: self._body(update))
+        self._rates = [g["lr"] for g in update.optimizer.param_groups]
+        parts = [list(epoch) for epoch in self.rows]
+        # cuBLAS and autograd set themselves up outside the capture: a minibatch's gradients (no step).
+        warm_up(device, lambda: update.gradients(flat["x"][parts[0][0]], flat["u"][parts[0][0]],
+                                                 flat["logp"][parts[0][0]], self.advantage[parts[0][0]],
+                                                 self.returns[parts[0][0]], flat["valid"][parts[0][0]],
+                                                 flat["valid"].sum()))
         self.graph = torch.cuda.CUDAGraph()
         with capturing(self.graph, device):
-            self.stats = self._body(update)
+            self.stats = update.steps(flat, self.advantage, self.returns, parts)
 
     @staticmethod
-    def _buffers(policy: ActorCritic, flat: dict[str, torch.Tensor]) -> tuple[int, ...]:
-        return (id(policy), *(flat[k].data_ptr() for k in ("x", "u", "logp", "valid")))
+    def _buffers(flat: dict[str, torch.Tensor]) -> tuple[int, ...]:
+        return tuple(flat[k].data_ptr() for k in ("x", "u", "logp", "value", "valid"))
 
-    def fits(self, policy: ActorCritic, flat: dict[str, torch.Tensor]) -> bool:
-        """Whether this capture steps ``policy`` over these buffers, into the gradients it holds."""
-        return self._buffers(policy, flat) == self._pointers and all(
-            p.grad is g for p, g in zip(policy.parameters(), self._grads))
+    def fits(self, update: PPOUpdate, flat: dict[str, torch.Tensor]) -> bool:
+        """Whether this capture steps ``update``'s policy with its optimizer
+        (and step size) over these buffers, into the gradients it holds."""
+        return (update.policy is self.policy and update.optimizer is self.optimizer
+                and self._buffers(flat) == self._pointers
+                and all(p.grad is g for p, g in zip(update.policy.parameters(), self._grads))
+                and all(g["lr"] is r for g, r in zip(update.optimizer.param_groups, self._rates)))
 
-    def _body(self, update: PPOUpdate) -> torch.Tensor:
-        torch._foreach_zero_(self._grads)
-        i, flat = self.rows, self.flat
-        return update.gradients(flat["x"][i], flat["u"][i], flat["logp"][i], self.advantage[i], self.returns[i],
-                                flat["valid"][i], self.count)
-
-    def replay(self, rows: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        """The step of minibatch ``rows`` [B] holding ``count`` valid rows: the gradients left in the
-        parameters' ``grad``; returns its [7] statistics (a static buffer: add it up before the next replay)."""
-        self.rows.copy_(rows)
-        self.count.copy_(count)
+    def replay(self, advantage: torch.Tensor, returns: torch.Tensor, parts: list[list[torch.Tensor]]) -> torch.Tensor:
+        """The optimisation of ``advantage`` and ``returns`` [N] over the
+        minibatches ``parts`` (`PPOUpdate._minibatches` of each epoch);
+        returns its statistics (a static buffer: read it before the next
+        replay)."""
+        self.advantage.copy_(advantage)
+        self.returns.copy_(returns)
+        self.rows.copy_(torch.stack([torch.stack(epoch) for epoch in parts]))
         self.graph.replay()
         return self.stats
 

@@ -124,7 +124,7 @@ def trainer_state(trainer: Any) -> dict[str, Any]:
     lagged = trainer.config.policy_lag
     return {
         "config": whole_config(trainer.config, trainer.group).to_json(), "update": trainer.update,
-        "policy": trainer.policy.state_dict(), "best": trainer.best, "optimizer": trainer.optimizer.state_dict(),
+        "policy": trainer.policy.state_dict(), "best": trainer.best, "optimizer": trainer.learner.optimizer_state(),
         "acting": {"policy": trainer.learner.acting.state_dict(), "crash_clock": trainer.acting_clock} if lagged
         else None,
         "learning_rate": trainer.rate, "crash_clock": trainer.crash_clock, "generator": trainer.generator.get_state(),
@@ -306,6 +306,7 @@ def _loaded_optimizer(learner: PPOUpdate, policy: ActorCritic, state: Any, bad) 
         numbers = [group.get("lr"), group.get("eps"), *group.get("betas", ())]
         if not all(isinstance(v, float) and math.isfinite(v) for v in numbers):
             raise bad("optimizer settings", f"are not finite numbers: {numbers}")
+    learner.adopt(optimizer)
     for p in policy.parameters():
         moments = optimizer.state.get(p, {})
         if any(not isinstance(v, torch.Tensor) or (v.dim() and v.shape != p.shape) or not v.isfinite().all()
