@@ -142,3 +142,30 @@ def test_the_optimizer_state_keeps_its_step_size_a_number():
     state = update.optimizer_state()
     assert [g["lr"] for g in state["param_groups"]] == [3e-4] and state["state"]
     assert update.optimizer.param_groups[0]["lr"] == 3e-4 and not update.optimizer.param_groups[0]["capturable"]
+
+
+def _own_buffers(update: PPOUpdate, seed: int) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Random buffers whose log-probabilities are ``update``'s policy's own (as if it had acted)."""
+    buf, advantage, returns = rollout_buffers(update.config, seed)
+    with torch.no_grad():
+        buf["logp"] = update.policy.distribution(buf["x"]).log_prob(buf["u"]).sum(-1)
+    return buf, advantage, returns
+
+
+def test_a_lagged_update_on_its_own_policys_data_is_ppos_bit_for_bit():
+    """The decoupled loss of a lagged update weighs each row by pi_prox /
+    pi_old and clips against pi_prox, the policy as the update starts: on
+    data that policy collected itself both are PPO's own, so the update is
+    the unlagged one bit for bit; on data an older policy collected it is
+    another update."""
+    lagged = PPOUpdate(dataclasses.replace(CONFIG, policy_lag=1), LOW, HIGH, torch.device("cpu"))
+    plain = PPOUpdate(CONFIG, LOW, HIGH, torch.device("cpu"))
+    buf, advantage, returns = _own_buffers(plain, 11)
+    assert torch.equal(lagged.proximal_log_probs({k: v.reshape(-1, *v.shape[2:]) for k, v in buf.items()}),
+                       buf["logp"].reshape(-1))
+    assert lagged.optimise(buf, advantage, returns) == plain.optimise(buf, advantage, returns)
+    for (name, a), (_, b) in zip(lagged.policy.state_dict().items(), plain.policy.state_dict().items()):
+        assert torch.equal(a, b), name
+    older, advantage, returns = _own_buffers(plain, 12)
+    older["logp"] = older["logp"] - 0.3 * torch.rand(older["logp"].shape)  # another policy acted
+    assert lagged.optimise(older, advantage, returns) != plain.optimise(older, advantage, returns)

@@ -30,13 +30,17 @@ def minibatch(rng, rows=37, features=9):
     return policy, x, u, old_logp, advantage, returns, mask
 
 
-def reference_losses(mean, log_std, value, u, old_logp, advantage, returns, mask, count, clip):
+def reference_losses(mean, log_std, value, u, old_logp, advantage, returns, mask, count, clip, proximal_logp=None):
     """The clipped surrogate, value loss, entropy, KL estimate and clip
-    fraction, each a sum over unmasked rows over ``count``, in float64."""
+    fraction, each a sum over unmasked rows over ``count``, in float64;
+    with ``proximal_logp`` the decoupled surrogate (ratio and clip against
+    the proximal policy, weighted by pi_prox / pi_old)."""
     std = np.exp(log_std)
     logp = (-0.5 * ((u - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-    ratio = np.exp(logp - old_logp)
+    anchor = old_logp if proximal_logp is None else proximal_logp
+    ratio = np.exp(logp - anchor)
     surrogate = np.minimum(ratio * advantage, np.clip(ratio, 1 - clip, 1 + clip) * advantage)
+    surrogate = surrogate * np.exp(anchor - old_logp)
     entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum()
     return np.array([-(surrogate * mask).sum() / count, ((value - returns) ** 2 * mask).sum() / count,
                      entropy * mask.sum() / count, ((ratio - 1 - np.log(ratio)) * mask).sum() / count,
@@ -62,6 +66,44 @@ def test_the_losses_are_numpys(seed, count):
     total = want[0] + CONFIG.value_coef * want[1] - CONFIG.entropy_coef * want[2]
     assert float(loss.detach()) == pytest.approx(total, rel=2e-5, abs=1e-6)
     assert 0 < want[4] < 1  # the minibatch has clipped and unclipped ratios
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_decoupled_losses_are_numpys(seed):
+    """With a proximal policy's log-probabilities (a lagged rollout): the
+    ratio, the clip and the KL against it, the surrogate weighted by
+    pi_prox / pi_old, as the NumPy reference computes them."""
+    rng = np.random.default_rng(100 + seed)
+    policy, x, u, old_logp, advantage, returns, mask = minibatch(rng)
+    with torch.no_grad():
+        near = policy.distribution(x).log_prob(u).sum(-1)
+    proximal = near + torch.from_numpy(rng.normal(0.0, 0.15, near.shape[0]).astype(np.float32))
+    loss, stats = ppo_losses(policy, CONFIG, x, u, old_logp, advantage, returns, mask, proximal_logp=proximal)
+    with torch.no_grad():
+        mean = policy.distribution(x).mean.double().numpy()
+        value = policy.value(x).double().numpy()
+    f64 = [t.double().numpy() for t in (u, old_logp, advantage, returns, mask)]
+    want = reference_losses(mean, policy.log_std.detach().double().numpy(), value, *f64, count=f64[-1].sum(),
+                            clip=CONFIG.clip, proximal_logp=proximal.double().numpy())
+    np.testing.assert_allclose(stats.double().numpy(), want, rtol=2e-5, atol=1e-6)
+    total = want[0] + CONFIG.value_coef * want[1] - CONFIG.entropy_coef * want[2]
+    assert float(loss.detach()) == pytest.approx(total, rel=2e-5, abs=1e-6)
+    plain = reference_losses(mean, policy.log_std.detach().double().numpy(), value, *f64, count=f64[-1].sum(),
+                             clip=CONFIG.clip)
+    assert abs(plain[0] - want[0]) > 1e-3 and 0 < want[4] < 1  # another loss than PPO's against the old policy
+
+
+def test_the_decoupled_loss_against_the_acting_policy_is_ppos_bit_for_bit():
+    policy, x, u, old_logp, advantage, returns, mask = minibatch(np.random.default_rng(5))
+    loss, stats = ppo_losses(policy, CONFIG, x, u, old_logp, advantage, returns, mask)
+    loss.backward()
+    grads = [p.grad.clone() for p in policy.parameters()]
+    policy.zero_grad()
+    again, stats_again = ppo_losses(policy, CONFIG, x, u, old_logp, advantage, returns, mask,
+                                    proximal_logp=old_logp.clone())
+    again.backward()
+    assert torch.equal(loss, again) and torch.equal(stats, stats_again)
+    assert all(torch.equal(a, p.grad) for a, p in zip(grads, policy.parameters()))
 
 
 def test_masked_rows_change_nothing():
@@ -102,6 +144,8 @@ def test_columns_that_would_broadcast_are_refused():
         ppo_losses(policy, CONFIG, **{**args, "u": u[:-1]})
     with pytest.raises(ValueError, match="returns must hold one value per row"):
         ppo_losses(policy, CONFIG, **{**args, "returns": returns[:-1]})
+    with pytest.raises(ValueError, match="proximal_logp"):
+        ppo_losses(policy, CONFIG, **args, proximal_logp=old_logp[:, None])
     with pytest.raises(ValueError, match=r"advantage and mask must be \[N\] each, got \[37\] and \[37, 1\]"):
         normalised_advantages(advantage, mask[:, None])
     with pytest.raises(ValueError, match="advantage and mask must be"):

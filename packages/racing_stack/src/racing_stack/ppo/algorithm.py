@@ -179,12 +179,13 @@ class PPOUpdate:
         mask = flat["valid"]
         adv = normalised_advantages(advantage, mask, group)
         stats = torch.zeros(len(LOSS_FIELDS) + 2, device=self.device)
+        proximal = self.proximal_log_probs(flat) if cfg.policy_lag else None
         for epoch in parts:
             counts = group.sum(torch.stack([mask[i].sum() for i in epoch]))  # valid slots of each whole minibatch
             for i, count in zip(epoch, counts):
                 self.optimizer.zero_grad(set_to_none=False)  # a captured update adds into the same gradients
                 stats += self.gradients(flat["x"][i], flat["u"][i], flat["logp"][i], adv[i], returns[i], mask[i],
-                                        count)
+                                        count, None if proximal is None else proximal[i])
                 self.optimizer.step()
         stats /= cfg.epochs * cfg.minibatches
         group.sum(stats[:len(LOSS_FIELDS)])  # each process's part of the minibatches' means
@@ -197,6 +198,13 @@ class PPOUpdate:
         policy.normalizer.update(flat["x"], mask, group)
         return torch.cat([stats, explained[None], policy.log_std.detach().exp()])
 
+    def proximal_log_probs(self, flat: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The log-probabilities [N] of the rollout's actions ``flat["u"]``
+        under the policy as the update starts (the proximal policy of the
+        decoupled loss, `racing_stack.ppo.losses.ppo_losses`), no gradient."""
+        with torch.no_grad():
+            return self.policy.distribution(flat["x"]).log_prob(flat["u"]).sum(-1)
+
     @property
     def graphed(self) -> bool:
         """Whether the optimisation replays a `CapturedUpdate`: ``config.update_path`` is
@@ -204,14 +212,15 @@ class PPOUpdate:
         return captured(self.config, self.device, self.group)
 
     def gradients(self, x: torch.Tensor, u: torch.Tensor, logp: torch.Tensor, advantage: torch.Tensor,
-                  returns: torch.Tensor, mask: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+                  returns: torch.Tensor, mask: torch.Tensor, count: torch.Tensor,
+                  proximal_logp: torch.Tensor | None = None) -> torch.Tensor:
         """One minibatch's clipped PPO loss (`ppo_losses`; rows as there),
         its gradients added to the parameters' (summed over the processes)
         and clipped, the actor's and the critic's apart, to
         ``max_grad_norm``. Returns float32 [7]: the detached `LOSS_FIELDS`
         and the two gradient norms before clipping. No host read."""
         cfg, policy = self.config, self.policy
-        loss, losses = ppo_losses(policy, cfg, x, u, logp, advantage, returns, mask, count)
+        loss, losses = ppo_losses(policy, cfg, x, u, logp, advantage, returns, mask, count, proximal_logp)
         loss.backward()
         self._sum_gradients()
         norms = torch.stack([nn.utils.clip_grad_norm_(policy.actor_parameters(), cfg.max_grad_norm),
@@ -336,7 +345,8 @@ class CapturedUpdate:
         warm_up(device, lambda: update.gradients(flat["x"][parts[0][0]], flat["u"][parts[0][0]],
                                                  flat["logp"][parts[0][0]], self.advantage[parts[0][0]],
                                                  self.returns[parts[0][0]], flat["valid"][parts[0][0]],
-                                                 flat["valid"].sum()))
+                                                 flat["valid"].sum(),
+                                                 flat["logp"][parts[0][0]] if cfg.policy_lag else None))
         self.graph = torch.cuda.CUDAGraph()
         with capturing(self.graph, device):
             self.stats = update.steps(flat, self.advantage, self.returns, parts)

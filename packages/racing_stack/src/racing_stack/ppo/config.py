@@ -93,11 +93,12 @@ class PPOConfig:
         reward: the reward wrapper.
         update_path: ``"eager"`` (every kernel launched from Python: the
             reference, and the path on the CPU) or ``"graph"`` (on one
-            CUDA device: the policy's work of each rollout step and each
-            minibatch's forward, backward and gradient clipping replayed
-            as captured CUDA graphs, the optimizer's fused step after each:
-            the eager kernels on the same data, so the eager numbers; on
-            the CPU and in a ``torchrun`` of several processes, eager).
+            CUDA device: the policy's work of each rollout step and, from
+            the second update on, the whole optimisation (every
+            minibatch's forward, backward, clipping and fused optimizer
+            step) replayed as captured CUDA graphs: the eager kernels on
+            the same data, so the eager numbers; on the CPU and in a
+            ``torchrun`` of several processes, eager).
             How, not what: a run may resume on the other path.
         matmul_precision: the precision of the policy's matmuls in the
             rollout steps and the update: ``"highest"`` (float32),
@@ -110,9 +111,11 @@ class PPOConfig:
             policy (and pays the crash weight) of update u - 1, the one
             update u starts from, so that it can be collected while update
             u optimises (on a CUDA device, concurrently: the env's steps
-            on a stream of their own). PPO's ratio is then taken against
-            the policy that acted, one update old. What, not how: a resume
-            keeps it.
+            on a stream of their own). The loss is then PPO's decoupled
+            one (`racing_stack.ppo.losses.ppo_losses`): ratio and clip
+            against the policy update u + 1 starts from, each row weighted
+            by that policy's probability over the acting one's. What, not
+            how: a resume keeps it.
     """
 
     worlds: int = 8192

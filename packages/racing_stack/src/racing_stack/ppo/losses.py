@@ -34,16 +34,29 @@ def normalised_advantages(advantage: torch.Tensor, mask: torch.Tensor, group: Gr
 
 def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch.Tensor, old_logp: torch.Tensor,
                advantage: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               count: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               count: torch.Tensor | None = None,
+               proximal_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The clipped PPO loss of one minibatch, every term a mean over the
     rows where ``mask`` is 1 (``count``: their number in the whole
     minibatch, when this is one process's part of it; the parts' losses
     and gradients then sum to the whole's).
 
+    With ``proximal_logp`` (the log-probabilities of the policy the update
+    started from, where the actions were taken by an older one:
+    `PPOConfig.policy_lag`), the decoupled objective of Hilton, Cobbe and
+    Schulman (2021, "Batch size-invariance for policy optimization"): the
+    ratio, its clip, the KL and the clip fraction are taken against the
+    proximal policy, r = pi / pi_prox, and each row's clipped surrogate is
+    weighted by pi_prox / pi_old (importance sampling from the policy that
+    acted, not clipped). The trust region stays around the policy being
+    improved, whatever policy collected the data; with ``proximal_logp``
+    equal to ``old_logp`` it is PPO's own loss.
+
     Args:
         x: features [B, D]. u: the normalised actions taken [B, 2].
         old_logp: their log-probability when taken [B]. advantage:
             normalised advantages [B]. returns: value targets [B]. mask: [B].
+        proximal_logp: None, or their log-probability under the proximal policy [B].
 
     Returns:
         (the loss to minimise, a scalar; the detached `LOSS_FIELDS` [5]:
@@ -57,13 +70,18 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
     if x.dim() != 2 or u.shape != (x.shape[0], 2):
         raise ValueError(f"x must be [B, D] and u [B, 2], got {list(x.shape)} and {list(u.shape)}")
     _check_rows(x.shape[0], old_logp=old_logp, advantage=advantage, returns=returns, mask=mask)
+    if proximal_logp is not None:
+        _check_rows(x.shape[0], proximal_logp=proximal_logp)
     w = (mask.sum() if count is None else count).clamp(min=1.0)
     dist = policy.distribution(x)
     logp = dist.log_prob(u).sum(-1)
-    log_ratio = logp - old_logp
+    log_ratio = logp - (old_logp if proximal_logp is None else proximal_logp)
     ratio = log_ratio.exp()
     clipped = ratio.clamp(1 - config.clip, 1 + config.clip)
-    policy_loss = -(torch.min(ratio * advantage, clipped * advantage) * mask).sum() / w
+    surrogate = torch.min(ratio * advantage, clipped * advantage)
+    if proximal_logp is not None:
+        surrogate = surrogate * (proximal_logp - old_logp).exp()
+    policy_loss = -(surrogate * mask).sum() / w
     value_loss = (((policy.value(x) - returns) ** 2) * mask).sum() / w
     entropy = (dist.entropy().sum(-1) * mask).sum() / w
     loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
