@@ -1,5 +1,7 @@
 import importlib
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -54,3 +56,23 @@ def test_the_old_backend_tuple_is_the_names():
     with pytest.warns(DeprecationWarning):
         from racing_env.physics import BACKENDS
     assert BACKENDS == ("cpu_reference", "mjx_warp")
+
+
+@pytest.mark.parametrize("before, level", [("", "30"), ("warp.config.log_level = warp.LOG_ERROR", "40"),
+                                           ("warp.config.log_level = warp.LOG_DEBUG", "10")])
+def test_the_mjx_warp_backend_takes_warp_without_its_banner(before, level):
+    """Warp's default level (info: its banner and a line per module on
+    stdout) is lowered to warnings when the MJX-Warp backend takes Warp;
+    a level the user set stays."""
+    code = f"import warp\n{before}\nfrom racing_env._warp import warp as quiet\nprint(quiet().config.log_level)\n"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == [level]
+
+
+def test_a_warp_initialised_before_keeps_its_level():
+    code = ("import warp\nwarp.init()\nfrom racing_env._warp import warp as quiet\n"
+            "print('level', quiet().config.log_level)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines()[-1] == "level 20" and "initialized" in run.stdout  # the user's banner, shown

@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import track_gen
 
 
@@ -75,3 +77,27 @@ def test_result_and_runtime_fields_hold_arrays_of_their_annotated_dtype_and_rank
         check(course.result)
         check(course.step())
         check(course.runtime.progress)
+
+
+QUIET = """
+import warp as wp
+from track_gen.course import Course
+from track_gen.pipeline import presets
+{after_import}
+course = Course.track(presets.track(num_envs=4, device="cpu"), seeds=42)
+print("valid", int(course.result.valid.numpy().sum()))
+"""
+
+
+@pytest.mark.parametrize("after_import, banner", [("", False), ("wp.config.log_level = wp.LOG_INFO", True)])
+def test_warps_banner_stays_off_stdout_unless_the_user_asks(after_import, banner):
+    """Importing track_gen lowers Warp's default log level (its banner and a
+    line per loaded module on stdout) to warnings; a level set after the
+    import is the user's."""
+    run = subprocess.run([sys.executable, "-c", QUIET.format(after_import=after_import)], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    assert lines[-1].startswith("valid ")
+    assert any(line.startswith("Warp ") and "initialized" in line for line in lines) == banner
+    assert (len(lines) == 1) != banner, run.stdout

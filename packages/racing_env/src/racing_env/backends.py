@@ -262,7 +262,9 @@ def check_footprint(num_envs: int, config: ProjectConfig, device_bytes_per_world
     Raises:
         ValueError: either memory is too small, naming it and both sizes (GiB).
     """
-    import warp as wp
+    from racing_env._warp import warp
+
+    wp = warp()
 
     obs = sum(int(np.prod(space.shape)) * np.dtype(space.dtype).itemsize
               for space in observation_space().spaces.values())

@@ -29,6 +29,7 @@ import mujoco
 import numpy as np
 
 from racing_env import car
+from racing_env._warp import warp
 from racing_env.backend_names import CPU_REFERENCE, MJX_WARP
 from racing_env.config import ProjectConfig
 from racing_env.moved import moved_names
@@ -111,7 +112,7 @@ class MjxWarpPhysics:
     name = MJX_WARP
 
     def __init__(self, config: ProjectConfig, num_envs: int) -> None:
-        import warp as wp
+        wp = warp()
         from mujoco.mjx.third_party import mujoco_warp as mjwarp
 
         self.config = config
@@ -161,7 +162,7 @@ class MjxWarpPhysics:
         """Device bytes one more world adds to the Warp-side MuJoCo data
         (measured on a one- and a two-world data on the backend's device;
         the JAX state and the staging copies add a few hundred bytes more)."""
-        import warp as wp
+        wp = warp()
 
         mj_model = car.build_model(config)
         with wp.ScopedDevice(_warp_device()):
@@ -207,7 +208,7 @@ def _compile_engine(device) -> None:
     """Compile and load `ENGINE_MODULES` on Warp ``device``, in parallel
     threads (Warp's compilers run outside Python's lock); a module already
     loaded or in Warp's kernel cache costs only its load."""
-    import warp as wp
+    wp = warp()
 
     modules = [wp.get_module(importlib.import_module(f"mujoco.mjx.third_party.mujoco_warp._src.{name}").__name__)
                for name in ENGINE_MODULES]
@@ -228,7 +229,7 @@ def _nbytes(tree: object) -> int:
     """Bytes of every Warp array in a (nested) dataclass."""
     import dataclasses
 
-    import warp as wp
+    wp = warp()
 
     total = 0
     for field in dataclasses.fields(tree):

@@ -214,13 +214,17 @@ def quiet_warp(verbose: bool) -> None:
     words where it matters), kept only when ``verbose``.
 
     Warp 1.18 reads ``warp.config.log_level`` (``warp.config.quiet`` is
-    gone and does nothing); call this before anything initialises Warp:
-    unless ``verbose`` it initialises Warp itself.
+    gone and does nothing); call this before anything initialises Warp: it
+    initialises Warp itself, so that track_gen and racing_env, which lower
+    Warp's default level while it is not initialised, keep this one.
     """
     import warp as wp
 
     wp.config.log_level = wp.LOG_INFO if verbose else wp.LOG_WARNING
-    if not verbose:
+    if verbose:
+        with contextlib.redirect_stdout(sys.stderr):  # the banner goes where the commands' library output goes
+            wp.init()
+    else:
         _init_without(NO_DRIVER, wp.init)
 
 
