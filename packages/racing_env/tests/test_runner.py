@@ -4,6 +4,7 @@ observation, errors recorded without stopping the run, the summary."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 
@@ -11,8 +12,9 @@ import numpy as np
 import pytest
 
 from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track
-from racing_env.plugins import TEMPLATE, load_plugin
-from racing_env.runner import EpisodeResult, challenge_values, run, summarize
+from racing_env.isolation import Isolation
+from racing_env.plugins import TEMPLATE, PluginError, load_plugin
+from racing_env.runner import EpisodeResult, RunInterrupted, challenge_values, run, summarize
 
 SHORT = Level(level_id=0, name="short", max_episode_steps=4)
 
@@ -353,3 +355,106 @@ def test_ctrl_c_inside_a_c_callback_of_the_env_still_stops_the_run(env, monkeypa
 def test_challenge_values_need_an_env():
     with pytest.raises(TypeError, match="env must be"):
         challenge_values(object())
+
+
+#: A plugin whose Controller and BatchController drive by one row-wise law
+#: (float64 NumPy, so a row's numbers do not depend on the others), each
+#: world's step count its episode's state; ``{fail}`` breaks the batch.
+BOTH = """
+    from racing_env.controller import BatchController
+
+    def law(velocity, progress, step):
+        steer = np.clip(0.2 - 0.05 * velocity[:, 1] - 0.3 * progress, -0.4, 0.4)
+        return np.stack([steer, np.where(step < 2, 2.0, 0.5 + 0.01 * velocity[:, 0])], -1)
+
+    class One(Controller):
+        def __init__(self, obs, info, config):
+            super().__init__(obs, info, config)
+            self.step = 0
+
+        def compute_control(self, obs, info=None):
+            velocity = np.asarray(obs["velocity_body"], np.float64)[None]
+            action = law(velocity, np.asarray(obs["track_progress"], np.float64)[None], np.array([self.step]))[0]
+            self.step += 1
+            return action
+
+    class Many(BatchController):
+        def __init__(self, config, worlds):
+            super().__init__(config, worlds)
+            self.step = np.full(worlds, -10**6)  # a world acting before its start would show
+            self.calls = 0
+
+        def start(self, worlds, obs, info):
+            assert obs["track_progress"].shape == (len(worlds),) and info["track_id"].shape == (len(worlds),)
+            self.step[worlds] = 0
+
+        def compute_controls(self, worlds, obs, info):
+            self.calls += 1
+            {fail}
+            action = law(np.asarray(obs["velocity_body"], np.float64), np.asarray(obs["track_progress"], np.float64),
+                         self.step[worlds])
+            self.step[worlds] += 1
+            return action
+"""
+
+
+def _episodes(result):
+    return [dataclasses.asdict(e) for e in result.episodes]
+
+
+@pytest.mark.parametrize("how", [dict(episodes=5, seed=11), dict(track_indices=[2, 0, 1, 1, 2], seed=5)])
+def test_a_batched_controller_drives_the_episodes_its_controller_drives(tmp_path, mjx_pool_env, how):
+    """Three worlds, five episodes: the BatchController, one call a step
+    for every world in an episode, gives the per-episode Controllers'
+    episodes bit for bit (the same worlds, tracks, seeds, steps, progress)."""
+    plugin = make_plugin(tmp_path, "both", BOTH.format(fail="pass"))
+    one = run(plugin, mjx_pool_env, **how)
+    many = run(plugin, mjx_pool_env, batched=True, **how)
+    assert _episodes(many) == _episodes(one) and len(one.episodes) == 5
+    assert len({e["progress"] for e in _episodes(one)}) > 1  # the actions moved the cars, differently
+    assert many.summary == one.summary
+
+
+@pytest.mark.parametrize("fail, reason, error", [
+    ("if self.calls == 2: raise RuntimeError('boom')", "invalid_action", "RuntimeError: boom"),
+    ("if self.calls == 2: return np.zeros((len(worlds), 3))", "invalid_action", "must return [1, 2] numbers"),
+    ("if self.calls == 2: return np.full((len(worlds), 2), 'x')", "invalid_action", "real numbers"),
+])
+def test_a_failed_batched_call_ends_the_episodes_it_named_and_the_run_goes_on(tmp_path, env, fail, reason, error):
+    plugin = make_plugin(tmp_path, "fails", BOTH.format(fail=fail))
+    result = run(plugin, env, episodes=3, seed=2, batched=True)
+    first, *others = result.episodes
+    assert first.termination_reason == reason and error in first.error and first.steps == 2
+    assert all(e.termination_reason == "timeout" and e.error is None for e in others)
+
+
+def test_a_failed_batched_start_ends_that_episode(tmp_path, env):
+    plugin = make_plugin(tmp_path, "start", BOTH.format(fail="pass").replace(
+        "self.step[worlds] = 0", "self.step[worlds] = 0\n            if self.calls: raise ValueError('no')"))
+    result = run(plugin, env, episodes=3, seed=2, batched=True)
+    assert [e.termination_reason for e in result.episodes] == ["timeout", "invalid_action", "invalid_action"]
+    assert all("ValueError: no" in e.error for e in result.episodes[1:])
+
+
+def test_ctrl_c_in_a_batched_call_stops_the_run(tmp_path, env):
+    plugin = make_plugin(tmp_path, "stop", BOTH.format(fail="if self.calls == 6: raise KeyboardInterrupt"))
+    with pytest.raises(RunInterrupted) as stopped:
+        run(plugin, env, episodes=3, seed=2, batched=True)
+    assert stopped.value.result.interrupted and len(stopped.value.result.episodes) == 1
+
+
+def test_batched_runs_refuse_what_they_cannot_drive(tmp_path, env):
+    with pytest.raises(PluginError, match="defines no racing_env.BatchController"):
+        run(load_plugin(TEMPLATE), env, episodes=1, batched=True)
+    both = make_plugin(tmp_path, "both", BOTH.format(fail="pass"))
+    with pytest.raises(ValueError, match="not both"):
+        run(both, env, episodes=1, batched=True, isolation=Isolation())
+    with pytest.raises(TypeError, match="batched must be a bool"):
+        run(both, env, episodes=1, batched=1)
+    broken = make_plugin(tmp_path, "ctor", BOTH.format(fail="pass").replace(
+        "self.calls = 0", "self.calls = 0\n            raise OSError('no model')"))
+    with pytest.raises(PluginError, match="Many failed to start: OSError: no model"):
+        run(broken, env, episodes=1, batched=True)
+    with pytest.raises(PluginError, match="at most one concrete subclass of racing_env.BatchController"):
+        make_plugin(tmp_path, "twice", BOTH.format(fail="pass") + "\n    class More(Many):\n        pass\n")
+    assert both.load_batch_class().__name__ == "Many" and load_plugin(TEMPLATE).load_batch_class() is None

@@ -3,6 +3,7 @@ verified split, the JSON result on the pool's own rows, the picture, clear
 errors for a bad level, split or count."""
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -11,7 +12,9 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
+import torch
 from PIL import Image
 from plugin_dirs import CTRL_C_DROPPED_IN_GC, ctrl_c_on, write_plugin
 
@@ -104,6 +107,7 @@ def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsy
     (["--call-timeout", "0"], "argument --call-timeout: must be in (0, 3600], got 0"),
     (["--start-timeout", "nan"], "argument --start-timeout: must be in (0, 3600], got nan"),
     (["--memory-limit", "512"], "argument --memory-limit: must be >= 1024, got 512"),
+    (["--batched", "--isolate"], "argument --batched: a batched controller runs in this process, not with --isolate"),
     (["--memory-limit", str(2**40)], "argument --memory-limit: memory_limit_mb must be in [1024, 2**40)"),
     (["--out", "taken.json"], "argument --out's episodes: 'taken.episodes.jsonl' is a folder, not a file"),
     (["--out", "same.png", "--plot", "same.png"], "arguments --out and --plot name one file, 'same.png'"),
@@ -551,3 +555,49 @@ def test_an_episodes_file_that_is_a_pipe_gets_each_episode_once(tmp_path, monkey
     with _reader(evaluate.episodes_file(out), sys.stdout) as got:
         assert evaluate.main([*_nan_run(tmp_path), "--out", str(out)]) == 0
     assert [json.loads(line) for line in got["text"].splitlines()] == json.loads(out.read_text())["episodes"]
+
+
+def _learned_plugin(tmp_path):
+    """A freshly initialised PPO policy of the CPU preset, exported (its mean action drives: it moves the car)."""
+    from racing_env.plugins import load_plugin
+
+    from racing_stack.ppo import PRESETS
+    from racing_stack.ppo.export import export_plugin
+    from racing_stack.ppo.networks import ActorCritic
+
+    config = PRESETS["cpu"]
+    torch.manual_seed(3)
+    low, high = np.array([-0.6, -8.0], np.float32), np.array([0.6, 4.0], np.float32)
+    policy = ActorCritic(config.features.size, config.hidden, config.init_log_std, low, high)
+    with torch.no_grad():
+        policy.actor[-1].bias.copy_(torch.tensor([0.05, 0.6]))  # steer a little, accelerate
+    return load_plugin(export_plugin(policy, config, tmp_path / "learned"))
+
+
+def test_the_learned_plugin_drives_batched_as_it_drives_an_episode_at_a_time(tmp_path):
+    """An exported PPO plugin's BatchController on three worlds, its
+    network on the CPU: the per-episode controllers' episodes bit for bit."""
+    from racing_env import LEVEL_0, Level, ProjectConfig, VecCarRacingEnv, level0_track
+    from racing_env.runner import run
+
+    plugin = _learned_plugin(tmp_path)
+    assert plugin.load_batch_class().__name__ == "LearnedBatchController"
+    short = Level(level_id=0, name="short", max_episode_steps=40)
+    env = VecCarRacingEnv(3, config=ProjectConfig(), level=short, backend="mjx_warp", track=level0_track())
+    one = run(plugin, env, episodes=5, seed=4)
+    many = run(plugin, env, episodes=5, seed=4, batched=True)
+    assert [dataclasses.asdict(e) for e in many.episodes] == [dataclasses.asdict(e) for e in one.episodes]
+    assert min(e.progress for e in one.episodes) > 0 and LEVEL_0.max_episode_steps > 40
+
+
+def test_evaluate_batched_runs_in_process(tmp_path, capsys):
+    """--batched drives in this process (Level 1 isolates by default);
+    a plugin without a BatchController is a usage error naming it."""
+    plugin = _learned_plugin(tmp_path)
+    out = tmp_path / "result.json"
+    assert evaluate.main(["--level", "0", "--episodes", "2", "--backend", "cpu_reference", "--batched",
+                          "--controller", str(plugin.directory), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert len(result["episodes"]) == 2 and result["summary"]["controller_errors"] == 0
+    assert evaluate.main(["--level", "0", "--backend", "cpu_reference", "--batched"]) == 2  # pure pursuit: none
+    assert "defines no racing_env.BatchController" in capsys.readouterr().err

@@ -18,7 +18,7 @@ import gymnasium
 _HOMES = {
     "core": "racing_env.core",
     **dict.fromkeys(("LEVEL_0", "LEVEL_1", "Level", "ProjectConfig"), "racing_env.config"),
-    **dict.fromkeys(("Controller", "DebugDraw"), "racing_env.controller"),
+    **dict.fromkeys(("BatchController", "Controller", "DebugDraw"), "racing_env.controller"),
     "CarRacingEnv": "racing_env.env",
     **dict.fromkeys(("Track", "TrackPool", "level0_track"), "racing_env.tracks"),
     **dict.fromkeys(("BENCHMARK_VERSION", "LEVEL0_TRACK_ID", "TRACK_CAPACITY", "TerminationReason"),
@@ -35,6 +35,7 @@ ENV_ID = "ControllerLearning/CarRacing-v0"
 
 __all__ = [
     "BENCHMARK_VERSION",
+    "BatchController",
     "CarRacingEnv",
     "Controller",
     "DebugDraw",

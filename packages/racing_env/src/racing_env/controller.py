@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Controller", "DebugDraw", "checked_action"]
+__all__ = ["BatchController", "Controller", "DebugDraw", "checked_action", "checked_actions"]
 
 
 class DebugDraw(Protocol):
@@ -67,6 +67,45 @@ class Controller(abc.ABC):
         """Once per rendered frame: draw on ``debug_draw`` (write-only)."""
 
 
+class BatchController(abc.ABC):
+    """The optional batched form of a plugin's controller (``controller.py``
+    may define one concrete subclass beside its `Controller`): one
+    instance drives every world's episodes of a run, with every acting
+    world's observation in one call per step (`racing_env.runner.run`
+    with ``batched=True``). It sees what a `Controller` sees, world by
+    world; its episodes must be those its `Controller` drives, one world
+    at a time (nothing may cross from one episode to the next, or from one
+    world to another). It has no callbacks: the Runner calls `start` and
+    `compute_controls` alone.
+
+    Observations and infos come stacked: each field of the one-world
+    dicts with a leading axis, one row a world, in the order of
+    ``worlds``.
+
+    Args:
+        config: the immutable configuration (`Controller`'s).
+        worlds: the env's worlds (world indices run from 0 to ``worlds`` - 1).
+    """
+
+    def __init__(self, config: Mapping[str, Any], worlds: int) -> None:
+        self.config = config
+        self.worlds = worlds
+
+    @abc.abstractmethod
+    def start(self, worlds: np.ndarray, obs: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
+        """Episodes start on ``worlds`` (int64 [K], distinct) from their
+        initial observations ``obs`` and reset ``info`` (stacked, [K, ...]):
+        whatever the controller keeps of each world starts afresh, as a new
+        `Controller` would."""
+
+    @abc.abstractmethod
+    def compute_controls(self, worlds: np.ndarray, obs: Mapping[str, np.ndarray],
+                         info: Mapping[str, Any]) -> np.ndarray:
+        """The actions of ``worlds`` (int64 [K], distinct, each in an episode
+        `start` began) for their observations (stacked, [K, ...]): [K, 2],
+        steering (rad) and longitudinal acceleration (m/s^2) a row."""
+
+
 def checked_action(returned: Any) -> np.ndarray:
     """What ``compute_control`` returned, as the action the env receives:
     float64 [2]. It must be two real numbers: an integer or floating dtype
@@ -82,4 +121,21 @@ def checked_action(returned: Any) -> np.ndarray:
         raise TypeError(f"compute_control must return 2 real numbers, got dtype {returned.dtype}")
     if returned.shape != (2,):
         raise ValueError(f"compute_control must return 2 numbers (shape [2]), got shape {list(returned.shape)}")
+    return returned.astype(np.float64)
+
+
+def checked_actions(returned: Any, rows: int) -> np.ndarray:
+    """What ``compute_controls`` returned for ``rows`` worlds, as the
+    actions the env receives: float64 [rows, 2], two real numbers a row
+    (`checked_action`'s types).
+
+    Raises:
+        TypeError: not an integer or floating dtype.
+        ValueError: not shape [rows, 2].
+    """
+    returned = np.asarray(returned)
+    if not (jnp.issubdtype(returned.dtype, jnp.floating) or jnp.issubdtype(returned.dtype, jnp.integer)):
+        raise TypeError(f"compute_controls must return real numbers, got dtype {returned.dtype}")
+    if returned.shape != (rows, 2):
+        raise ValueError(f"compute_controls must return [{rows}, 2] numbers, got shape {list(returned.shape)}")
     return returned.astype(np.float64)

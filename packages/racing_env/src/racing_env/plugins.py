@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from racing_env.controller import Controller
+from racing_env.controller import BatchController, Controller
 from racing_env.moved import moved_names
 
 __all__ = ["PLUGIN_PACKAGE", "CHALLENGE_KEYS", "CONTROLLERS", "PURSUIT", "RACELINE", "TEMPLATE", "Plugin",
@@ -96,8 +96,22 @@ class Plugin:
         Raises:
             PluginError: ``controller.py`` fails to import (it raises or
                 calls ``sys.exit()``; the cause is chained), or does not
-                define exactly one concrete subclass.
+                define exactly one concrete subclass (nor more than one of
+                `racing_env.controller.BatchController`).
         """
+        return self._classes()[0]
+
+    def load_batch_class(self) -> type[BatchController] | None:
+        """A freshly imported copy of the plugin's BatchController subclass
+        (None: it defines none).
+
+        Raises:
+            PluginError: as `load_class`.
+        """
+        return self._classes()[1]
+
+    def _classes(self) -> tuple[type[Controller], type[BatchController] | None]:
+        """``controller.py`` imported afresh: its concrete Controller and BatchController subclasses."""
         for name in [m for m in sys.modules if m == self.package or m.startswith(self.package + ".")]:
             del sys.modules[name]
         importlib.invalidate_caches()
@@ -115,14 +129,22 @@ class Plugin:
             raise PluginError(f"{path} failed to import: it called sys.exit({error.code!r})") from error
         except Exception as error:
             raise PluginError(f"{path} failed to import: {type(error).__name__}: {error}") from error
-        found = [obj for obj in vars(module).values()
-                 if inspect.isclass(obj) and issubclass(obj, Controller) and obj.__module__ == module.__name__
-                 and not inspect.isabstract(obj)]
+
+        def concrete(base: type) -> list[type]:
+            return [obj for obj in vars(module).values()
+                    if inspect.isclass(obj) and issubclass(obj, base) and obj.__module__ == module.__name__
+                    and not inspect.isabstract(obj)]
+
+        found, batched = concrete(Controller), concrete(BatchController)
         if len(found) != 1:
             names = ", ".join(sorted(cls.__name__ for cls in found)) or "none"
             raise PluginError(f"{path} must define exactly one concrete subclass of racing_env.Controller, "
                               f"found {len(found)} ({names})")
-        return found[0]
+        if len(batched) > 1:
+            names = ", ".join(sorted(cls.__name__ for cls in batched))
+            raise PluginError(f"{path} may define at most one concrete subclass of racing_env.BatchController, "
+                              f"found {len(batched)} ({names})")
+        return found[0], (batched[0] if batched else None)
 
     def config(self, challenge: Mapping[str, Any]) -> Mapping[str, Any]:
         """The immutable configuration a controller receives: the plugin's

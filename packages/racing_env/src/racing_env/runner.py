@@ -24,6 +24,15 @@ are called at once (a thread per world waits on each child's answer), so a
 step costs about one controller call, not one per world; in-process
 controllers are called one after another.
 
+Batched (``batched=True``), the plugin's `racing_env.controller.BatchController`
+drives every world at once: one instance for the run, one ``start`` call
+for the episodes that begin after a call, one ``compute_controls`` call
+for the actions of every world in an episode. The episodes are accounted
+alike; a batched call that raises (or returns other than [K, 2] real
+numbers) ends the episodes of every world it named, each recorded with the
+error. It runs in this process; it has no callbacks (a view draws world 0
+without the controller's drawing).
+
 With a view (`racing_env.render.EpisodeView`), world 0's episodes are
 drawn: at every frame the view wants, the controller's ``render_callback``
 draws on a fresh `racing_env.render.DrawList` and the view paints its
@@ -44,10 +53,10 @@ import jax
 import numpy as np
 
 from racing_env import checks
-from racing_env.controller import Controller, checked_action
+from racing_env.controller import BatchController, Controller, checked_action, checked_actions
 from racing_env.episodes import REASONS, EpisodeResult, summarize
 from racing_env.isolation import ChildControllers, ControllerFailed, Isolation
-from racing_env.plugins import Plugin
+from racing_env.plugins import Plugin, PluginError
 from racing_env.render import DrawList, EpisodeView
 from racing_env.types import TRACK_CAPACITY
 from racing_env.vector import VecCarRacingEnv
@@ -148,7 +157,8 @@ def challenge_values(env: Any) -> dict[str, Any]:
 def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed: int = 0,
         progress: Callable[[int, int], None] | None = None, *,
         track_indices: Sequence[int] | None = None, view: EpisodeView | None = None,
-        isolation: Isolation | None = None, record: Callable[[EpisodeResult], None] | None = None) -> RunResult:
+        isolation: Isolation | None = None, record: Callable[[EpisodeResult], None] | None = None,
+        batched: bool = False) -> RunResult:
     """Run ``plugin`` in ``env`` for ``episodes`` episodes, or once on each
     pool row of ``track_indices``.
 
@@ -172,11 +182,16 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
             The plugin may have been loaded with ``import_code=False``.
         record: called with each ended episode's `EpisodeResult`, as it
             ends (before ``progress``).
+        batched: drive the plugin's `racing_env.controller.BatchController`
+            (module docstring) instead of a `Controller` an episode; in
+            this process only.
 
     Returns:
         The `RunResult`; episodes in the order they ended.
 
     Raises:
+        PluginError: ``batched`` for a plugin without a BatchController,
+            or one whose constructor raised.
         RunInterrupted: a `KeyboardInterrupt` (Ctrl-C, or raised by the
             controller) stopped the run; it holds the partial result.
     """
@@ -192,8 +207,13 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
             raise ValueError("track_indices must name at least one pool row")
     if isolation is not None and not isinstance(isolation, Isolation):
         raise TypeError(f"isolation must be an Isolation or None, got {type(isolation).__name__}")
+    if not isinstance(batched, bool):
+        raise TypeError(f"batched must be a bool, got {type(batched).__name__}")
+    if batched and isolation is not None:
+        raise ValueError("a batched controller runs in this process: give batched=True or an isolation, not both")
     challenge = challenge_values(env)
     config = plugin.config(challenge)
+    batch = _batch_controller(plugin, config, env.num_envs) if batched else None
     start = time.perf_counter()
     ended: list[EpisodeResult] = []
     total = episodes if track_indices is None else len(rows)
@@ -223,16 +243,23 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
                 pool = stack.enter_context(ThreadPoolExecutor(min(env.num_envs, MAX_CALLERS)))
                 children = ChildControllers(plugin.directory, challenge, isolation, min(env.num_envs, total))
                 make = stack.enter_context(children).start
+
+            def drive(obs: Mapping[str, Any], info: Mapping[str, Any], count: int) -> None:
+                if batch is None:
+                    _drive(make, env, obs, info, count, ended, end, frames, pool)
+                else:
+                    _drive_batched(batch, env, obs, info, count, ended, end, frames)
+
             if track_indices is None:
                 obs, info = env.reset(seed=seed)
-                _drive(make, env, obs, info, episodes, ended, end, frames, pool)
+                drive(obs, info, episodes)
             else:
                 for first in range(0, total, env.num_envs):
                     wave = rows[first:first + env.num_envs]
                     # Idle worlds (a last, partial wave) drive wave[0] and are never read.
                     options = {"track_indices": wave + [wave[0]] * (env.num_envs - len(wave))}
                     obs, info = env.reset(seed=seed, options=options) if first == 0 else env.reset(options=options)
-                    _drive(make, env, obs, info, len(wave), ended, end, frames, pool)
+                    drive(obs, info, len(wave))
     except KeyboardInterrupt as stop:
         raise RunInterrupted(result(True)) from stop
     except SystemError as error:
@@ -328,6 +355,106 @@ def _drive(make: _Make, env: VecCarRacingEnv, obs: Mapping[str, Any], info: Mapp
             reason = next(e.termination_reason for e in reversed(ended) if e.world == 0)
         if frames is not None:
             frames.offer(before, worlds[0], host_obs, reason)
+
+
+def _batch_controller(plugin: Plugin, config: Mapping[str, Any], worlds: int) -> BatchController:
+    """The plugin's BatchController for a run of ``worlds`` worlds.
+
+    Raises:
+        PluginError: the plugin defines none, or its constructor raised.
+    """
+    cls = plugin.load_batch_class()
+    if cls is None:
+        raise PluginError(f"{plugin.directory / 'controller.py'} defines no racing_env.BatchController: "
+                          f"drive {plugin.name} without batched")
+    try:
+        return cls(config, worlds)
+    except _CONTROLLER_ERRORS as error:
+        _raise_ctrl_c_in(error)
+        raise PluginError(f"{plugin.name}'s {cls.__name__} failed to start: {type(error).__name__}: {error}") \
+            from error
+
+
+def _drive_batched(controller: BatchController, env: VecCarRacingEnv, obs: Mapping[str, Any],
+                   info: Mapping[str, Any], count: int, ended: list[EpisodeResult],
+                   end: Callable[[EpisodeResult], None], frames: _Frames | None) -> None:
+    """`_drive` with one `BatchController`: the episodes that begin after
+    a call start in one ``start`` call, every world in an episode acts
+    through one ``compute_controls`` call; a world whose episode's start or
+    a call naming it failed sends NaN (its episode ends ``invalid_action``
+    with the error), the others go on."""
+    target = len(ended) + count
+    host_obs, host_info = _host(obs), _host(info)
+    started = min(env.num_envs, count)
+    worlds: list[_World | None] = [None] * env.num_envs
+    _begin(controller, worlds, list(range(started)), host_obs, host_info)
+    pending = np.zeros(env.num_envs, bool)  # the last call ended the world's episode
+    if frames is not None:
+        frames.offer(None, worlds[0], host_obs, None)
+    while len(ended) < target:
+        # float64, as `_drive`'s; idle and resetting worlds send zeros, as there, and failed ones NaN.
+        actions = np.zeros((env.num_envs, 2), np.float64)
+        live = [w for w, world in enumerate(worlds) if world is not None and not pending[w]]
+        acting = [w for w in live if worlds[w].error is None]
+        if acting:
+            named = np.asarray(acting, np.int64)
+            try:
+                actions[named] = checked_actions(controller.compute_controls(
+                    named, _rows(host_obs, acting), _rows(host_info, acting)), len(acting))
+            except _CONTROLLER_ERRORS as error:
+                _raise_ctrl_c_in(error)
+                text = _error_text(error)
+                for w in acting:
+                    worlds[w].error = text
+        for w in live:
+            if worlds[w].error is not None:
+                actions[w] = np.nan
+        obs, reward, terminated, truncated, info = env.step(actions)
+        host_obs, host_info = _host(obs), _host(info)
+        done = np.asarray(terminated) | np.asarray(truncated)
+        before, reason, starting = worlds[0], None, []
+        for w in range(env.num_envs):
+            if pending[w]:  # this call was the world's NEXT_STEP reset
+                pending[w] = False
+                worlds[w] = None
+                if started < count:
+                    starting.append(w)
+                    started += 1
+            elif worlds[w] is not None:
+                world = worlds[w]
+                world.steps += 1
+                world.progress = float(host_obs["track_progress"][w])
+                if done[w]:
+                    end(_result(w, world, host_info))
+                    worlds[w] = None
+                    pending[w] = True
+                    if w == 0:
+                        reason = ended[-1].termination_reason
+        _begin(controller, worlds, starting, host_obs, host_info)
+        if frames is not None:
+            frames.offer(before, worlds[0], host_obs, reason)
+
+
+def _begin(controller: BatchController, worlds: list[_World | None], starting: list[int],
+           obs: Mapping[str, Any], info: Mapping[str, Any]) -> None:
+    """Start the episodes of the ``starting`` worlds in one ``start`` call
+    (a raise is each one's error)."""
+    if not starting:
+        return
+    for w in starting:
+        worlds[w] = _World(None, None)
+    try:
+        controller.start(np.asarray(starting, np.int64), _rows(obs, starting), _rows(info, starting))
+    except _CONTROLLER_ERRORS as error:
+        _raise_ctrl_c_in(error)
+        text = _error_text(error)
+        for w in starting:
+            worlds[w].error = text
+
+
+def _rows(tree: Mapping[str, Any], worlds: list[int]) -> dict[str, Any]:
+    """The fields of ``worlds`` (in that order), stacked; strings as they are."""
+    return {k: v if isinstance(v, str) else v[worlds] for k, v in tree.items()}
 
 
 def _each(pool: ThreadPoolExecutor | None, function: Callable[[int], _T], worlds: Sequence[int]) -> list[_T]:

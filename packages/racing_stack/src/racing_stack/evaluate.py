@@ -5,7 +5,7 @@ tracks, a JSON result and, optionally, its picture.
         [--split train|validation|test] [--tracks N] [--episodes N]
         [--backend cpu_reference|mjx_warp] [--worlds N] [--seed N]
         [--isolate | --no-isolate] [--call-timeout S] [--start-timeout S] [--memory-limit MB]
-        [--out FILE] [--plot FILE] [--reference FILE] [--render] [--record FILE] [--verbose]
+        [--batched] [--out FILE] [--plot FILE] [--reference FILE] [--render] [--record FILE] [--verbose]
 
 Level 1 drives every track of the split once (or its first ``--tracks``),
 from the verified pool in the cache (built there on first use, as
@@ -32,7 +32,10 @@ plugin's import and its constructor) and an address-space limit
 (``--memory-limit``, default 4096 MiB); a hang, an exit, a crash or a
 memory blow-up ends that episode as ``invalid_action`` with the error
 recorded, and the run goes on. Without it the plugin is trusted code in
-this process. With ``--out FILE``, each episode is appended to
+this process. ``--batched`` drives the plugin's
+`racing_env.controller.BatchController` (the exported PPO plugins have
+one) with every world's observation in one call a step, in this process
+(it implies ``--no-isolate``; with ``--isolate`` it is a usage error). With ``--out FILE``, each episode is appended to
 ``FILE``'s ``.episodes.jsonl`` sibling as it ends (one JSON object a line),
 and ``FILE`` gets the whole result at the end. A named pipe that a process
 reads may be ``--out``: it is opened before the run and written after it.
@@ -90,7 +93,7 @@ _COLOURS = {"success": "tab:green", "off_track": "tab:red", "timeout": "tab:oran
 def evaluate(controller: Path | None = None, level: int = 1, split: str = "validation", tracks: int | None = None,
              episodes: int = 1, backend: str = MJX_WARP, worlds: int | None = None, seed: int = 0,
              progress=None, view=None, isolate: bool | None = None, isolation=None,
-             record=None, on_build=None) -> dict[str, Any]:
+             record=None, on_build=None, batched: bool = False) -> dict[str, Any]:
     """Run the plugin and return the Runner's JSON result, with the level,
     split and every driven track's length (m) under ``"track_length_m"``
     (keyed by track id).
@@ -115,6 +118,9 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
         record: called with each ended episode's `racing_env.runner.EpisodeResult`.
         on_build: called with one line before a split's pool is built
             (`racing_stack.pools.materialize_prefix`'s).
+        batched: drive the plugin's BatchController, every world in one
+            call a step (`racing_env.runner.run`'s), in this process: None
+            ``isolate`` means False then, and True is refused.
 
     Raises:
         ValueError: a bad level, split, count (or one of the other
@@ -141,8 +147,10 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     if level == 1 and episodes != 1:
         raise ValueError(f"episodes is Level 0's: Level 1 drives each track of its split once (tracks sets how "
                          f"many), got episodes={episodes!r}")
+    if batched and isolate:
+        raise ValueError("a batched controller runs in this process: batched and isolate cannot both be on")
     if isolate is None:
-        isolate = level == 1
+        isolate = level == 1 and not batched
     isolation = (isolation or Isolation()) if isolate else None
     plugin = load_plugin(controller or PURSUIT, import_code=not isolate)
     if isolation is not None:
@@ -164,10 +172,10 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     try:
         if rows is None:
             result = run(plugin, env, episodes=total, seed=seed, progress=progress, view=view,
-                         isolation=isolation, record=record)
+                         isolation=isolation, record=record, batched=batched)
         else:
             result = run(plugin, env, seed=seed, progress=progress, track_indices=rows, view=view,
-                         isolation=isolation, record=record)
+                         isolation=isolation, record=record, batched=batched)
     except RunInterrupted as stop:
         result, stopped = stop.result, stop
     out = result.to_json()
@@ -275,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="isolated: the limit of an episode's start (process, import, constructor), s (default 60)")
     parser.add_argument("--memory-limit", type=int_in(1024), default=None, metavar="MB",
                         help="isolated: a controller process's address-space limit, MiB (default 4096)")
+    parser.add_argument("--batched", action="store_true",
+                        help="drive the plugin's BatchController, every world in one call a step (in this process: "
+                             "implies --no-isolate)")
     parser.add_argument("--out", type=Path, default=None,
                         help="write the JSON result here (episodes appended to its .episodes.jsonl as they end)")
     parser.add_argument("--plot", type=Path, default=None, help="draw the result as a PNG here")
@@ -372,7 +383,8 @@ def _run(args: argparse.Namespace, isolation: Isolation, view: EpisodeView | Non
             record = None if journal is None else (lambda episode: journal.write(dataclasses.asdict(episode)))
             result = evaluate(args.controller, args.level, args.split, args.tracks, args.episodes,
                               args.backend, args.worlds, args.seed, progress, view, args.isolate,
-                              isolation, record, on_build=lambda line: print(f"evaluate: {line}", file=sys.stderr))
+                              isolation, record, on_build=lambda line: print(f"evaluate: {line}", file=sys.stderr),
+                              batched=args.batched)
     except (ValueError, PluginError) as error:
         print(f"evaluate: {error}", file=sys.stderr)
         return None
@@ -390,7 +402,8 @@ def _run(args: argparse.Namespace, isolation: Isolation, view: EpisodeView | Non
 def _level_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse, as a usage error naming it, an option of the other Level
     (it would be ignored): ``--tracks`` on Level 0, ``--episodes`` on
-    Level 1; then give ``--episodes`` its default, 1."""
+    Level 1; then give ``--episodes`` its default, 1. ``--batched`` with
+    ``--isolate`` is refused too."""
     if args.level == 0 and args.tracks is not None:
         parser.error("argument --tracks: Level 1 only (a split's first N tracks): Level 0 has one fixed track; "
                      "--episodes N drives it N times")
@@ -399,6 +412,8 @@ def _level_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
                      "its split once; --tracks N drives the first N")
     if args.episodes is None:
         args.episodes = 1
+    if args.batched and args.isolate:
+        parser.error("argument --batched: a batched controller runs in this process, not with --isolate")
 
 
 def _special(out: Path) -> bool:

@@ -12,6 +12,13 @@ plus the correction, clipped to the bounds).
 (a checked `racing_stack.checkpoints` file: a damaged, foreign or changed
 one is refused by name, and nothing but tensors is unpickled); ``device``
 in config.toml runs it on the CPU or a GPU.
+
+`LearnedBatchController` drives every world of a batched run
+(`racing_env.runner.run` with ``batched=True``, ``evaluate --batched``)
+with the same network, loaded once: on a GPU every world's row in one
+call; on the CPU one world's row at a time, so that its numbers are
+`LearnedController`'s bit for bit (a CPU matrix product's rounding
+depends on how many rows it holds).
 """
 
 from pathlib import Path
@@ -19,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from racing_env.controller import Controller
+from racing_env.controller import BatchController, Controller
 from racing_stack.ppo.export import load_policy
 
 WEIGHTS = Path(__file__).with_name("weights.pt")
@@ -43,3 +50,37 @@ class LearnedController(Controller):
             action = self.policy.mean_action(x)[0].cpu().numpy()
         self.previous = action[None].astype(np.float32)
         return action
+
+
+class LearnedBatchController(BatchController):
+    """The trained policy's mean action for every world at once, each
+    world's previous action its own (zero at its episode's start)."""
+
+    def __init__(self, config, worlds):
+        super().__init__(config, worlds)
+        settings = config["controller"]
+        self.device = torch.device(settings["device"])
+        self.policy, self.features = load_policy(settings, WEIGHTS, config["action"]["low"],
+                                                 config["action"]["high"], self.device)
+        self.previous = np.zeros((worlds, 2), np.float32)
+
+    def start(self, worlds, obs, info):
+        self.previous[worlds] = 0.0
+
+    def compute_controls(self, worlds, obs, info):
+        rows = [self._one(obs, k, worlds[k]) for k in range(len(worlds))] if self.device.type == "cpu" else None
+        if rows is None:
+            x = torch.from_numpy(self.features.host(obs, self.previous[worlds])).to(self.device)
+            with torch.no_grad():
+                actions = self.policy.mean_action(x).cpu().numpy()
+        else:
+            actions = np.concatenate(rows)
+        self.previous[worlds] = actions.astype(np.float32)
+        return actions
+
+    def _one(self, obs, k, world):
+        """World ``world``'s action from row ``k`` of ``obs``, as `LearnedController` computes it: [1, 2]."""
+        batch = {key: value if isinstance(value, str) else np.asarray(value)[k:k + 1] for key, value in obs.items()}
+        x = torch.from_numpy(self.features.host(batch, self.previous[world:world + 1]))
+        with torch.no_grad():
+            return self.policy.mean_action(x).numpy()
