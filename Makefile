@@ -2,6 +2,7 @@
 # without conda (CI uses it). The first target that needs it creates .venv.
 #
 #   make tests                 every package's CPU tests and the integration tests (all run; failures named)
+#   make wheels                the four packages' wheels in dist/ (pip install --find-links dist racing-stack)
 #   make examples              every example of examples/, briefly on the CPU
 #   make benchmark-rl-triton   the rl_triton benchmark (full report on a CUDA GPU)
 #   make benchmark-racing-env  the racing_env M4 protocol (formal report on a CUDA GPU)
@@ -36,7 +37,7 @@ DEV := "ruff>=0.6" "pytest>=8" "pytest-xdist>=3.5" "hypothesis>=6.100" "matplotl
 .DEFAULT_GOAL := help
 
 .PHONY: help lint tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration examples sim materialize-track-pool evaluate train-ppo docs benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity benchmark-ppo-speed matrix clean
+        test-integration examples sim materialize-track-pool evaluate train-ppo docs wheels benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity benchmark-ppo-speed matrix clean
 .PHONY: benchmark-car-envelope benchmark-min-time-laps benchmark-limits
 
 # `make` or `make help`: every target with its line (the `##` comments).
@@ -152,18 +153,27 @@ benchmark-ppo-integrity: $(STAMP) ## PPO's zero-copy rollouts checked against a 
 benchmark-ppo-speed: $(STAMP) ## PPO's transitions/s against the env's own, and its time to skill
 	$(PY) benchmarks/racing_stack/ppo_speed.py $(ARGS)
 
-# Each package installed alone in its own environment, with its own tests:
-# proves that its pyproject.toml declares everything it needs. Each
+# The four packages' wheels (pure Python), built from the checkout into dist/:
+# `pip install --find-links dist racing-stack` installs racing-stack with the
+# exact siblings it pins (torch first, as below, for its CPU build).
+wheels: $(STAMP) ## the four packages' wheels in dist/ (pip install --find-links dist racing-stack)
+	rm -rf dist
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist $(addprefix ./packages/,$(PACKAGES))
+	@ls dist
+
+# Each package installed alone from its wheel (make wheels) in its own
+# environment, with its own tests: proves that its pyproject.toml declares
+# everything it needs, and its wheel everything it ships (racing-stack
+# brings its pinned siblings from dist/ as a user's pip would). Each
 # environment (2-4 GB) is removed once its tests pass, so a run holds one.
-matrix: ## each package installed alone, with its own tests
+matrix: wheels ## each package installed alone from its wheel, with its own tests
 	@set -e; for p in $(PACKAGES); do \
 		env=$(abspath .venv-matrix)/$$p; rm -rf $$env; $(PYTHON) -m venv $$env; \
-		deps="./packages/$$p[test]"; \
-		if [ $$p = rl_triton ]; then deps="$$deps $(TORCH)"; fi; \
-		if [ $$p = racing_stack ]; then deps="$$deps ./packages/rl_triton ./packages/track_gen ./packages/racing_env $(TORCH)"; fi; \
-		echo "== $$p alone: pip install $$deps"; \
+		deps="$$(ls $(abspath dist)/$$p-*.whl)[test]"; \
+		if [ $$p = rl_triton ] || [ $$p = racing_stack ]; then deps="$$deps $(TORCH)"; fi; \
+		echo "== $$p alone: pip install --find-links dist $$deps"; \
 		case "$$deps" in *torch*) $$env/bin/python -m pip install -q $(TORCH_PIP) "$(TORCH)";; esac; \
-		$$env/bin/python -m pip install -q $$deps; \
+		$$env/bin/python -m pip install -q --find-links $(abspath dist) $$deps; \
 		if [ $$p = rl_triton ]; then \
 			(cd packages/$$p && $$env/bin/python $(PYTEST) -m 'not kernels and not gpu' \
 				&& TRITON_INTERPRET=1 $$env/bin/python $(PYTEST) -m kernels); \

@@ -296,7 +296,8 @@ def _warp_loads(preload: bool = True) -> list[str]:
     """The Warp modules a fresh process loads on the CPU while it builds an
     ``mjx_warp`` backend, in order (with ``preload`` False, without
     compiling `ENGINE_MODULES` ahead: what the step alone loads)."""
-    code = ("import warp as wp\nwp.config.quiet = False\nfrom racing_env import ProjectConfig\n"
+    # Warp initialised at the info level first: its line per loaded module (racing_env lowers only a default level).
+    code = ("import warp as wp\nwp.config.log_level = wp.LOG_INFO\nwp.init()\nfrom racing_env import ProjectConfig\n"
             "import racing_env.physics as physics\n"
             + ("" if preload else "physics._compile_engine = lambda device: None\n")
             + "physics.MjxWarpPhysics(ProjectConfig(), 1)\n")
