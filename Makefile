@@ -157,7 +157,7 @@ benchmark-ppo-speed: $(STAMP) ## PPO's transitions/s against the env's own, and 
 # `pip install --find-links dist racing-stack` installs racing-stack with the
 # exact siblings it pins (torch first, as below, for its CPU build).
 wheels: $(STAMP) ## the four packages' wheels in dist/ (pip install --find-links dist racing-stack)
-	rm -rf dist
+	rm -rf dist $(addsuffix /build,$(addprefix packages/,$(PACKAGES)))  # setuptools would reuse a stale build/lib
 	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist $(addprefix ./packages/,$(PACKAGES))
 	@ls dist
 

@@ -204,7 +204,7 @@ def timeline(trainer: Trainer, trace: Path | None = None) -> dict[str, Any]:
         streams[str(tid)] = streams.get(str(tid), 0.0) + (b - a) / 1e3
     waits = [e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and "dur" in e
              and "ynchronize" in e.get("name", "")]
-    span = (device[-1][1] - device[0][0]) / 1e3 if device else 0.0
+    span = (end - device[0][0]) / 1e3 if device else 0.0  # the first start to the last end
     return {"wall_ms": wall * 1e3, "device_busy_ms": busy / 1e3, "device_span_ms": span,
             "stream_kernel_ms": streams, "host_sync_calls": len(waits),
             "host_sync_ms": sum(e["dur"] for e in waits) / 1e3}

@@ -458,3 +458,11 @@ def test_batched_runs_refuse_what_they_cannot_drive(tmp_path, env):
     with pytest.raises(PluginError, match="at most one concrete subclass of racing_env.BatchController"):
         make_plugin(tmp_path, "twice", BOTH.format(fail="pass") + "\n    class More(Many):\n        pass\n")
     assert both.load_batch_class().__name__ == "Many" and load_plugin(TEMPLATE).load_batch_class() is None
+
+
+def test_ctrl_c_while_a_batched_controller_starts_is_an_interrupted_run(tmp_path, env):
+    plugin = make_plugin(tmp_path, "ctor", BOTH.format(fail="pass").replace(
+        "self.calls = 0", "self.calls = 0\n            raise KeyboardInterrupt"))
+    with pytest.raises(RunInterrupted) as stopped:
+        run(plugin, env, episodes=2, batched=True)
+    assert stopped.value.result.interrupted and stopped.value.result.episodes == []

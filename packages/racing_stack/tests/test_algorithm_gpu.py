@@ -86,3 +86,35 @@ def test_tf32_changes_the_numbers_a_little():
     assert a != b
     for key in ("policy_loss", "value_loss", "entropy"):
         assert b[0][key] == pytest.approx(a[0][key], rel=2e-2, abs=1e-3), key
+
+
+def test_an_optimizer_saved_on_the_cpu_resumes_on_the_graph_path():
+    """A checkpoint's optimizer written on the CPU (unfused, its step counts
+    on the host) loaded on CUDA (`adopt`): the first update captures at
+    once (the moments exist) and gives the eager path's numbers; replacing
+    the moments afterwards is a new capture, not a replay into old ones."""
+    cpu = PPOUpdate(CONFIG, LOW, HIGH, torch.device("cpu"))
+    buf, advantage, returns = rollout_buffers(CONFIG, 7)
+    cpu.optimise(buf, advantage, returns)
+    saved, weights = cpu.optimizer_state(), cpu.policy.state_dict()
+    updates = {}
+    for path in ("eager", "graph"):
+        update = PPOUpdate(dataclasses.replace(CONFIG, update_path=path), LOW, HIGH, torch.device("cuda", 0))
+        update.policy.load_state_dict(weights)
+        optimizer = update.new_optimizer(update.policy)
+        optimizer.load_state_dict(saved)
+        update.adopt(optimizer)
+        update.optimizer = optimizer
+        assert all(g["fused"] and isinstance(g["lr"], torch.Tensor) for g in optimizer.param_groups)
+        assert all(s["step"].is_cuda for s in optimizer.state.values())
+        cuda = {k: v.cuda() for k, v in buf.items()}
+        update.optimise(cuda, advantage.cuda(), returns.cuda())
+        updates[path] = update
+    assert updates["graph"]._captured is not None
+    assert_same_update(updates["eager"], updates["graph"])
+    graph = updates["graph"]
+    first = graph._captured
+    assert first.fits(graph, first.flat)
+    for state in graph.optimizer.state.values():  # new moment tensors, the same optimizer
+        state.update({k: v.clone() for k, v in state.items()})
+    assert not first.fits(graph, first.flat)

@@ -170,3 +170,13 @@ def test_the_schedules_refuse_an_update_out_of_the_run(schedule):
 def test_the_adaptive_schedule_refuses_a_rate_that_is_not_a_positive_number(rate, error):
     with pytest.raises(error, match="rate must be"):
         adapted_learning_rate(CONFIG, rate, 0.01, 0)
+
+
+def test_a_left_out_rows_junk_cannot_reach_the_decoupled_loss():
+    policy, x, u, old_logp, advantage, returns, mask = minibatch(np.random.default_rng(9))
+    proximal = old_logp.clone()
+    loss, stats = ppo_losses(policy, CONFIG, x, u, old_logp, advantage, returns, mask, proximal_logp=proximal)
+    junk = mask == 0
+    proximal[junk], old_logp[junk] = 1e4, -1e4  # a weight of e^20000 where the row is left out
+    again, stats_again = ppo_losses(policy, CONFIG, x, u, old_logp, advantage, returns, mask, proximal_logp=proximal)
+    assert torch.isfinite(again) and torch.equal(loss, again) and torch.equal(stats[:3], stats_again[:3])

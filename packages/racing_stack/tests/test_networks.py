@@ -717,3 +717,20 @@ def test_a_bf16_update_steps_every_bias():
     for name, p in policy.named_parameters():
         if name.endswith("bias"):
             assert p.grad is not None and p.grad.dtype == torch.float32 and bool(p.grad.abs().sum() > 0), name
+
+
+def test_linear_under_bf16_autocast_refuses_a_second_derivative_and_skips_unwanted_gradients():
+    ours, _ = _twins(5, 7, 0)
+    x = torch.randn(9, 5, requires_grad=True)
+    with torch.autocast("cpu", torch.bfloat16):
+        y = ours(x)
+    (gx,) = torch.autograd.grad(y.float().square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiate twice|not have been used"):
+        torch.autograd.grad(gx.sum(), ours.weight)  # not a silently wrong second derivative
+    ours.weight.requires_grad_(False)
+    with torch.autocast("cpu", torch.bfloat16):
+        ours(torch.randn(9, 5)).float().sum().backward()
+    assert ours.weight.grad is None and ours.bias.grad is not None
+    plain = Linear(5, 7, bias=False)
+    with torch.autocast("cpu", torch.bfloat16):
+        assert plain(torch.randn(3, 5, requires_grad=True)).dtype == torch.bfloat16  # Torch's Linear: no bias

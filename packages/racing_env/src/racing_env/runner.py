@@ -213,7 +213,6 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
         raise ValueError("a batched controller runs in this process: give batched=True or an isolation, not both")
     challenge = challenge_values(env)
     config = plugin.config(challenge)
-    batch = _batch_controller(plugin, config, env.num_envs) if batched else None
     start = time.perf_counter()
     ended: list[EpisodeResult] = []
     total = episodes if track_indices is None else len(rows)
@@ -232,6 +231,7 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
                          summary=summarize(ended), seconds=time.perf_counter() - start, interrupted=interrupted)
 
     try:
+        batch = _batch_controller(plugin, config, env.num_envs) if batched else None  # a Ctrl-C here is a run's too
         with contextlib.ExitStack() as stack:
             pool = None
             if isolation is None:

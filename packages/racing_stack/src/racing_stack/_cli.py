@@ -16,6 +16,7 @@ import signal
 import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -222,10 +223,28 @@ def quiet_warp(verbose: bool) -> None:
 
     wp.config.log_level = wp.LOG_INFO if verbose else wp.LOG_WARNING
     if verbose:
-        with contextlib.redirect_stdout(sys.stderr):  # the banner goes where the commands' library output goes
-            wp.init()
+        wp.set_logger(_WarpToStderr())  # stdout carries the commands' results alone
+        wp.init()
     else:
         _init_without(NO_DRIVER, wp.init)
+
+
+class _WarpToStderr:
+    """A Warp logger (`warp.set_logger`) that writes its debug and info
+    messages (the banner, the line per loaded module) to stderr, where
+    Warp's own writes them to stdout; warnings and errors as Warp's own."""
+
+    def debug(self, message: str) -> None:
+        sys.stderr.write(message + "\n")
+
+    def info(self, message: str) -> None:
+        sys.stderr.write(message + "\n")
+
+    def warning(self, message: str, category=None, stacklevel: int = 1) -> None:
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+
+    def error(self, message: str) -> None:
+        sys.stderr.write("Warp Error: " + message + "\n")
 
 
 def _init_without(line: str, init: Callable[[], None]) -> None:

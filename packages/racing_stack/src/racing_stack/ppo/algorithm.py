@@ -94,16 +94,22 @@ class PPOUpdate:
         return optimizer
 
     def adopt(self, optimizer: torch.optim.Adam) -> None:
-        """Fit a new or loaded ``optimizer`` to this update's path: on CUDA
-        its step size a float32 tensor on the device (`set_learning_rate`
-        writes it in place, a `CapturedUpdate` reads it there), and
-        capturable exactly on the ``"graph"`` path (its step counts are on
-        the device either way: the fused kernel's numbers do not change)."""
+        """Fit a new or loaded ``optimizer`` to this device: on CUDA the fused
+        kernel (a checkpoint written on the CPU holds unfused settings), its
+        step counts float32 on the device (where the fused kernel keeps
+        them) and its step size a float32 tensor there (`set_learning_rate`
+        writes it in place, a `CapturedUpdate` reads it); not capturable
+        (a `CapturedUpdate` makes it so for its capture: an eager step of a
+        capturable optimizer draws Torch's warning)."""
         if self.device.type != "cuda":
             return
         for group in optimizer.param_groups:
             group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=self.device)
-            group["capturable"] = self.graphed
+            group["fused"], group["capturable"] = True, False
+            for p in group["params"]:
+                state = optimizer.state.get(p, {})
+                if isinstance(state.get("step"), torch.Tensor):
+                    state["step"] = state["step"].to(self.device, torch.float32)
 
     def optimizer_state(self) -> dict[str, Any]:
         """The optimizer's state dict with its step size a number (as a checkpoint keeps it)."""
@@ -340,6 +346,9 @@ class CapturedUpdate:
                 p.grad = torch.zeros_like(p)
         self._grads = [p.grad for p in update.policy.parameters()]
         self._rates = [g["lr"] for g in update.optimizer.param_groups]
+        self._moments = self._state(update.optimizer)
+        for group in update.optimizer.param_groups:
+            group["capturable"] = True  # its steps are captured (it was made with its moments: nothing to allocate)
         parts = [list(epoch) for epoch in self.rows]
         # cuBLAS and autograd set themselves up outside the capture: a minibatch's gradients (no step).
         warm_up(device, lambda: update.gradients(flat["x"][parts[0][0]], flat["u"][parts[0][0]],
@@ -355,11 +364,18 @@ class CapturedUpdate:
     def _buffers(flat: dict[str, torch.Tensor]) -> tuple[int, ...]:
         return tuple(flat[k].data_ptr() for k in ("x", "u", "logp", "value", "valid"))
 
+    @staticmethod
+    def _state(optimizer: torch.optim.Adam) -> list[int]:
+        """Where the optimizer's moments and step counts live (a captured step writes there)."""
+        return [v.data_ptr() for state in optimizer.state.values() for v in state.values()
+                if isinstance(v, torch.Tensor)]
+
     def fits(self, update: PPOUpdate, flat: dict[str, torch.Tensor]) -> bool:
         """Whether this capture steps ``update``'s policy with its optimizer
-        (and step size) over these buffers, into the gradients it holds."""
+        (its step size, moments and step counts where they were) over these
+        buffers, into the gradients it holds."""
         return (update.policy is self.policy and update.optimizer is self.optimizer
-                and self._buffers(flat) == self._pointers
+                and self._buffers(flat) == self._pointers and self._state(update.optimizer) == self._moments
                 and all(p.grad is g for p, g in zip(update.policy.parameters(), self._grads))
                 and all(g["lr"] is r for g, r in zip(update.optimizer.param_groups, self._rates)))
 

@@ -79,8 +79,8 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
     ratio = log_ratio.exp()
     clipped = ratio.clamp(1 - config.clip, 1 + config.clip)
     surrogate = torch.min(ratio * advantage, clipped * advantage)
-    if proximal_logp is not None:
-        surrogate = surrogate * (proximal_logp - old_logp).exp()
+    if proximal_logp is not None:  # a left-out row's weight is 1, not whatever its junk gives (inf x 0 is NaN)
+        surrogate = surrogate * torch.where(mask > 0, proximal_logp - old_logp, 0.0).exp()
     policy_loss = -(surrogate * mask).sum() / w
     value_loss = (((policy.value(x) - returns) ** 2) * mask).sum() / w
     entropy = (dist.entropy().sum(-1) * mask).sum() / w

@@ -29,13 +29,13 @@ class Linear(nn.Linear):
     (float32 accumulation, a bfloat16 result, as autocast's own), which
     the GPU's matrix units read at full bandwidth where Torch's column
     reduction of a bfloat16 [65,536, 256] gradient reads it at a fraction.
-    Anywhere else (float32, no gradient, other shapes) it is
-    `torch.nn.Linear` itself."""
+    Anywhere else (float32, no gradient, other shapes, no bias) it is
+    `torch.nn.Linear` itself. Its backward is not differentiable again."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` [..., in] -> [..., out]."""
         kind = x.device.type
-        if (x.dim() == 2 and torch.is_grad_enabled() and torch.is_autocast_enabled(kind)
+        if (x.dim() == 2 and self.bias is not None and torch.is_grad_enabled() and torch.is_autocast_enabled(kind)
                 and torch.get_autocast_dtype(kind) == torch.bfloat16):
             return _BiasByProduct.apply(x, self.weight, self.bias)
         return super().forward(x)
@@ -54,12 +54,14 @@ class _BiasByProduct(torch.autograd.Function):
             return nn.functional.linear(x, weight, bias.to(torch.bfloat16))
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    @torch.autograd.function.once_differentiable  # no second derivative through the bfloat16 copies
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight = ctx.saved_tensors
         grad = grad.to(torch.bfloat16)
+        wants_x, wants_weight, wants_bias = ctx.needs_input_grad
         # The engine casts each gradient to its input's type (float32 for the parameters).
-        grad_x = grad.mm(weight) if ctx.needs_input_grad[0] else None
-        return grad_x, grad.t().mm(x), grad.new_ones(1, grad.shape[0]).mm(grad)[0]
+        return (grad.mm(weight) if wants_x else None, grad.t().mm(x) if wants_weight else None,
+                grad.new_ones(1, grad.shape[0]).mm(grad)[0] if wants_bias else None)
 
 
 class Normalizer(nn.Module):
