@@ -63,6 +63,8 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     assert skill["first_validated_update"] == 1 and skill["validations"] == len(skill["curve"])
     assert [p["update"] for p in skill["curve"]] == list(range(1, len(skill["curve"]) + 1))
     assert [p["update"] for p in skill["training"]] == [p["update"] for p in skill["curve"]]
+    assert (skill["update_s_median"] is None) == (skill["updates"] <= 2)
+    assert skill["update_s_median"] is None or 0 < skill["update_s_median"] < skill["training_s"]
     assert all(0.0 <= p["validation_success_rate"] <= 1.0 for p in skill["curve"])
     assert out.with_suffix(".png").stat().st_size > 0
     for variant in ("jit/high", "graph/high/lag", "graph/high/lag2", "graph"):

@@ -272,7 +272,7 @@ def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[st
     t0 = time.perf_counter()
     env, validation = make_env(config), make_validation_env(config)
     setup_s = time.perf_counter() - t0
-    curve, checks, trained, validating, started, training = [], [], 0.0, 0.0, None, []
+    curve, checks, trained, validating, started, training, took = [], [], 0.0, 0.0, None, [], []
     every = config.validate_every
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(dataclasses.replace(config, validate_every=0), env, Path(out), progress=lambda row: None,
@@ -282,6 +282,7 @@ def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[st
         while trained < budget_s and trainer.update < config.updates and reached is None:
             start = time.perf_counter()
             row = trainer._one_update()
+            took.append(row["seconds"])
             if started is None and (validate_from <= 0 or row["success_rate"] >= validate_from):
                 started = trainer.update
             due = started is not None and trainer.update % every == 0
@@ -317,7 +318,9 @@ def time_to_skill(config: PPOConfig, budget_s: float, pursuit: dict[int, dict[st
                   "policy_lag": config.policy_lag, "setup_s": setup_s, "training_s": trained,
                   "validation_and_check_s": validating, "validations": trainer.overhead["validations"],
                   "updates": trainer.update, "time_to_skill_s": reached, "curve": curve, "checks": checks,
-                  "training": training}
+                  "training": training,
+                  # An update's own seconds after the first two (compiles), as the throughput rows time them.
+                  "update_s_median": float(np.median(took[2:])) if len(took) > 2 else None}
         del trainer
     gc.collect()
     if torch.cuda.is_available():
