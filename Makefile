@@ -13,6 +13,7 @@
 #   make benchmark-ppo         PPO on Level 1 Train, against pure pursuit on Validation and Test (report on a CUDA GPU)
 #   make benchmark-ppo-integrity  PPO's zero-copy rollouts against a host-copy reference (report on a CUDA GPU)
 #   make benchmark-ppo-speed   PPO's transitions/s against the env alone, and its time to skill (report on a CUDA GPU)
+#   make benchmark-batched-eval  a learned controller on the Test tracks, batched against one episode at a time
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -37,7 +38,7 @@ DEV := "ruff>=0.6" "pytest>=8" "pytest-xdist>=3.5" "hypothesis>=6.100" "matplotl
 .DEFAULT_GOAL := help
 
 .PHONY: help lint tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration examples sim materialize-track-pool evaluate train-ppo docs wheels benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity benchmark-ppo-speed matrix clean
+        test-integration examples sim materialize-track-pool evaluate train-ppo docs wheels benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity benchmark-ppo-speed benchmark-batched-eval matrix clean
 .PHONY: benchmark-car-envelope benchmark-min-time-laps benchmark-limits
 
 # `make` or `make help`: every target with its line (the `##` comments).
@@ -148,6 +149,9 @@ benchmark-ppo: $(STAMP) ## PPO trained and evaluated against the reference
 
 benchmark-ppo-integrity: $(STAMP) ## PPO's zero-copy rollouts checked against a host-copy reference
 	$(PY) benchmarks/racing_stack/ppo_integrity.py $(ARGS)
+
+benchmark-batched-eval: $(STAMP) ## a learned controller on the Test tracks, batched against one episode at a time
+	$(PY) benchmarks/racing_stack/batched_eval.py $(ARGS)
 
 # ARGS="--profile" adds Torch's profile of each variant, "--publish" writes the committed report.
 benchmark-ppo-speed: $(STAMP) ## PPO's transitions/s against the env's own, and its time to skill

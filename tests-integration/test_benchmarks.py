@@ -403,3 +403,23 @@ def test_the_ppo_benchmark_refuses_bad_arguments_before_touching_anything(tmp_pa
     assert re.search(message, capsys.readouterr().err), message
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep" and (tmp_path / "file").read_text() == "keep"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.json", "notes"]  # no folder made
+
+
+def test_the_batched_evaluation_benchmark_smoke_compares_and_times(tmp_path):
+    """The batched-evaluation benchmark's CPU smoke: the release policy
+    with this version's controller on a Test track one episode at a time
+    and batched (bit for bit the same episode), then the batched command
+    timed in a fresh process; no gate on a CPU."""
+    out = tmp_path / "batched.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/batched_eval.py"), "--out", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["device"] == "cpu" and report["gates"] == [] and report["passed"] is False
+    comparison = report["comparison"]
+    assert comparison["episodes"] == 1 and comparison["bitwise_equal"] is True
+    assert comparison["outcomes_differing"] == 0 and comparison["max_lap_difference_s"] == 0.0
+    assert report["command"]["episodes"] == 1 and report["command"]["seconds"] > 0
+    usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/batched_eval.py"), "--plugin",
+                            str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert usage.returncode == 2 and "argument --plugin" in usage.stderr

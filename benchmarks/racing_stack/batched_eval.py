@@ -1,0 +1,167 @@
+"""A learned controller on Level 1's Test tracks, batched against one
+episode at a time: the same episodes, and how long the command takes.
+
+    python benchmarks/racing_stack/batched_eval.py [--plugin DIR] [--tracks N] [--compare N]
+        [--out FILE] [--publish]
+
+The plugin is the committed release policy (``benchmarks/results/ppo_level1/plugin``:
+its weights and settings) with this version's learned controller, which
+has the batched form (`racing_stack.learned.controller`), copied into a
+temporary folder; ``--plugin`` names another exported PPO plugin.
+
+1. **The same episodes.** `racing_stack.evaluate.evaluate` drives the
+   first ``--compare`` Test tracks (all of them at the default) one
+   episode at a time (a `Controller` an episode, in this process) and
+   batched (``batched=True``: its `BatchController`, every world in one
+   call a step), on the same env settings; every track's outcome and lap
+   time are compared. On the CPU they must be equal bit for bit (the
+   batched controller runs its network a row at a time there); on a GPU
+   the outcomes equal and the laps within `GATE_LAP_S` (its network runs
+   every world's row in one call, another rounding).
+2. **The command.** ``python -m racing_stack.evaluate --split test --batched``
+   on the first ``--tracks`` Test tracks (all 1,000 at the default), a
+   fresh process, its wall time end to end (imports, compiles and the
+   pool's load included; the pool is built into the cache first, apart).
+
+Gates (one GPU, named in the report): the comparison's (outcomes equal,
+laps within `GATE_LAP_S`) and the command within `GATE_COMMAND_S` for all
+1,000 Test tracks. Without CUDA a small smoke runs both phases on
+``cpu_reference`` (no gate evaluated; the comparison must still hold bit
+for bit) into ``benchmarks/out/batched_eval_cpu.json``; on a GPU
+``benchmarks/out/batched_eval.json``, or with ``--publish`` the committed
+``benchmarks/results/batched_eval.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "racing_env"))
+
+import torch  # noqa: E402
+from protocol import environment, gate, logger, source_hashes  # noqa: E402
+
+from racing_stack import evaluate  # noqa: E402
+from racing_stack._cli import check_outputs  # noqa: E402
+from racing_stack.pools import materialize_prefix  # noqa: E402
+from racing_stack.ppo.export import CONTROLLER  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+RELEASE = ROOT / "benchmarks/results/ppo_level1/plugin"
+GATE_LAP_S = 0.02
+GATE_COMMAND_S = 60.0
+log = logger("batched-eval")
+
+
+def plugin_copy(source: Path, folder: Path) -> Path:
+    """``source``'s weights and config.toml beside this version's learned controller, in ``folder``."""
+    target = folder / source.name
+    target.mkdir()
+    for name in ("weights.pt", "config.toml"):
+        shutil.copyfile(source / name, target / name)
+    shutil.copyfile(CONTROLLER, target / "controller.py")
+    return target
+
+
+def compared(one: dict[str, Any], many: dict[str, Any], exact: bool) -> dict[str, Any]:
+    """The two runs' episodes, track by track: outcomes that differ, the
+    largest lap-time difference (s), and (``exact``) whether every
+    episode's record is the same, bit for bit."""
+    by_track = {e["track_id"]: e for e in many["episodes"]}
+    outcomes, worst = 0, 0.0
+    for e in one["episodes"]:
+        other = by_track[e["track_id"]]
+        if e["termination_reason"] != other["termination_reason"]:
+            outcomes += 1
+        elif e["lap_time_s"] is not None:
+            worst = max(worst, abs(e["lap_time_s"] - other["lap_time_s"]))
+    same = sorted(json.dumps(e, sort_keys=True) for e in one["episodes"]) == \
+        sorted(json.dumps(e, sort_keys=True) for e in many["episodes"])
+    return {"episodes": len(one["episodes"]), "outcomes_differing": outcomes, "max_lap_difference_s": worst,
+            "bitwise_equal": same if exact else None,
+            "success_rate": {"one_at_a_time": one["summary"]["success_rate"],
+                             "batched": many["summary"]["success_rate"]},
+            "seconds": {"one_at_a_time": one["seconds"], "batched": many["seconds"]}}
+
+
+def command_seconds(plugin: Path, tracks: int, backend: str, out: Path) -> tuple[float, dict[str, Any]]:
+    """``python -m racing_stack.evaluate --batched`` on the first ``tracks``
+    Test tracks, a fresh process: its wall seconds and its result."""
+    argv = [sys.executable, "-m", "racing_stack.evaluate", "--split", "test", "--tracks", str(tracks), "--batched",
+            "--backend", backend, "--controller", str(plugin), "--out", str(out)]
+    start = time.perf_counter()
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    seconds = time.perf_counter() - start
+    if run.returncode != 0:
+        raise RuntimeError(f"evaluate exited {run.returncode}: {run.stderr[-2000:]}")
+    return seconds, json.loads(out.read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--plugin", type=Path, default=RELEASE,
+                        help="an exported PPO plugin (its weights and settings)")
+    parser.add_argument("--tracks", type=int, default=None, help="Test tracks of the timed command (1,000)")
+    parser.add_argument("--compare", type=int, default=None, help="Test tracks driven both ways (1,000)")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--publish", action="store_true", help="write benchmarks/results/batched_eval.json (GPU only)")
+    args = parser.parse_args()
+    gpu = torch.cuda.is_available()
+    if args.publish and not gpu:
+        parser.error("--publish needs a CUDA GPU")
+    for flag, value in (("--tracks", args.tracks), ("--compare", args.compare)):
+        if value is not None and not 1 <= value <= 1000:
+            parser.error(f"argument {flag}: must be in [1, 1000], got {value}")
+    if not (args.plugin / "weights.pt").is_file() or not (args.plugin / "config.toml").is_file():
+        parser.error(f"argument --plugin: {str(args.plugin)!r} holds no exported plugin (weights.pt, config.toml)")
+    backend = "mjx_warp" if gpu else "cpu_reference"
+    tracks, compare = (args.tracks or 1000, args.compare or 1000) if gpu else (args.tracks or 1, args.compare or 1)
+    folder = "benchmarks/results/" if args.publish else "benchmarks/out/"
+    out = args.out or ROOT / (folder + ("batched_eval.json" if gpu else "batched_eval_cpu.json"))
+    check_outputs(parser, {"--out": out}, {"--out": {".json"}})
+    report: dict[str, Any] = {"protocol": "batched evaluation", "environment": environment(),
+                              "device": torch.cuda.get_device_name() if gpu else "cpu",
+                              "source_sha256": source_hashes(__file__), "plugin": str(args.plugin),
+                              "backend": backend, "compared_tracks": compare, "command_tracks": tracks}
+    materialize_prefix("test", max(tracks, compare))  # the pool in the cache, apart from every timing
+    with tempfile.TemporaryDirectory() as scratch:
+        plugin = plugin_copy(args.plugin, Path(scratch))
+        log(f"{compare} Test tracks one episode at a time, then batched ({backend})")
+        runs = {batched: evaluate.evaluate(plugin, split="test", tracks=compare, backend=backend, isolate=False,
+                                           batched=batched) for batched in (False, True)}
+        report["comparison"] = compared(runs[False], runs[True], exact=not gpu)
+        log(f"  {report['comparison']}")
+        log(f"evaluate --batched on {tracks} Test tracks, a fresh process")
+        seconds, result = command_seconds(plugin, tracks, backend, Path(scratch) / "result.json")
+    report["command"] = {"seconds": seconds, "episodes": len(result["episodes"]),
+                         "success_rate": result["summary"]["success_rate"],
+                         "lap_time_s": result["summary"]["lap_time_s"]}
+    log(f"  {seconds:.1f} s, success {result['summary']['success_rate']}")
+    c = report["comparison"]
+    report["gates"] = [] if not gpu else [
+        gate("outcomes differing, batched against one at a time", c["outcomes_differing"], "== 0",
+             c["outcomes_differing"] == 0),
+        gate("largest lap-time difference (s)", round(c["max_lap_difference_s"], 4), f"<= {GATE_LAP_S}",
+             c["max_lap_difference_s"] <= GATE_LAP_S),
+        gate(f"evaluate --batched on {tracks} Test tracks, end to end (s)", round(seconds, 1),
+             f"<= {GATE_COMMAND_S} (1,000 tracks)", tracks == 1000 and seconds <= GATE_COMMAND_S)]
+    report["passed"] = gpu and all(g["passed"] for g in report["gates"])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    for g in report["gates"]:
+        log(f"  {'PASS' if g['passed'] else 'FAIL'} {g['name']}: {g['value']} (gate {g['threshold']})")
+    log(f"wrote {out}")
+    if not gpu and not c["bitwise_equal"]:
+        sys.exit("batched-eval: on the CPU the batched episodes must equal the others bit for bit")
+
+
+if __name__ == "__main__":
+    main()
