@@ -447,8 +447,6 @@ def test_batched_runs_refuse_what_they_cannot_drive(tmp_path, env):
     with pytest.raises(PluginError, match="defines no racing_env.BatchController"):
         run(load_plugin(TEMPLATE), env, episodes=1, batched=True)
     both = make_plugin(tmp_path, "both", BOTH.format(fail="pass"))
-    with pytest.raises(ValueError, match="not both"):
-        run(both, env, episodes=1, batched=True, isolation=Isolation())
     with pytest.raises(TypeError, match="batched must be a bool"):
         run(both, env, episodes=1, batched=1)
     broken = make_plugin(tmp_path, "ctor", BOTH.format(fail="pass").replace(
@@ -466,3 +464,29 @@ def test_ctrl_c_while_a_batched_controller_starts_is_an_interrupted_run(tmp_path
     with pytest.raises(RunInterrupted) as stopped:
         run(plugin, env, episodes=2, batched=True)
     assert stopped.value.result.interrupted and stopped.value.result.episodes == []
+
+
+def test_an_isolated_batched_controller_drives_the_same_episodes_in_one_child(tmp_path, env):
+    """Isolated, the BatchController lives in one child: the in-process
+    batched episodes; a call past its limit kills the child and ends the
+    episode it held, and the next episode starts a fresh child."""
+    plugin = make_plugin(tmp_path, "both", BOTH.format(fail="pass"))
+    limits = Isolation(call_timeout_s=2.0, start_timeout_s=60.0)
+    here = run(plugin, env, episodes=2, seed=3, batched=True)
+    there = run(plugin, env, episodes=2, seed=3, batched=True, isolation=limits)
+    assert _episodes(there) == _episodes(here)
+    marker = tmp_path / "hung"  # the first child hangs, the next one does not
+    hangs = make_plugin(tmp_path, "hangs", BOTH.format(
+        fail=f"if self.calls == 2 and not os.path.exists({str(marker)!r}): open({str(marker)!r}, 'w').close(); "
+             "time.sleep(60)").replace("from racing_env.controller import BatchController",
+                                       "import os, time\n    from racing_env.controller import BatchController"))
+    result = run(hangs, env, episodes=2, seed=3, batched=True, isolation=limits)
+    first, second = result.episodes
+    assert first.termination_reason == "invalid_action" and "wall-clock limit" in first.error
+    assert second.termination_reason == "timeout" and second.error is None
+    with pytest.raises(PluginError, match="defines no racing_env.BatchController"):
+        run(load_plugin(TEMPLATE), env, episodes=1, batched=True, isolation=limits)
+    broken = make_plugin(tmp_path, "ctor", BOTH.format(fail="pass").replace(
+        "self.calls = 0", "self.calls = 0\n            raise OSError('no model')"))
+    with pytest.raises(PluginError, match="failed to start in its process"):
+        run(broken, env, episodes=1, batched=True, isolation=limits)

@@ -107,7 +107,6 @@ def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsy
     (["--call-timeout", "0"], "argument --call-timeout: must be in (0, 3600], got 0"),
     (["--start-timeout", "nan"], "argument --start-timeout: must be in (0, 3600], got nan"),
     (["--memory-limit", "512"], "argument --memory-limit: must be >= 1024, got 512"),
-    (["--batched", "--isolate"], "argument --batched: a batched controller runs in this process, not with --isolate"),
     (["--memory-limit", str(2**40)], "argument --memory-limit: memory_limit_mb must be in [1024, 2**40)"),
     (["--out", "taken.json"], "argument --out's episodes: 'taken.episodes.jsonl' is a folder, not a file"),
     (["--out", "same.png", "--plot", "same.png"], "arguments --out and --plot name one file, 'same.png'"),

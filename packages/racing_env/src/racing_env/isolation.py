@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from racing_env import checks
-from racing_env.controller import Controller, DebugDraw, checked_action
+from racing_env.controller import BatchController, Controller, DebugDraw, checked_action, checked_actions
 from racing_env.plugins import PluginError, load_plugin
 from racing_env.render import DrawList
 
@@ -228,6 +228,74 @@ class ChildController(Controller):
                 debug_draw.text(points, text, color=tuple(color))
 
 
+class ChildBatchController(BatchController):
+    """A plugin's `BatchController` in one child process, under the same
+    limits as an episode's controller: its construction and each `start`
+    within ``start_timeout_s``, each `compute_controls` within
+    ``call_timeout_s``, the child's address space within
+    ``memory_limit_mb``. A failed call (`ControllerFailed`) kills the
+    child, and with it what it kept of every world: a later call naming a
+    world whose episode began in a dead child fails too, and the next
+    `start` begins a fresh child. `close` kills the child.
+
+    Raises:
+        PluginError: the plugin defines no BatchController.
+        ControllerFailed: its construction failed in the child.
+    """
+
+    def __init__(self, directory: Path, challenge: Mapping[str, Any], isolation: Isolation, worlds: int) -> None:
+        super().__init__(None, worlds)  # the configuration lives in the child
+        self._args = (Path(directory), dict(challenge), isolation)
+        self._started: set[int] = set()  # the worlds whose episodes began in the current child
+        self._child: _Child | None = None
+        self._child = self._new_child()
+
+    def _new_child(self) -> _Child:
+        child = _Child(*self._args)
+        try:
+            defined = child.call("batch_init", (self.worlds,), child.isolation.start_timeout_s)
+        except ControllerFailed:
+            child.close()
+            raise
+        if not defined:
+            child.close()
+            raise PluginError(f"{self._args[0] / 'controller.py'} defines no racing_env.BatchController")
+        return child
+
+    def _call(self, method: str, args: tuple, timeout_s: float) -> Any:
+        try:
+            return self._child.call(method, args, timeout_s)
+        except ControllerFailed:
+            self._started.clear()  # the child is dead: what it kept of every world is gone
+            self._child = None
+            raise
+
+    def start(self, worlds: np.ndarray, obs: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
+        if self._child is None:
+            self._child = self._new_child()
+        self._call("batch_start", (worlds, dict(obs), dict(info)), self._child.isolation.start_timeout_s)
+        self._started.update(int(w) for w in worlds)
+
+    def compute_controls(self, worlds: np.ndarray, obs: Mapping[str, np.ndarray],
+                         info: Mapping[str, Any]) -> np.ndarray:
+        lost = [int(w) for w in worlds if int(w) not in self._started]
+        if self._child is None or lost:
+            raise ControllerFailed(f"worlds {lost} began their episodes in a controller process that failed since")
+        value = self._call("compute_controls", (worlds, dict(obs), dict(info)), self._child.isolation.call_timeout_s)
+        try:
+            return checked_actions(value, len(worlds))
+        except (TypeError, ValueError):
+            self.close()
+            raise ControllerFailed("the controller's process answered compute_controls out of protocol") from None
+
+    def close(self) -> None:
+        """Kill the child, if one runs."""
+        child, self._child = self._child, None
+        self._started.clear()
+        if child is not None:
+            child.close()
+
+
 class ChildControllers:
     """The children of one run (a context manager: leaving it kills every
     child still running). `start` and `release` may be called from several
@@ -353,6 +421,17 @@ def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_
                 controller = plugin.load_class()(*args, plugin.config(challenge))
             elif method == "compute_control":
                 value = checked_action(controller.compute_control(*args)).tolist()
+            elif method == "batch_init":
+                plugin = load_plugin(directory, import_code=False)
+                cls = plugin.load_batch_class()
+                if cls is not None:
+                    controller = cls(plugin.config(challenge), *args)
+                value = cls is not None
+            elif method == "batch_start":
+                controller.start(*args)
+            elif method == "compute_controls":
+                worlds = args[0]
+                value = checked_actions(controller.compute_controls(*args), len(worlds)).tolist()
             elif method == "render_callback":
                 draw = DrawList()
                 controller.render_callback(draw)

@@ -30,8 +30,11 @@ for the episodes that begin after a call, one ``compute_controls`` call
 for the actions of every world in an episode. The episodes are accounted
 alike; a batched call that raises (or returns other than [K, 2] real
 numbers) ends the episodes of every world it named, each recorded with the
-error. It runs in this process; it has no callbacks (a view draws world 0
-without the controller's drawing).
+error. It has no callbacks (a view draws world 0 without the controller's
+drawing). With ``isolation`` it runs in one child process
+(`racing_env.isolation.ChildBatchController`), each call under the
+isolation's limits; a failed call kills that child, and the episodes it
+held end with the error.
 
 With a view (`racing_env.render.EpisodeView`), world 0's episodes are
 drawn: at every frame the view wants, the controller's ``render_callback``
@@ -55,7 +58,7 @@ import numpy as np
 from racing_env import checks
 from racing_env.controller import BatchController, Controller, checked_action, checked_actions
 from racing_env.episodes import REASONS, EpisodeResult, summarize
-from racing_env.isolation import ChildControllers, ControllerFailed, Isolation
+from racing_env.isolation import ChildBatchController, ChildControllers, ControllerFailed, Isolation
 from racing_env.plugins import Plugin, PluginError
 from racing_env.render import DrawList, EpisodeView
 from racing_env.types import TRACK_CAPACITY
@@ -183,15 +186,15 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
         record: called with each ended episode's `EpisodeResult`, as it
             ends (before ``progress``).
         batched: drive the plugin's `racing_env.controller.BatchController`
-            (module docstring) instead of a `Controller` an episode; in
-            this process only.
+            (module docstring) instead of a `Controller` an episode (with
+            ``isolation``, in one child process).
 
     Returns:
         The `RunResult`; episodes in the order they ended.
 
     Raises:
         PluginError: ``batched`` for a plugin without a BatchController,
-            or one whose constructor raised.
+            or one whose constructor raised (`ControllerFailed` in a child).
         RunInterrupted: a `KeyboardInterrupt` (Ctrl-C, or raised by the
             controller) stopped the run; it holds the partial result.
     """
@@ -209,8 +212,6 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
         raise TypeError(f"isolation must be an Isolation or None, got {type(isolation).__name__}")
     if not isinstance(batched, bool):
         raise TypeError(f"batched must be a bool, got {type(batched).__name__}")
-    if batched and isolation is not None:
-        raise ValueError("a batched controller runs in this process: give batched=True or an isolation, not both")
     challenge = challenge_values(env)
     config = plugin.config(challenge)
     start = time.perf_counter()
@@ -231,8 +232,17 @@ def run(plugin: Plugin, env: VecCarRacingEnv, episodes: int | None = None, seed:
                          summary=summarize(ended), seconds=time.perf_counter() - start, interrupted=interrupted)
 
     try:
-        batch = _batch_controller(plugin, config, env.num_envs) if batched else None  # a Ctrl-C here is a run's too
         with contextlib.ExitStack() as stack:
+            batch = None  # built inside: a Ctrl-C while it starts is a run's too
+            if batched and isolation is None:
+                batch = _batch_controller(plugin, config, env.num_envs)
+            elif batched:
+                try:
+                    batch = ChildBatchController(plugin.directory, challenge, isolation, env.num_envs)
+                except ControllerFailed as error:
+                    raise PluginError(f"{plugin.name}'s BatchController failed to start in its process: {error}") \
+                        from None
+                stack.callback(batch.close)
             pool = None
             if isolation is None:
                 def make(world: int, obs: Mapping[str, Any], info: Mapping[str, Any]) -> Controller:

@@ -34,8 +34,8 @@ memory blow-up ends that episode as ``invalid_action`` with the error
 recorded, and the run goes on. Without it the plugin is trusted code in
 this process. ``--batched`` drives the plugin's
 `racing_env.controller.BatchController` (the exported PPO plugins have
-one) with every world's observation in one call a step, in this process
-(it implies ``--no-isolate``; with ``--isolate`` it is a usage error). With ``--out FILE``, each episode is appended to
+one) with every world's observation in one call a step; isolated, it runs
+in one child process under the same limits per call. With ``--out FILE``, each episode is appended to
 ``FILE``'s ``.episodes.jsonl`` sibling as it ends (one JSON object a line),
 and ``FILE`` gets the whole result at the end. A named pipe that a process
 reads may be ``--out``: it is opened before the run and written after it.
@@ -119,8 +119,7 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
         on_build: called with one line before a split's pool is built
             (`racing_stack.pools.materialize_prefix`'s).
         batched: drive the plugin's BatchController, every world in one
-            call a step (`racing_env.runner.run`'s), in this process: None
-            ``isolate`` means False then, and True is refused.
+            call a step (`racing_env.runner.run`'s; isolated, in one child).
 
     Raises:
         ValueError: a bad level, split, count (or one of the other
@@ -147,10 +146,8 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     if level == 1 and episodes != 1:
         raise ValueError(f"episodes is Level 0's: Level 1 drives each track of its split once (tracks sets how "
                          f"many), got episodes={episodes!r}")
-    if batched and isolate:
-        raise ValueError("a batched controller runs in this process: batched and isolate cannot both be on")
     if isolate is None:
-        isolate = level == 1 and not batched
+        isolate = level == 1
     isolation = (isolation or Isolation()) if isolate else None
     plugin = load_plugin(controller or PURSUIT, import_code=not isolate)
     if isolation is not None:
@@ -284,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-limit", type=int_in(1024), default=None, metavar="MB",
                         help="isolated: a controller process's address-space limit, MiB (default 4096)")
     parser.add_argument("--batched", action="store_true",
-                        help="drive the plugin's BatchController, every world in one call a step (in this process: "
-                             "implies --no-isolate)")
+                        help="drive the plugin's BatchController, every world in one call a step (isolated: in "
+                             "one child process)")
     parser.add_argument("--out", type=Path, default=None,
                         help="write the JSON result here (episodes appended to its .episodes.jsonl as they end)")
     parser.add_argument("--plot", type=Path, default=None, help="draw the result as a PNG here")
@@ -402,8 +399,7 @@ def _run(args: argparse.Namespace, isolation: Isolation, view: EpisodeView | Non
 def _level_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse, as a usage error naming it, an option of the other Level
     (it would be ignored): ``--tracks`` on Level 0, ``--episodes`` on
-    Level 1; then give ``--episodes`` its default, 1. ``--batched`` with
-    ``--isolate`` is refused too."""
+    Level 1; then give ``--episodes`` its default, 1."""
     if args.level == 0 and args.tracks is not None:
         parser.error("argument --tracks: Level 1 only (a split's first N tracks): Level 0 has one fixed track; "
                      "--episodes N drives it N times")
@@ -412,8 +408,6 @@ def _level_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
                      "its split once; --tracks N drives the first N")
     if args.episodes is None:
         args.episodes = 1
-    if args.batched and args.isolate:
-        parser.error("argument --batched: a batched controller runs in this process, not with --isolate")
 
 
 def _special(out: Path) -> bool:
