@@ -19,7 +19,8 @@ temporary folder; ``--plugin`` names another exported PPO plugin.
    the outcomes equal and the laps within `GATE_LAP_S` (its network runs
    every world's row in one call, another rounding).
 2. **The command.** ``python -m racing_stack.evaluate --split test --batched``
-   on the first ``--tracks`` Test tracks (all 1,000 at the default), a
+   on the first ``--tracks`` Test tracks (all 1,000 at the default; the
+   batched controller isolated in one child process, Level 1's default), a
    fresh process, its wall time end to end (imports, compiles and the
    pool's load included; the pool is built into the cache first, apart).
 
