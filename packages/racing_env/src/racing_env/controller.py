@@ -116,9 +116,7 @@ def checked_action(returned: Any) -> np.ndarray:
         TypeError: not an integer or floating dtype.
         ValueError: not shape [2].
     """
-    returned = np.asarray(returned)
-    if not (jnp.issubdtype(returned.dtype, jnp.floating) or jnp.issubdtype(returned.dtype, jnp.integer)):
-        raise TypeError(f"compute_control must return 2 real numbers, got dtype {returned.dtype}")
+    returned = _real(returned, "compute_control must return 2 real numbers")
     if returned.shape != (2,):
         raise ValueError(f"compute_control must return 2 numbers (shape [2]), got shape {list(returned.shape)}")
     return returned.astype(np.float64)
@@ -133,9 +131,16 @@ def checked_actions(returned: Any, rows: int) -> np.ndarray:
         TypeError: not an integer or floating dtype.
         ValueError: not shape [rows, 2].
     """
-    returned = np.asarray(returned)
-    if not (jnp.issubdtype(returned.dtype, jnp.floating) or jnp.issubdtype(returned.dtype, jnp.integer)):
-        raise TypeError(f"compute_controls must return real numbers, got dtype {returned.dtype}")
+    returned = _real(returned, "compute_controls must return real numbers")
     if returned.shape != (rows, 2):
         raise ValueError(f"compute_controls must return [{rows}, 2] numbers, got shape {list(returned.shape)}")
     return returned.astype(np.float64)
+
+
+def _real(returned: Any, rule: str) -> np.ndarray:
+    """``returned`` as an array of an integer or floating dtype; a
+    TypeError saying ``rule`` and the dtype otherwise."""
+    returned = np.asarray(returned)
+    if not (jnp.issubdtype(returned.dtype, jnp.floating) or jnp.issubdtype(returned.dtype, jnp.integer)):
+        raise TypeError(f"{rule}, got dtype {returned.dtype}")
+    return returned

@@ -319,17 +319,7 @@ def _drive(make: _Make, env: VecCarRacingEnv, obs: Mapping[str, Any], info: Mapp
         reward, terminated, truncated = (np.asarray(x) for x in (reward, terminated, truncated))
         done = terminated | truncated
         before, reason = worlds[0], None
-        starting: list[int] = []
-        stepped: list[int] = []
-        for w in range(env.num_envs):
-            if pending[w]:  # this call was the world's NEXT_STEP reset
-                pending[w] = False
-                worlds[w] = None
-                if started < count:
-                    starting.append(w)
-                    started += 1
-            elif worlds[w] is not None:
-                stepped.append(w)
+        starting, stepped, started = _sorted_worlds(worlds, pending, started, count)
 
         def notify(w: int) -> None:
             world = worlds[w]
@@ -422,27 +412,42 @@ def _drive_batched(controller: BatchController, env: VecCarRacingEnv, obs: Mappi
         obs, reward, terminated, truncated, info = env.step(actions)
         host_obs, host_info = _host(obs), _host(info)
         done = np.asarray(terminated) | np.asarray(truncated)
-        before, reason, starting = worlds[0], None, []
-        for w in range(env.num_envs):
-            if pending[w]:  # this call was the world's NEXT_STEP reset
-                pending[w] = False
+        before, reason = worlds[0], None
+        starting, stepped, started = _sorted_worlds(worlds, pending, started, count)
+        for w in stepped:
+            world = worlds[w]
+            world.steps += 1
+            world.progress = float(host_obs["track_progress"][w])
+            if done[w]:
+                end(_result(w, world, host_info))
                 worlds[w] = None
-                if started < count:
-                    starting.append(w)
-                    started += 1
-            elif worlds[w] is not None:
-                world = worlds[w]
-                world.steps += 1
-                world.progress = float(host_obs["track_progress"][w])
-                if done[w]:
-                    end(_result(w, world, host_info))
-                    worlds[w] = None
-                    pending[w] = True
-                    if w == 0:
-                        reason = ended[-1].termination_reason
+                pending[w] = True
+                if w == 0:
+                    reason = ended[-1].termination_reason
         _begin(controller, worlds, starting, host_obs, host_info)
         if frames is not None:
             frames.offer(before, worlds[0], host_obs, reason)
+
+
+def _sorted_worlds(worlds: list[_World | None], pending: np.ndarray, started: int,
+                   count: int) -> tuple[list[int], list[int], int]:
+    """After a call: the worlds for which it was their NEXT_STEP reset
+    (their ``pending`` mark and episode cleared) that start the next
+    episodes, while fewer than ``count`` have started, and the worlds in an
+    episode that it stepped, each in world order; and how many have
+    started since."""
+    starting: list[int] = []
+    stepped: list[int] = []
+    for w in range(len(worlds)):
+        if pending[w]:  # this call was the world's NEXT_STEP reset
+            pending[w] = False
+            worlds[w] = None
+            if started < count:
+                starting.append(w)
+                started += 1
+        elif worlds[w] is not None:
+            stepped.append(w)
+    return starting, stepped, started
 
 
 def _begin(controller: BatchController, worlds: list[_World | None], starting: list[int],

@@ -351,11 +351,10 @@ class CapturedUpdate:
             group["capturable"] = True  # its steps are captured (it was made with its moments: nothing to allocate)
         parts = [list(epoch) for epoch in self.rows]
         # cuBLAS and autograd set themselves up outside the capture: a minibatch's gradients (no step).
-        warm_up(device, lambda: update.gradients(flat["x"][parts[0][0]], flat["u"][parts[0][0]],
-                                                 flat["logp"][parts[0][0]], self.advantage[parts[0][0]],
-                                                 self.returns[parts[0][0]], flat["valid"][parts[0][0]],
-                                                 flat["valid"].sum(),
-                                                 flat["logp"][parts[0][0]] if cfg.policy_lag else None))
+        i = parts[0][0]
+        warm_up(device, lambda: update.gradients(flat["x"][i], flat["u"][i], flat["logp"][i], self.advantage[i],
+                                                 self.returns[i], flat["valid"][i], flat["valid"].sum(),
+                                                 flat["logp"][i] if cfg.policy_lag else None))
         self.graph = torch.cuda.CUDAGraph()
         with capturing(self.graph, device):
             self.stats = update.steps(flat, self.advantage, self.returns, parts)
