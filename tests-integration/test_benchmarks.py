@@ -36,12 +36,13 @@ def test_the_cpu_smoke_runs_and_passes_its_gates(tmp_path, script, gates):
 
 def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     """The speed benchmark's CPU smoke: the env alone and with its
-    wrappers, each update path, precision and policy lag timed and
-    profiled, one time-to-skill run with its curve; no gate on a CPU."""
+    wrappers, each update path, precision and policy lag timed (its calls
+    replayed alone) and profiled, one time-to-skill run with its curve;
+    no gate on a CPU."""
     out = tmp_path / "speed.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--profile", "--out",
                           str(out), "--paths", "eager/highest", "graph/high/lag1", "--skill-path", "eager/high/lag1",
-                          "--trace", str(tmp_path / "trace.json")],
+                          "--trace", str(tmp_path / "trace.json"), "--warmup-updates", "3"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -51,6 +52,10 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     assert set(throughput["variants"]) == {"eager/highest", "graph/high/lag1"}
     for variant in throughput["variants"].values():
         assert variant["median_transitions_per_s"] > 0 and variant["ratio_to_env_with_wrappers"] > 0
+        assert variant["warmup_updates"] == 3 and variant["env_replayed_transitions_per_s"] > 0
+        assert variant["recorded_transitions_per_s"] > 0
+        # The replay of the timed updates' calls redoes the trainer's physics: it ends where they did.
+        assert variant["replay_ends_equal"] is True and variant["ratio_to_env_replayed"] > 0
         assert set(variant["phases"]["fractions"]) == {"env", "policy", "gae", "update"}
         assert set(variant["profile"]) == {"optimise", "rollout", "update"}
         assert variant["profile"]["optimise"]["host_ms"] > 0 and variant["profile"]["update"]["wall_ms"] > 0
