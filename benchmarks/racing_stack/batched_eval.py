@@ -9,8 +9,13 @@ its weights and settings) with this version's learned controller, which
 has the batched form (`racing_stack.learned.controller`), copied into a
 temporary folder; ``--plugin`` names another exported PPO plugin.
 
-1. **The same episodes.** `racing_stack.evaluate.evaluate` drives the
-   first ``--compare`` Test tracks (all of them at the default) one
+1. **The command.** ``python -m racing_stack.evaluate --split test --batched``
+   on the first ``--tracks`` Test tracks (all 1,000 at the default; the
+   batched controller isolated in one child process, Level 1's default), a
+   fresh process, its wall time end to end (imports, compiles and the
+   pool's load included; the pool is built into the cache first, apart).
+2. **The same episodes.** `racing_stack.evaluate.evaluate` drives the
+   first ``--compare`` Test tracks (20 on a GPU, 1 on the CPU) one
    episode at a time (a `Controller` an episode, in this process) and
    batched (``batched=True``: its `BatchController`, every world in one
    call a step), on the same env settings; every track's outcome and lap
@@ -18,11 +23,6 @@ temporary folder; ``--plugin`` names another exported PPO plugin.
    batched controller runs its network a row at a time there); on a GPU
    the outcomes equal and the laps within `GATE_LAP_S` (its network runs
    every world's row in one call, another rounding).
-2. **The command.** ``python -m racing_stack.evaluate --split test --batched``
-   on the first ``--tracks`` Test tracks (all 1,000 at the default; the
-   batched controller isolated in one child process, Level 1's default), a
-   fresh process, its wall time end to end (imports, compiles and the
-   pool's load included; the pool is built into the cache first, apart).
 
 Gates (one GPU, named in the report): the comparison's (outcomes equal,
 laps within `GATE_LAP_S`) and the command within `GATE_COMMAND_S` for all
@@ -59,6 +59,10 @@ ROOT = Path(__file__).resolve().parents[2]
 RELEASE = ROOT / "benchmarks/results/ppo_level1/plugin"
 GATE_LAP_S = 0.02
 GATE_COMMAND_S = 60.0
+#: Test tracks the comparison drives on a GPU unless told: the per-episode
+#: reference calls the learned plugin one world at a time on the host (100
+#: tracks took over 380 s on an H100).
+GPU_COMPARE = 20
 log = logger("batched-eval")
 
 
@@ -111,7 +115,8 @@ def main() -> None:
     parser.add_argument("--plugin", type=Path, default=RELEASE,
                         help="an exported PPO plugin (its weights and settings)")
     parser.add_argument("--tracks", type=int, default=None, help="Test tracks of the timed command (1,000)")
-    parser.add_argument("--compare", type=int, default=None, help="Test tracks driven both ways (1,000)")
+    parser.add_argument("--compare", type=int, default=None,
+                        help=f"Test tracks driven both ways ({GPU_COMPARE} on a GPU, 1 on the CPU)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--publish", action="store_true", help="write benchmarks/results/batched_eval.json (GPU only)")
     args = parser.parse_args()
@@ -124,7 +129,8 @@ def main() -> None:
     if not (args.plugin / "weights.pt").is_file() or not (args.plugin / "config.toml").is_file():
         parser.error(f"argument --plugin: {str(args.plugin)!r} holds no exported plugin (weights.pt, config.toml)")
     backend = "mjx_warp" if gpu else "cpu_reference"
-    tracks, compare = (args.tracks or 1000, args.compare or 1000) if gpu else (args.tracks or 1, args.compare or 1)
+    tracks, compare = (args.tracks or 1000, args.compare or GPU_COMPARE) if gpu else \
+        (args.tracks or 1, args.compare or 1)
     folder = "benchmarks/results/" if args.publish else "benchmarks/out/"
     out = args.out or ROOT / (folder + ("batched_eval.json" if gpu else "batched_eval_cpu.json"))
     check_outputs(parser, {"--out": out}, {"--out": {".json"}})
@@ -135,17 +141,17 @@ def main() -> None:
     materialize_prefix("test", max(tracks, compare))  # the pool in the cache, apart from every timing
     with tempfile.TemporaryDirectory() as scratch:
         plugin = plugin_copy(args.plugin, Path(scratch))
+        log(f"evaluate --batched on {tracks} Test tracks, a fresh process")
+        seconds, result = command_seconds(plugin, tracks, backend, Path(scratch) / "result.json")
+        log(f"  {seconds:.1f} s, success {result['summary']['success_rate']}")
         log(f"{compare} Test tracks one episode at a time, then batched ({backend})")
         runs = {batched: evaluate.evaluate(plugin, split="test", tracks=compare, backend=backend, isolate=False,
                                            batched=batched) for batched in (False, True)}
         report["comparison"] = compared(runs[False], runs[True], exact=not gpu)
         log(f"  {report['comparison']}")
-        log(f"evaluate --batched on {tracks} Test tracks, a fresh process")
-        seconds, result = command_seconds(plugin, tracks, backend, Path(scratch) / "result.json")
     report["command"] = {"seconds": seconds, "episodes": len(result["episodes"]),
                          "success_rate": result["summary"]["success_rate"],
                          "lap_time_s": result["summary"]["lap_time_s"]}
-    log(f"  {seconds:.1f} s, success {result['summary']['success_rate']}")
     c = report["comparison"]
     report["gates"] = [] if not gpu else [
         gate("outcomes differing, batched against one at a time", c["outcomes_differing"], "== 0",
