@@ -404,3 +404,107 @@ def test_a_plugin_reaches_no_process_of_the_run_and_its_own_end_with_its_child(t
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the signal guard is Linux's seccomp")
+def test_a_plugin_cannot_signal_the_evaluating_process_its_group_or_ancestors(tmp_path, env):
+    """Probed with signal 0 (which only checks): the child's signals to the
+    evaluating process, its group, its parent and every process at once,
+    and a process handle on it, are refused with EPERM; its signals to
+    itself and to what it started are not."""
+    probes = tmp_path / "probes.json"
+    prober = make_plugin(tmp_path, "prober", f"""
+        import json, os, subprocess
+        class Prober(Controller):
+            def __init__(self, obs, info, config):
+                parent, child = os.getppid(), subprocess.Popen(["sleep", "60"])
+                grandparent = int(open(f"/proc/{{parent}}/stat").read().rsplit(")", 1)[1].split()[1])
+                tries = {{"parent": lambda: os.kill(parent, 0),
+                         "parent group": lambda: os.killpg(os.getpgid(parent), 0),
+                         "grandparent": lambda: os.kill(grandparent, 0), "everyone": lambda: os.kill(-1, 0),
+                         "parent handle": lambda: os.close(os.pidfd_open(parent)),
+                         "itself": lambda: os.kill(os.getpid(), 0), "its own group": lambda: os.killpg(0, 0),
+                         "what it started": lambda: os.kill(child.pid, 0)}}
+                seen = {{}}
+                for name, attempt in tries.items():
+                    try:
+                        attempt()
+                        seen[name] = 0
+                    except OSError as error:
+                        seen[name] = error.errno
+                child.kill()
+                with open({str(probes)!r}, "w") as f:
+                    json.dump(seen, f)
+            def compute_control(self, obs, info=None):
+                return np.zeros(2, np.float32)
+    """)
+    result = run(prober, env, episodes=1, seed=0, isolation=FAST)
+    assert result.episodes[0].error is None
+    import errno
+    import json
+    seen = json.loads(probes.read_text())
+    refused = ("parent", "parent group", "grandparent", "everyone", "parent handle")
+    assert {name: seen[name] for name in refused} == dict.fromkeys(refused, errno.EPERM)
+    assert {name: seen[name] for name in ("itself", "its own group", "what it started")} == dict.fromkeys(
+        ("itself", "its own group", "what it started"), 0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the signal guard is Linux's seccomp")
+def test_signals_a_plugin_sends_the_evaluating_process_neither_end_stop_nor_interrupt_the_run(tmp_path, env):
+    """A controller that sends the evaluating process SIGKILL, SIGSTOP,
+    SIGTERM and SIGINT (and its group SIGKILL) on every call, and ignores
+    the refusals: the run, in a process and session of its own, drives
+    both episodes to their end and exits 0."""
+    attacker = make_plugin(tmp_path, "attacker", """
+        import os, signal
+        class Attacker(Controller):
+            def compute_control(self, obs, info=None):
+                parent = os.getppid()
+                for sig in (signal.SIGSTOP, signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+                    for attempt in (lambda: os.kill(parent, sig), lambda: os.killpg(os.getpgid(parent), sig)):
+                        try:
+                            attempt()
+                        except OSError:
+                            pass
+                return np.zeros(2, np.float32)
+    """, import_code=False)
+    script = tmp_path / "run.py"
+    script.write_text(RUN_SCRIPT)
+    evaluating = subprocess.run([sys.executable, str(script), str(attacker.directory)], start_new_session=True,
+                                capture_output=True, text=True, timeout=300)
+    assert evaluating.returncode == 0, evaluating.stderr[-2000:]
+    assert evaluating.stdout.splitlines() == ["episode timeout False"] * 2
+    assert "signal guard" not in evaluating.stderr  # it held: nothing said
+
+
+def test_a_missing_signal_guard_is_said_once_a_process(monkeypatch):
+    """Where the guard cannot hold, the parent warns once, naming why."""
+    from racing_env import isolation
+
+    monkeypatch.setattr(isolation, "_UNGUARDED_SAID", isolation.threading.Event())
+    with pytest.warns(RuntimeWarning, match=r"without the signal guard \(no seccomp filter on test\)") as caught:
+        isolation._say_unguarded("no seccomp filter on test")
+        isolation._say_unguarded("no seccomp filter on test")
+    assert len(caught) == 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc as on Linux")
+def test_the_guard_protects_the_parent_its_group_and_ancestors_not_the_caller():
+    """From a child in a session of its own (as an isolated child is): its
+    parent, the parent's group (negated), -1, the parent's ancestors up to
+    init; not the child itself nor its own group; nothing for a process
+    that does not exist."""
+    probe = textwrap.dedent("""
+        import json, os
+        from racing_env._seccomp import protected
+        print(json.dumps({"targets": protected(os.getppid()), "me": os.getpid(), "group": os.getpgrp(),
+                          "missing": protected(2**22 + 12345)}))
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                         start_new_session=True, check=True)
+    import json
+    seen = json.loads(out.stdout)
+    wanted = {t & 0xFFFFFFFF for t in (os.getpid(), -os.getpgrp(), -1, os.getppid(), 1)}
+    assert wanted <= set(seen["targets"])
+    assert seen["me"] not in seen["targets"] and (-seen["group"]) & 0xFFFFFFFF not in seen["targets"]
+    assert seen["missing"] == []

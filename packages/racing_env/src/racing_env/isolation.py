@@ -24,9 +24,13 @@ sends to its group (``os.killpg(0, ...)``) reaches its own processes, not
 the run's or the caller's pipeline. A child is killed with its whole group
 (the processes the plugin started and left in it), and on Linux the kernel
 kills it when the evaluating process ends, however it ends (SIGKILL
-included: ``PR_SET_PDEATHSIG``). What a plugin can still do, as the user
-it runs as: signal the evaluating process by its pid, and start processes
-in sessions of their own, which outlive the run. While the child of
+included: ``PR_SET_PDEATHSIG``). On Linux (x86-64, aarch64) a seccomp
+filter refuses the child's signals to the evaluating process, its
+ancestors and its group (`racing_env._seccomp`); where it cannot be
+installed the parent says so once. What a plugin can still do, as the
+user it runs as: start processes in sessions of their own, which outlive
+the run, and signal processes the filter does not know (those that join
+the evaluator's group later, the run's other children). While the child of
 an episode runs, the next one starts (a warm spare), so a new episode
 rarely waits for a process to start.
 """
@@ -45,6 +49,7 @@ import struct
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -53,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from racing_env import checks
+from racing_env._seccomp import guard_signals
 from racing_env.controller import BatchController, Controller, DebugDraw, checked_action, checked_actions
 from racing_env.plugins import PluginError, load_plugin
 from racing_env.render import DrawList
@@ -102,6 +108,19 @@ class Isolation:
             object.__setattr__(self, "memory_limit_mb", limit)
 
 
+_UNGUARDED_SAID = threading.Event()
+
+
+def _say_unguarded(reason: str) -> None:
+    """Say once a process, on stderr, that the isolated children run
+    without the signal guard, and why."""
+    if not _UNGUARDED_SAID.is_set():
+        _UNGUARDED_SAID.set()
+        warnings.warn(f"isolated controllers run without the signal guard ({reason}): a plugin can signal the "
+                      f"evaluating process and its group by their ids (the Runner page says what is left open)",
+                      RuntimeWarning, stacklevel=3)
+
+
 class ControllerFailed(Exception):
     """A child's controller call failed: ``str(error)`` says how (the
     child's traceback, or what happened to its process)."""
@@ -114,6 +133,7 @@ class _Child:
         self.isolation = isolation
         self._closing = threading.Lock()
         self._closed = False
+        self._first = True  # the child's first answer says whether its signal guard holds
         self.conn, theirs = _SPAWN.Pipe()
         self.process = _SPAWN.Process(target=_serve, args=(theirs, directory, dict(challenge),
                                                             isolation.memory_limit_mb, os.getpid()), daemon=True)
@@ -143,9 +163,13 @@ class _Child:
             reply = json.loads(data)
         except (ValueError, RecursionError):
             reply = None
-        if not isinstance(reply, dict) or not ({"ok"} == set(reply) or {"error"} == set(reply)):
+        if not isinstance(reply, dict) or set(reply) - {"guard"} not in ({"ok"}, {"error"}) \
+                or not isinstance(reply.get("guard"), (str, type(None))) or ("guard" in reply) != self._first:
             self.close()
             raise ControllerFailed(f"the controller's process answered {method} out of protocol")
+        self._first = False
+        if reply.get("guard") is not None:
+            _say_unguarded(reply["guard"])
         if "error" in reply:
             self.close()
             raise ControllerFailed(str(reply["error"]))
@@ -382,22 +406,27 @@ def check_plugin(directory: Path, isolation: Isolation) -> None:
         raise PluginError(str(refused))
 
 
-def _detach(parent: int) -> None:
+def _detach(parent: int) -> str | None:
     """Make this child a session and process group of its own and, on
     Linux, have the kernel kill it when ``parent`` (the evaluating process)
-    ends; a child whose parent ended before that exits at once."""
+    ends (a child whose parent ended before that exits at once), and
+    refuse its signals to ``parent`` and those around it
+    (`racing_env._seccomp.guard_signals`). None, or why the signal guard
+    does not hold."""
     os.setsid()
     if sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(0)
+    return guard_signals(parent)
 
 
 def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_limit_mb: int | None,
            parent: int) -> None:
-    """The child: answers the parent's calls until its pipe closes."""
-    _detach(parent)
+    """The child: answers the parent's calls until its pipe closes (the
+    first answer also says whether its signal guard holds)."""
+    unguarded = _detach(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends the run and kills the children
     os.dup2(2, 1)  # what the controller prints goes to stderr, as evaluate's own stdout does
     if memory_limit_mb is not None:
@@ -441,4 +470,6 @@ def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_
             reply = {"ok": value}
         except BaseException:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are the controller's errors too
             reply = {"error": traceback.format_exc()}
+        if unguarded is not False:
+            reply["guard"], unguarded = unguarded, False
         conn.send_bytes(json.dumps(reply).encode())
