@@ -508,3 +508,58 @@ def test_the_guard_protects_the_parent_its_group_and_ancestors_not_the_caller():
     assert wanted <= set(seen["targets"])
     assert seen["me"] not in seen["targets"] and (-seen["group"]) & 0xFFFFFFFF not in seen["targets"]
     assert seen["missing"] == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the signal guard is Linux's seccomp")
+def test_a_plugin_cannot_leave_its_group_so_its_daemons_end_with_its_episode(tmp_path, env):
+    """``setsid`` (a daemon's double fork, ``start_new_session``) and
+    ``setpgid`` are refused in the child, so whatever the plugin starts
+    stays in its group and is killed with it at the episode's end."""
+    seen_file = tmp_path / "seen.json"
+    daemon = make_plugin(tmp_path, "daemon", f"""
+        import errno, json, os, subprocess, time
+        class Daemon(Controller):
+            def __init__(self, obs, info, config):
+                seen = {{}}
+                try:
+                    subprocess.Popen(["sleep", "600"], start_new_session=True)
+                    seen["new_session"] = "started"
+                except (OSError, subprocess.SubprocessError) as error:
+                    seen["new_session"] = type(error).__name__
+                try:
+                    os.setpgid(0, 0)
+                    seen["setpgid"] = 0
+                except OSError as error:
+                    seen["setpgid"] = error.errno
+                read, write = os.pipe()
+                first = os.fork()
+                if first == 0:  # the classic daemon: fork, setsid, fork
+                    try:
+                        os.setsid()
+                        code = 0
+                    except OSError as error:
+                        code = error.errno
+                    if os.fork() == 0:
+                        os.write(write, f"{{os.getpid()}} {{code}}\\n".encode())
+                        time.sleep(600)
+                    os._exit(0)
+                os.waitpid(first, 0)
+                pid, code = map(int, os.read(read, 100).split())
+                seen.update(daemon=pid, setsid=code)
+                with open({str(seen_file)!r}, "w") as f:
+                    json.dump(seen, f)
+            def compute_control(self, obs, info=None):
+                return np.zeros(2, np.float32)
+    """)
+    result = run(daemon, env, episodes=1, seed=0, isolation=FAST)
+    assert result.episodes[0].error is None
+    import errno
+    import json
+    seen = json.loads(seen_file.read_text())
+    assert seen["new_session"] in ("PermissionError", "SubprocessError") and seen["setpgid"] == errno.EPERM
+    assert seen["setsid"] == errno.EPERM
+    try:
+        assert _gone_within(seen["daemon"], 5.0), "the plugin's daemon outlived its episode"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(seen["daemon"], signal.SIGKILL)

@@ -9,7 +9,9 @@ could end, stop or interrupt the evaluating process or those around it:
   evaluator's group as a whole and every process at once (``kill(-1)``);
 - ``tkill`` (a thread by its id alone), ``ptrace`` and
   ``process_vm_readv``/``process_vm_writev`` (another process's memory),
-  whatever their target.
+  whatever their target;
+- ``setsid`` and ``setpgid``: every process the plugin starts stays in
+  the child's session and process group, which the parent kills whole.
 
 Everything else, the plugin's signals to itself and to the processes it
 started included, is allowed. The filter holds for every thread of the
@@ -32,11 +34,13 @@ _ARCHES = {
     "x86_64": {"audit": 0xC000003E, "seccomp": 317,
                "targeted": {"kill": 62, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
                             "pidfd_open": 434},
-               "refused": {"tkill": 200, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311}},
+               "refused": {"tkill": 200, "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+                           "setsid": 112, "setpgid": 109}},
     "aarch64": {"audit": 0xC00000B7, "seccomp": 277,
                 "targeted": {"kill": 129, "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
                              "pidfd_open": 434},
-                "refused": {"tkill": 130, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271}},
+                "refused": {"tkill": 130, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
+                            "setsid": 157, "setpgid": 154}},
 }
 _LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
 _RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM

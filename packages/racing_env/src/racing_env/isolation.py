@@ -26,11 +26,12 @@ the run's or the caller's pipeline. A child is killed with its whole group
 kills it when the evaluating process ends, however it ends (SIGKILL
 included: ``PR_SET_PDEATHSIG``). On Linux (x86-64, aarch64) a seccomp
 filter refuses the child's signals to the evaluating process, its
-ancestors and its group (`racing_env._seccomp`); where it cannot be
-installed the parent says so once. What a plugin can still do, as the
-user it runs as: start processes in sessions of their own, which outlive
-the run, and signal processes the filter does not know (those that join
-the evaluator's group later, the run's other children). While the child of
+ancestors and its group, and its leaving its own group
+(`racing_env._seccomp`); where it cannot be installed the parent says so
+once. What a plugin can still do, as the user it runs as: leave
+processes running when the evaluating process is killed outright, and
+signal processes the filter does not know (those that join the
+evaluator's group later, the run's other children). While the child of
 an episode runs, the next one starts (a warm spare), so a new episode
 rarely waits for a process to start.
 """
