@@ -356,9 +356,9 @@ def test_a_plugin_reaches_no_process_of_the_run_and_its_own_end_with_its_child(t
     """``os.killpg(0, SIGKILL)`` from the controller kills its own group,
     not the evaluating process: both episodes are recorded controller
     errors. What the controller started (and left in its group) is killed
-    with its child at the episode's end; a child whose evaluating process
-    is killed (SIGKILL: nothing of the run's code runs) is killed by the
-    kernel (what it started is then left: the Runner page says so)."""
+    with its child at the episode's end; when the evaluating process is
+    killed (SIGKILL: nothing of the run's code runs), the kernel kills its
+    child and the run's reaper what the child started."""
     pids = tmp_path / "pids"
     spawner = make_plugin(tmp_path, "spawner", f"""
         import os, subprocess, time
@@ -401,6 +401,7 @@ def test_a_plugin_reaches_no_process_of_the_run_and_its_own_end_with_its_child(t
         child, sleeper = map(int, line.split())
         try:
             assert _gone_within(child, 5.0), f"the child {child} outlived the evaluating process"
+            assert _gone_within(sleeper, 5.0), f"what the child started ({sleeper}) outlived the evaluating process"
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child, signal.SIGKILL)
@@ -409,10 +410,13 @@ def test_a_plugin_reaches_no_process_of_the_run_and_its_own_end_with_its_child(t
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the signal guard is Linux's seccomp")
 def test_a_plugin_cannot_signal_the_evaluating_process_its_group_or_ancestors(tmp_path, env):
     """Probed with signal 0 (which only checks): the child's signals to the
-    evaluating process, its group, its parent and every process at once,
-    and a process handle on it, are refused with EPERM; its signals to
-    itself and to what it started are not."""
+    evaluating process, its group, its parent, the run's reaper and every
+    process at once, and a process handle on it, are refused with EPERM;
+    its signals to itself and to what it started are not."""
+    from racing_env._reaper import REAPER
+
     probes = tmp_path / "probes.json"
+    reaper = REAPER.pid()
     prober = make_plugin(tmp_path, "prober", f"""
         import json, os, subprocess
         class Prober(Controller):
@@ -423,6 +427,7 @@ def test_a_plugin_cannot_signal_the_evaluating_process_its_group_or_ancestors(tm
                          "parent group": lambda: os.killpg(os.getpgid(parent), 0),
                          "grandparent": lambda: os.kill(grandparent, 0), "everyone": lambda: os.kill(-1, 0),
                          "parent handle": lambda: os.close(os.pidfd_open(parent)),
+                         "the run's reaper": lambda: os.kill({reaper}, 0),
                          "itself": lambda: os.kill(os.getpid(), 0), "its own group": lambda: os.killpg(0, 0),
                          "what it started": lambda: os.kill(child.pid, 0)}}
                 seen = {{}}
@@ -443,7 +448,7 @@ def test_a_plugin_cannot_signal_the_evaluating_process_its_group_or_ancestors(tm
     import errno
     import json
     seen = json.loads(probes.read_text())
-    refused = ("parent", "parent group", "grandparent", "everyone", "parent handle")
+    refused = ("parent", "parent group", "grandparent", "everyone", "parent handle", "the run's reaper")
     assert {name: seen[name] for name in refused} == dict.fromkeys(refused, errno.EPERM)
     assert {name: seen[name] for name in ("itself", "its own group", "what it started")} == dict.fromkeys(
         ("itself", "its own group", "what it started"), 0)
@@ -563,3 +568,30 @@ def test_a_plugin_cannot_leave_its_group_so_its_daemons_end_with_its_episode(tmp
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(seen["daemon"], signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and /proc as on Linux")
+def test_the_reaper_kills_the_groups_still_watched_when_its_process_is_killed(tmp_path):
+    """A process killed outright (SIGKILL) leaves its reaper to kill the
+    process groups it still watched; one it released is left alone."""
+    script = textwrap.dedent("""
+        import os, signal, subprocess
+        from racing_env._reaper import REAPER
+        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        kept, dropped = subprocess.Popen(["sleep", "60"], **quiet), subprocess.Popen(["sleep", "60"], **quiet)
+        REAPER.watch(kept.pid)
+        REAPER.watch(dropped.pid)
+        REAPER.release(dropped.pid)
+        print(kept.pid, dropped.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
+    kept, dropped = map(int, out.stdout.split())
+    try:
+        assert _gone_within(kept, 5.0), "a watched group outlived its process"
+        assert _alive(dropped), "a released group was killed"
+    finally:
+        for pid in (kept, dropped):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)

@@ -5,7 +5,8 @@ could end, stop or interrupt the evaluating process or those around it:
 - signals (``kill``, ``tgkill``, ``rt_sigqueueinfo``,
   ``rt_tgsigqueueinfo``) and process handles (``pidfd_open``) aimed at
   the evaluating process, its ancestors, the members of its process
-  group and its session leader as they are when the child starts, the
+  group and its session leader as they are when the child starts, its
+  reaper (`racing_env._reaper`), the
   evaluator's group as a whole and every process at once (``kill(-1)``);
 - ``tkill`` (a thread by its id alone), ``ptrace`` and
   ``process_vm_readv``/``process_vm_writev`` (another process's memory),
@@ -67,16 +68,16 @@ def _stat(pid: int) -> tuple[int, int, int] | None:
     return int(fields[1]), int(fields[2]), int(fields[3])
 
 
-def protected(parent: int) -> list[int]:
+def protected(parent: int, also: tuple[int, ...] = ()) -> list[int]:
     """The ``pid`` arguments the filter refuses for the evaluating process
     ``parent``: it, its ancestors, its session leader, the members of its
-    process group (now), its group (negated) and -1 (every process), as
-    the unsigned 32-bit values the filter compares."""
+    process group (now), its group (negated), -1 (every process) and the
+    processes ``also``, as the unsigned 32-bit values the filter compares."""
     found = _stat(parent)
     if found is None:
         return []
     _, group, session = found
-    targets = {parent, session, -group, -1}
+    targets = {parent, session, -group, -1, *also}
     pid = parent
     while pid > 1:  # the ancestors: ending one (a shell, a CI runner, `timeout`) ends the run
         stat = _stat(pid)
@@ -120,9 +121,10 @@ def _program(arch: dict, targets: list[int]) -> list[tuple[int, int, int, int]]:
     return program
 
 
-def guard_signals(parent: int) -> str | None:
+def guard_signals(parent: int, also: tuple[int, ...] = ()) -> str | None:
     """Install the filter in this process (the isolated child, before any
-    plugin code runs) for the evaluating process ``parent``. None when it
+    plugin code runs) for the evaluating process ``parent`` (and the
+    processes ``also``: its reaper). None when it
     holds; else why not (another system or architecture, a kernel or
     container that refuses seccomp filters), the child then running
     without it."""
@@ -130,7 +132,7 @@ def guard_signals(parent: int) -> str | None:
     arch = _ARCHES.get({"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine))
     if not sys.platform.startswith("linux") or arch is None:
         return f"no seccomp filter on {sys.platform} {machine}"
-    targets = protected(parent)
+    targets = protected(parent, also)
     if len(targets) > 200:
         targets = targets[:200]  # a process group that large: the first 200, the group itself still refused
     program = _program(arch, targets)

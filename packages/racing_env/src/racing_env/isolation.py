@@ -24,14 +24,14 @@ sends to its group (``os.killpg(0, ...)``) reaches its own processes, not
 the run's or the caller's pipeline. A child is killed with its whole group
 (the processes the plugin started and left in it), and on Linux the kernel
 kills it when the evaluating process ends, however it ends (SIGKILL
-included: ``PR_SET_PDEATHSIG``). On Linux (x86-64, aarch64) a seccomp
+included: ``PR_SET_PDEATHSIG``), and the run's reaper (`racing_env._reaper`)
+then kills its group. On Linux (x86-64, aarch64) a seccomp
 filter refuses the child's signals to the evaluating process, its
 ancestors and its group, and its leaving its own group
 (`racing_env._seccomp`); where it cannot be installed the parent says so
-once. What a plugin can still do, as the user it runs as: leave
-processes running when the evaluating process is killed outright, and
-signal processes the filter does not know (those that join the
-evaluator's group later, the run's other children). While the child of
+once. What a plugin can still do, as the user it runs as: signal
+processes the filter does not know (those that join the evaluator's
+group later, the run's other children). While the child of
 an episode runs, the next one starts (a warm spare), so a new episode
 rarely waits for a process to start.
 """
@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from racing_env import checks
+from racing_env._reaper import REAPER
 from racing_env._seccomp import guard_signals
 from racing_env.controller import BatchController, Controller, DebugDraw, checked_action, checked_actions
 from racing_env.plugins import PluginError, load_plugin
@@ -137,8 +138,10 @@ class _Child:
         self._first = True  # the child's first answer says whether its signal guard holds
         self.conn, theirs = _SPAWN.Pipe()
         self.process = _SPAWN.Process(target=_serve, args=(theirs, directory, dict(challenge),
-                                                            isolation.memory_limit_mb, os.getpid()), daemon=True)
+                                                            isolation.memory_limit_mb, os.getpid(), REAPER.pid()),
+                                      daemon=True)
         self.process.start()
+        REAPER.watch(self.process.pid)  # the child's group, killed if this process ends first
         theirs.close()
         # A child that stops reading or stalls mid-answer cannot block the parent past the call limit.
         seconds = int(isolation.call_timeout_s)
@@ -198,6 +201,7 @@ class _Child:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):  # the group is gone (a reaped child leads no group)
             pass
+        REAPER.release(self.process.pid)  # before the join: an unreaped child's group id is not reused
         if self.process.exitcode is None:
             self.process.kill()
         self.process.join()
@@ -407,27 +411,27 @@ def check_plugin(directory: Path, isolation: Isolation) -> None:
         raise PluginError(str(refused))
 
 
-def _detach(parent: int) -> str | None:
+def _detach(parent: int, reaper: int) -> str | None:
     """Make this child a session and process group of its own and, on
     Linux, have the kernel kill it when ``parent`` (the evaluating process)
     ends (a child whose parent ended before that exits at once), and
-    refuse its signals to ``parent`` and those around it
-    (`racing_env._seccomp.guard_signals`). None, or why the signal guard
-    does not hold."""
+    refuse its signals to ``parent`` and those around it, ``reaper``
+    (`racing_env._reaper`) included (`racing_env._seccomp.guard_signals`).
+    None, or why the signal guard does not hold."""
     os.setsid()
     if sys.platform.startswith("linux"):
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(0)
-    return guard_signals(parent)
+    return guard_signals(parent, (reaper,))
 
 
 def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_limit_mb: int | None,
-           parent: int) -> None:
+           parent: int, reaper: int) -> None:
     """The child: answers the parent's calls until its pipe closes (the
     first answer also says whether its signal guard holds)."""
-    unguarded = _detach(parent)
+    unguarded = _detach(parent, reaper)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends the run and kills the children
     os.dup2(2, 1)  # what the controller prints goes to stderr, as evaluate's own stdout does
     if memory_limit_mb is not None:
