@@ -14,6 +14,7 @@
 #   make benchmark-ppo-integrity  PPO's zero-copy rollouts against a host-copy reference (report on a CUDA GPU)
 #   make benchmark-ppo-speed   PPO's transitions/s against the env alone, and its time to skill (report on a CUDA GPU)
 #   make benchmark-batched-eval  a learned controller on the Test tracks, batched against one episode at a time
+#   make benchmark-faults  attacks on an evaluation: malicious plugins, kills, full disks (report on the CPU, minutes)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -38,7 +39,7 @@ DEV := "ruff>=0.6" "pytest>=8" "pytest-xdist>=3.5" "hypothesis>=6.100" "matplotl
 .DEFAULT_GOAL := help
 
 .PHONY: help lint tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration examples sim materialize-track-pool evaluate train-ppo docs wheels benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity benchmark-ppo-speed benchmark-batched-eval matrix clean
+        test-integration examples sim materialize-track-pool evaluate train-ppo docs wheels benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity benchmark-ppo-speed benchmark-batched-eval benchmark-faults matrix clean
 .PHONY: benchmark-car-envelope benchmark-min-time-laps benchmark-limits
 
 # `make` or `make help`: every target with its line (the `##` comments).
@@ -152,6 +153,9 @@ benchmark-ppo-integrity: $(STAMP) ## PPO's zero-copy rollouts checked against a 
 
 benchmark-batched-eval: $(STAMP) ## a learned controller on the Test tracks, batched against one episode at a time
 	$(PY) benchmarks/racing_stack/batched_eval.py $(ARGS)
+
+benchmark-faults: $(STAMP) ## attacks on an evaluation: malicious isolated plugins, kills of the evaluator, odd outputs
+	$(PY) benchmarks/racing_stack/faults.py $(ARGS)
 
 # ARGS="--profile" adds Torch's profile of each variant, "--publish" writes the committed report.
 benchmark-ppo-speed: $(STAMP) ## PPO's transitions/s against the env's own, and its time to skill

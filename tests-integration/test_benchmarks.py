@@ -428,3 +428,28 @@ def test_the_batched_evaluation_benchmark_smoke_compares_and_times(tmp_path):
     usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/batched_eval.py"), "--plugin",
                             str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert usage.returncode == 2 and "argument --plugin" in usage.stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the attacks read /proc")
+def test_the_fault_benchmark_quick_set_holds_every_gate(tmp_path):
+    """The fault report's quick set (one attack of each kind: a plugin's
+    SIGKILL to the evaluator and SIGSTOP to its group, a daemon, closed
+    descriptors, the evaluator killed twice, /dev/full, a named pipe with
+    a reader): every gate holds, each attack's expected and observed
+    outcome reported."""
+    out = tmp_path / "faults.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/faults.py"), "--quick", "--out",
+                          str(out)], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["passed"] is True and report["quick"] is True and report["signal_guard_holds"] is True
+    assert report["attacks_run"] == len(report["attacks"]) == 8
+    assert {a["category"] for a in report["attacks"]} == {"plugin", "evaluator killed", "outputs"}
+    for attack in report["attacks"]:
+        assert attack["expected"] and attack["observed"] and attack["passed"] is True
+        assert attack["observed"]["left_behind"] == []
+    refused = [a for a in report["attacks"] if a["name"] == "SIGKILL to the evaluating process"]
+    assert refused[0]["observed"]["attack_log"][0] == {"attack": "refused", "errno": 1}
+    usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/faults.py"), "--quick",
+                            "--publish"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert usage.returncode == 2 and "--publish takes the full set" in usage.stderr
