@@ -15,8 +15,8 @@ except PackageNotFoundError:  # a source tree on the path, not installed
 
 #: Distribution name -> the exact version known to work with the others.
 PINS: dict[str, str] = {
-    "track-gen": "0.1.2",
-    "racing-env": "0.1.0",
+    "track-gen": "0.1.3",
+    "racing-env": "0.2.0",
     "rl-triton": "0.1.0",
 }
 
