@@ -15,9 +15,9 @@ belongs to the evaluator's session is left behind (and then killed).
 1. **Malicious plugins** (each ends its episodes by raising once its
    attack is done, so an evaluation that survives exits 1, "every episode
    a controller error", with its summary on stdout, its result and its
-   episodes file whole): every signal of a list to the evaluating
-   process, to its process group and (only where the child's signal guard
-   holds: a probe decides) to every process at once; a signal through a
+   episodes file whole): every signal of the system to the evaluating
+   process and to its process group, 14 of them (only where the child's
+   signal guard holds: a probe decides) to every process at once; a signal through a
    process handle and to its main thread; ``ptrace``; 30 sleeping
    processes; a double-forked daemon; ``start_new_session``; floods of
    stdout and stderr; closing the child's descriptors; stopping itself;
@@ -63,9 +63,11 @@ from protocol import environment, gate, logger, source_hashes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 log = logger("faults")
-#: Signals a plugin sends the evaluating process and its group.
-SIGNALS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGSTOP", "SIGTSTP", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
-           "SIGALRM", "SIGPIPE", "SIGSEGV", "SIGABRT", "SIGCONT")
+#: Signals a plugin sends the evaluating process and its group: every one this system has.
+SIGNALS = tuple(s.name for s in sorted(signal.Signals, key=int))
+#: Those it also sends every process at once (``kill(-1)``, where the guard holds).
+EVERYONE = ("SIGKILL", "SIGTERM", "SIGINT", "SIGSTOP", "SIGTSTP", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
+            "SIGALRM", "SIGPIPE", "SIGSEGV", "SIGABRT", "SIGCONT")
 #: The evaluator's limit (s): an attack that freezes it shows as a timeout.
 EVALUATE_TIMEOUT_S = 120.0
 
@@ -229,7 +231,7 @@ def plugin_attacks(guarded: bool) -> list[dict[str, Any]]:
                         "refused": True})
         attacks.append({"name": f"{name} to the evaluating process's group",
                         "body": f"os.killpg(os.getpgid(parent), signal.{name})", "refused": True})
-        if guarded:
+        if guarded and name in EVERYONE:
             attacks.append({"name": f"{name} to every process (kill(-1))", "body": f"os.kill(-1, signal.{name})",
                             "refused": True})
     attacks += [
