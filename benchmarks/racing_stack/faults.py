@@ -17,8 +17,12 @@ belongs to the evaluator's session is left behind (and then killed).
    a controller error", with its summary on stdout, its result and its
    episodes file whole): every signal of the system to the evaluating
    process and to its process group, 14 of them (only where the child's
-   signal guard holds: a probe decides) to every process at once; a signal through a
-   process handle and to its main thread; ``ptrace``; 30 sleeping
+   signal guard holds: a probe decides, and each such attack checks it
+   again in its own child) to every process at once; a signal through a
+   process handle (from ``pidfd_open`` and from opening ``/proc/PID``),
+   to its main thread and to another of its threads by id; SIGIO by
+   ``F_SETOWN``; a CPU-time limit by ``prlimit``; ``ptrace``; writing its
+   memory through ``/proc/PID/mem``; 30 sleeping
    processes; a double-forked daemon; ``start_new_session``; floods of
    stdout and stderr; closing the child's descriptors; stopping itself;
    a hang; an exit; a memory blow-up.
@@ -68,6 +72,8 @@ SIGNALS = tuple(s.name for s in sorted(signal.Signals, key=int))
 #: Those it also sends every process at once (``kill(-1)``, where the guard holds).
 EVERYONE = ("SIGKILL", "SIGTERM", "SIGINT", "SIGSTOP", "SIGTSTP", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
             "SIGALRM", "SIGPIPE", "SIGSEGV", "SIGABRT", "SIGCONT")
+#: tgkill's system call number (Python has no call for another process's thread).
+TGKILL = {"x86_64": 234, "aarch64": 131}.get(os.uname().machine, 234)
 #: The evaluator's limit (s): an attack that freezes it shows as a timeout.
 EVALUATE_TIMEOUT_S = 120.0
 
@@ -231,16 +237,32 @@ def plugin_attacks(guarded: bool) -> list[dict[str, Any]]:
                         "refused": True})
         attacks.append({"name": f"{name} to the evaluating process's group",
                         "body": f"os.killpg(os.getpgid(parent), signal.{name})", "refused": True})
-        if guarded and name in EVERYONE:
-            attacks.append({"name": f"{name} to every process (kill(-1))", "body": f"os.kill(-1, signal.{name})",
-                            "refused": True})
+        if guarded and name in EVERYONE:  # sent only if the probe is refused in this very child
+            attacks.append({"name": f"{name} to every process (kill(-1))", "refused": True,
+                            "body": "try:\n    os.kill(-1, 0)\nexcept PermissionError:\n"
+                                    f"    os.kill(-1, signal.{name})\n"
+                                    "else:\n    raise RuntimeError('no guard here: not sent')"})
     attacks += [
         {"name": "SIGKILL through a process handle", "refused": True,
          "body": "fd = os.pidfd_open(parent)\nsignal.pidfd_send_signal(fd, signal.SIGKILL)"},
         {"name": "SIGKILL to the evaluating process's main thread (tgkill)", "refused": True,
          "body": "libc = ctypes.CDLL(None, use_errno=True)\n"
-                 "if libc.syscall(234, parent, parent, 9) != 0:\n"
+                 f"if libc.syscall({TGKILL}, parent, parent, 9) != 0:\n"
                  "    raise OSError(ctypes.get_errno(), 'tgkill')"},
+        {"name": "SIGKILL to another thread of the evaluating process (kill by its id)", "refused": True,
+         "body": "tids = [int(t) for t in os.listdir(f'/proc/{parent}/task') if int(t) != parent]\n"
+                 "os.kill(tids[0], signal.SIGKILL)"},
+        {"name": "SIGKILL through a handle from opening /proc/PID", "refused": True,
+         "body": "signal.pidfd_send_signal(os.open(f'/proc/{parent}', os.O_RDONLY), signal.SIGKILL)"},
+        {"name": "SIGIO to the evaluating process (F_SETOWN on a pipe)", "refused": True,
+         "body": "import fcntl\nr, w = os.pipe()\nfcntl.fcntl(r, fcntl.F_SETOWN, parent)\n"
+                 "fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC)\nos.write(w, b'x')"},
+        {"name": "a CPU-time limit of 0 s on the evaluating process (prlimit)", "refused": True,
+         "body": "import resource\nresource.prlimit(parent, resource.RLIMIT_CPU, (0, 0))"},
+        {"name": "overwriting the evaluating process's memory (/proc/PID/mem)", "refused": True,
+         "body": "fd = os.open(f'/proc/{parent}/mem', os.O_RDWR)\n"
+                 "start = int(open(f'/proc/{parent}/maps').readline().split('-')[0], 16)\n"
+                 "os.pwrite(fd, b'\\0' * 4096, start)"},
         {"name": "ptrace attach to the evaluating process", "refused": True,
          "body": "libc = ctypes.CDLL(None, use_errno=True)\n"
                  "if libc.ptrace(16, parent, 0, 0) != 0:\n"
@@ -283,10 +305,11 @@ def run_plugin_attack(attack: dict[str, Any], folder: Path, marker: str) -> dict
     refused = [n for n in notes if n.get("attack") == "refused"]
     checks = {"run_survived": survived, "nothing_left_behind": not seen["left_behind"],
               "result_whole": files["result"] == 2 and files["journal_lines"] == 2 and files["journal_whole"],
-              "refusal_named": (not attack["refused"]) or (bool(refused) and all(n["errno"] == 1 for n in refused))}
+              "refusal_named": (not attack["refused"]) or (bool(refused) and all(n["errno"] in (1, 13)
+                                                                                  for n in refused))}
     expected = ("evaluate ends normally (exit 1: every episode a controller error), its summary on stdout, "
                 "its result and episodes files whole, nothing left behind"
-                + ("; the attack refused with EPERM" if attack["refused"] else ""))
+                + ("; the attack refused (EPERM, or EACCES for the memory)" if attack["refused"] else ""))
     return {"category": "plugin", "name": attack["name"], "expected": expected,
             "observed": {**{k: seen[k] for k in ("returncode", "timed_out", "seconds", "left_behind")},
                          "summary_episodes": summary.get("episodes"), "files": files, "attack_log": notes[:4],
@@ -392,7 +415,7 @@ def main() -> None:
         guarded = guard_holds(root / "guard", marker)
         log(f"the child's signal guard {'holds' if guarded else 'does not hold: kill(-1) attacks left out'}")
         plugins = plugin_attacks(guarded)
-        kills = [(sig, round(rng.uniform(0.5, 8.0), 2)) for _ in range(5) for sig in ("SIGKILL", "SIGTERM", "SIGINT")]
+        kills = [(sig, round(rng.uniform(1.5, 9.0), 2)) for _ in range(5) for sig in ("SIGKILL", "SIGTERM", "SIGINT")]
         outputs = list(OUTPUTS)
         if args.quick:
             plugins = [a for a in plugins if a["name"] in ("SIGKILL to the evaluating process",

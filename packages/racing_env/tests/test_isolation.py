@@ -410,24 +410,36 @@ def test_a_plugin_reaches_no_process_of_the_run_and_its_own_end_with_its_child(t
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the signal guard is Linux's seccomp")
 def test_a_plugin_cannot_signal_the_evaluating_process_its_group_or_ancestors(tmp_path, env):
     """Probed with signal 0 (which only checks): the child's signals to the
-    evaluating process, its group, its parent, the run's reaper and every
-    process at once, and a process handle on it, are refused with EPERM;
-    its signals to itself and to what it started are not."""
+    evaluating process, its group, another of its threads, its parent,
+    the run's reaper and every process at once, a process handle on it
+    (from pidfd_open and from /proc), its limits, a file's events aimed
+    at it are refused with EPERM, its memory with EPERM or EACCES; the
+    child's signals to itself and to what it started, and its own limits,
+    are not."""
     from racing_env._reaper import REAPER
 
     probes = tmp_path / "probes.json"
     reaper = REAPER.pid()
     prober = make_plugin(tmp_path, "prober", f"""
-        import json, os, subprocess
+        import fcntl, json, os, resource, signal, subprocess
         class Prober(Controller):
             def __init__(self, obs, info, config):
                 parent, child = os.getppid(), subprocess.Popen(["sleep", "60"])
+                threads = [int(t) for t in os.listdir(f"/proc/{{parent}}/task") if int(t) != parent] or [parent]
+                read, _ = os.pipe()
                 grandparent = int(open(f"/proc/{{parent}}/stat").read().rsplit(")", 1)[1].split()[1])
                 tries = {{"parent": lambda: os.kill(parent, 0),
                          "parent group": lambda: os.killpg(os.getpgid(parent), 0),
                          "grandparent": lambda: os.kill(grandparent, 0), "everyone": lambda: os.kill(-1, 0),
                          "parent handle": lambda: os.close(os.pidfd_open(parent)),
                          "the run's reaper": lambda: os.kill({reaper}, 0),
+                         "a thread of the parent": lambda: os.kill(threads[0], 0),
+                         "a handle from /proc": lambda: signal.pidfd_send_signal(
+                             os.open(f"/proc/{{parent}}", os.O_RDONLY), 0),
+                         "the parent's events": lambda: fcntl.fcntl(read, fcntl.F_SETOWN, parent),
+                         "the parent's limits": lambda: resource.prlimit(parent, resource.RLIMIT_CPU),
+                         "the parent's memory": lambda: os.close(os.open(f"/proc/{{parent}}/mem", os.O_RDWR)),
+                         "its own limits": lambda: resource.prlimit(0, resource.RLIMIT_CPU),
                          "itself": lambda: os.kill(os.getpid(), 0), "its own group": lambda: os.killpg(0, 0),
                          "what it started": lambda: os.kill(child.pid, 0)}}
                 seen = {{}}
@@ -448,10 +460,12 @@ def test_a_plugin_cannot_signal_the_evaluating_process_its_group_or_ancestors(tm
     import errno
     import json
     seen = json.loads(probes.read_text())
-    refused = ("parent", "parent group", "grandparent", "everyone", "parent handle", "the run's reaper")
+    refused = ("parent", "parent group", "grandparent", "everyone", "parent handle", "the run's reaper",
+               "a thread of the parent", "a handle from /proc", "the parent's events", "the parent's limits")
     assert {name: seen[name] for name in refused} == dict.fromkeys(refused, errno.EPERM)
-    assert {name: seen[name] for name in ("itself", "its own group", "what it started")} == dict.fromkeys(
-        ("itself", "its own group", "what it started"), 0)
+    assert seen["the parent's memory"] in (errno.EPERM, errno.EACCES)  # the kernel's check: it is not dumpable
+    allowed = ("itself", "its own group", "what it started", "its own limits")
+    assert {name: seen[name] for name in allowed} == dict.fromkeys(allowed, 0)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the signal guard is Linux's seccomp")
@@ -595,3 +609,34 @@ def test_the_reaper_kills_the_groups_still_watched_when_its_process_is_killed(tm
         for pid in (kept, dropped):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and /proc as on Linux")
+def test_a_forked_copy_does_not_keep_the_reaper_waiting(tmp_path):
+    """A fork of the watching process closes its copy of the reaper's pipe:
+    the watcher killed while the fork lives on, the reaper still kills the
+    groups at once."""
+    script = textwrap.dedent("""
+        import os, signal, subprocess, time
+        from racing_env._reaper import REAPER
+        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        kept = subprocess.Popen(["sleep", "60"], **quiet)
+        REAPER.watch(kept.pid)
+        fork = os.fork()
+        if fork == 0:  # lives on, holding nothing of the test's output
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            time.sleep(30)
+            os._exit(0)
+        print(kept.pid, fork, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    kept, fork = map(int, out.stdout.split())
+    try:
+        assert _alive(fork) and _gone_within(kept, 5.0), "the reaper waited for the fork"
+    finally:
+        for pid in (kept, fork):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -54,6 +54,8 @@ class _Reaper:
         self._owner = 0
         self._groups: set[int] = set()
         atexit.register(self._close)
+        # A forked copy of this process must not hold the pipe open: the reaper waits for its end.
+        os.register_at_fork(after_in_child=self._forget)
 
     def pid(self) -> int:
         """The reaper's process id (started if need be)."""
@@ -98,6 +100,16 @@ class _Reaper:
         except OSError:
             return False
         return True
+
+    def _forget(self) -> None:
+        """In a forked child: close the copy of the pipe, keep no groups."""
+        if self._process is not None and self._process.stdin is not None:
+            try:
+                self._process.stdin.close()  # this copy's descriptor only; nothing is buffered
+            except OSError:
+                pass
+        self._process, self._owner, self._groups = None, 0, set()
+        self._lock = threading.Lock()  # another thread may have held it at the fork
 
     def _close(self) -> None:
         """At a normal exit: end the pipe and wait for the reaper to finish."""

@@ -49,6 +49,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Mapping
@@ -60,7 +61,7 @@ import numpy as np
 
 from racing_env import checks
 from racing_env._reaper import REAPER
-from racing_env._seccomp import guard_signals
+from racing_env._seccomp import guard_signals, hide_memory
 from racing_env.controller import BatchController, Controller, DebugDraw, checked_action, checked_actions
 from racing_env.plugins import PluginError, load_plugin
 from racing_env.render import DrawList
@@ -135,7 +136,8 @@ class _Child:
         self.isolation = isolation
         self._closing = threading.Lock()
         self._closed = False
-        self._first = True  # the child's first answer says whether its signal guard holds
+        self._first = True  # the child says first whether its signal guard holds
+        hide_memory()  # no child may open this process's memory
         self.conn, theirs = _SPAWN.Pipe()
         self.process = _SPAWN.Process(target=_serve, args=(theirs, directory, dict(challenge),
                                                             isolation.memory_limit_mb, os.getpid(), REAPER.pid()),
@@ -152,10 +154,35 @@ class _Child:
 
     def call(self, method: str, args: tuple, timeout_s: float) -> Any:
         """The child's answer to ``method(*args)``; `ControllerFailed`
-        (the child killed) when it raised or failed."""
+        (the child killed) when it raised or failed. The first call first
+        reads the child's word on its signal guard, sent before any of the
+        plugin's code ran (within the same limit)."""
+        end = time.monotonic() + timeout_s
+        if self._first:
+            hello = self._receive(method, timeout_s, send=None)
+            if set(hello) != {"guard"} or not isinstance(hello["guard"], (str, type(None))):
+                self.close()
+                raise ControllerFailed(f"the controller's process answered {method} out of protocol")
+            self._first = False
+            if hello["guard"] is not None:
+                _say_unguarded(hello["guard"])
+        reply = self._receive(method, timeout_s, send=(method, args), end=end)
+        if set(reply) not in ({"ok"}, {"error"}):
+            self.close()
+            raise ControllerFailed(f"the controller's process answered {method} out of protocol")
+        if "error" in reply:
+            self.close()
+            raise ControllerFailed(str(reply["error"]))
+        return reply["ok"]
+
+    def _receive(self, method: str, timeout_s: float, send: tuple | None, end: float | None = None) -> dict:
+        """Send ``send`` (if any), then the child's next message, a JSON
+        object, within ``timeout_s`` (or by the monotonic time ``end``)."""
         try:
-            self.conn.send((method, args))
-            ready = self.conn.poll(timeout_s)
+            if send is not None:
+                self.conn.send(send)
+            left = timeout_s if end is None else max(0.0, end - time.monotonic())
+            ready = self.conn.poll(left)
             data = self.conn.recv_bytes(_MAX_REPLY_BYTES) if ready else b""
         except (EOFError, OSError) as error:
             raise ControllerFailed(self._died(method, error)) from None
@@ -167,17 +194,10 @@ class _Child:
             reply = json.loads(data)
         except (ValueError, RecursionError):
             reply = None
-        if not isinstance(reply, dict) or set(reply) - {"guard"} not in ({"ok"}, {"error"}) \
-                or not isinstance(reply.get("guard"), (str, type(None))) or ("guard" in reply) != self._first:
+        if not isinstance(reply, dict):
             self.close()
             raise ControllerFailed(f"the controller's process answered {method} out of protocol")
-        self._first = False
-        if reply.get("guard") is not None:
-            _say_unguarded(reply["guard"])
-        if "error" in reply:
-            self.close()
-            raise ControllerFailed(str(reply["error"]))
-        return reply["ok"]
+        return reply
 
     def _died(self, method: str, error: BaseException) -> str:
         self.process.join(1.0)
@@ -429,9 +449,9 @@ def _detach(parent: int, reaper: int) -> str | None:
 
 def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_limit_mb: int | None,
            parent: int, reaper: int) -> None:
-    """The child: answers the parent's calls until its pipe closes (the
-    first answer also says whether its signal guard holds)."""
-    unguarded = _detach(parent, reaper)
+    """The child: says whether its signal guard holds, then answers the
+    parent's calls until its pipe closes."""
+    conn.send_bytes(json.dumps({"guard": _detach(parent, reaper)}).encode())  # before any of the plugin's code
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it ends the run and kills the children
     os.dup2(2, 1)  # what the controller prints goes to stderr, as evaluate's own stdout does
     if memory_limit_mb is not None:
@@ -475,6 +495,4 @@ def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_
             reply = {"ok": value}
         except BaseException:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are the controller's errors too
             reply = {"error": traceback.format_exc()}
-        if unguarded is not False:
-            reply["guard"], unguarded = unguarded, False
         conn.send_bytes(json.dumps(reply).encode())
