@@ -339,20 +339,24 @@ def run_kill(sig: str, delay: float, folder: Path, marker: str) -> dict[str, Any
 def run_output(name: str, folder: Path, marker: str) -> dict[str, Any]:
     controller = plugin(folder / "plugin", marker, "pass")
     extra, out, fsize, reader, expect_code, named = [], folder / "result.json", None, None, 1, None
+    written = False
     if name == "--out /dev/full":
         out, named = "/dev/full", "/dev/full"
     elif name == "--out a link to /dev/full":
         out = folder / "link.json"
         out.symlink_to("/dev/full")
         named = str(out)
-    elif name == "--plot /dev/full":
-        extra, named = ["--plot", "/dev/full"], "/dev/full"
+    elif name == "--plot /dev/full":  # no picture's suffix: refused before the run
+        extra, expect_code, named = ["--plot", "/dev/full"], 2, "--plot"
+    elif name == "--plot a link plot.png to /dev/full":
+        (folder / "plot.png").symlink_to("/dev/full")
+        extra, named = ["--plot", str(folder / "plot.png")], str(folder / "plot.png")
     elif name == "a file-size limit of 2 kB":
         fsize, named = 2048, str(out)
     elif name == "--out a directory":
         out, expect_code, named = folder, 2, "--out"
-    elif name == "--out in a missing directory":
-        out, expect_code, named = folder / "missing" / "result.json", 2, "--out"
+    elif name == "--out in a missing directory":  # made, as the command's help says
+        out, written = folder / "missing" / "result.json", True
     elif name == "--out a named pipe with a reader":
         out = folder / "pipe.json"
         os.mkfifo(out)
@@ -369,20 +373,25 @@ def run_output(name: str, folder: Path, marker: str) -> dict[str, Any]:
               "nothing_left_behind": not seen["left_behind"],
               "summary_on_stdout": expect_code == 2 or summary.get("episodes") == 2,
               "refusal_named": named is None or named in seen["stderr_tail"]}
+    if written:
+        files = whole_files(Path(out))
+        checks["result_whole"] = files["result"] == 2 and files["journal_whole"]
     if reader is not None:
         try:
             checks["reader_got_the_result"] = len(json.loads(seen["read"] or b"")["episodes"]) == 2
         except (ValueError, KeyError, TypeError):
             checks["reader_got_the_result"] = False
     expected = (f"a usage error naming {named} (exit 2), nothing run" if expect_code == 2 else
-                "the run, its summary on stdout, exit 1" + (f"; a line naming {named}" if named else ""))
+                "the run, its summary on stdout, exit 1" + (f"; a line naming {named}" if named else "")
+                + ("; the folder made, the result and episodes files whole in it" if written else ""))
     return {"category": "outputs", "name": name, "expected": expected,
             "observed": {**{k: seen[k] for k in ("returncode", "timed_out", "seconds", "left_behind")},
                          "summary_episodes": summary.get("episodes"), "stderr_tail": seen["stderr_tail"][-300:]},
             "checks": checks, "passed": all(checks.values())}
 
 
-OUTPUTS = ("--out /dev/full", "--out a link to /dev/full", "--plot /dev/full", "a file-size limit of 2 kB",
+OUTPUTS = ("--out /dev/full", "--out a link to /dev/full", "--plot /dev/full", "--plot a link plot.png to /dev/full",
+           "a file-size limit of 2 kB",
            "--out a directory", "--out in a missing directory", "--out a named pipe with a reader",
            "--out a named pipe without a reader", "--record-fps 1e-5")
 
