@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
+import json
 import os
 import signal
 import subprocess
@@ -407,6 +409,14 @@ def test_a_plugin_reaches_no_process_of_the_run_and_its_own_end_with_its_child(t
                 os.killpg(child, signal.SIGKILL)
 
 
+def _seen(plugin, env, path) -> dict:
+    """Run ``plugin`` for one isolated episode, which its controller ends
+    without an error, and read what it saw (the JSON it wrote to ``path``)."""
+    result = run(plugin, env, episodes=1, seed=0, isolation=FAST)
+    assert result.episodes[0].error is None
+    return json.loads(path.read_text())
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the signal guard is Linux's seccomp")
 def test_a_plugin_cannot_signal_the_evaluating_process_its_group_or_ancestors(tmp_path, env):
     """Probed with signal 0 (which only checks): the child's signals to the
@@ -455,11 +465,7 @@ def test_a_plugin_cannot_signal_the_evaluating_process_its_group_or_ancestors(tm
             def compute_control(self, obs, info=None):
                 return np.zeros(2, np.float32)
     """)
-    result = run(prober, env, episodes=1, seed=0, isolation=FAST)
-    assert result.episodes[0].error is None
-    import errno
-    import json
-    seen = json.loads(probes.read_text())
+    seen = _seen(prober, env, probes)
     refused = ("parent", "parent group", "grandparent", "everyone", "parent handle", "the run's reaper",
                "a thread of the parent", "a handle from /proc", "the parent's events", "the parent's limits")
     assert {name: seen[name] for name in refused} == dict.fromkeys(refused, errno.EPERM)
@@ -521,7 +527,6 @@ def test_the_guard_protects_the_parent_its_group_and_ancestors_not_the_caller():
     """)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                          start_new_session=True, check=True)
-    import json
     seen = json.loads(out.stdout)
     wanted = {t & 0xFFFFFFFF for t in (os.getpid(), -os.getpgrp(), -1, os.getppid(), 1)}
     assert wanted <= set(seen["targets"])
@@ -570,11 +575,7 @@ def test_a_plugin_cannot_leave_its_group_so_its_daemons_end_with_its_episode(tmp
             def compute_control(self, obs, info=None):
                 return np.zeros(2, np.float32)
     """)
-    result = run(daemon, env, episodes=1, seed=0, isolation=FAST)
-    assert result.episodes[0].error is None
-    import errno
-    import json
-    seen = json.loads(seen_file.read_text())
+    seen = _seen(daemon, env, seen_file)
     assert seen["new_session"] in ("PermissionError", "SubprocessError") and seen["setpgid"] == errno.EPERM
     assert seen["setsid"] == errno.EPERM
     try:

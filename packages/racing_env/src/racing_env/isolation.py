@@ -159,14 +159,14 @@ class _Child:
         plugin's code ran (within the same limit)."""
         end = time.monotonic() + timeout_s
         if self._first:
-            hello = self._receive(method, timeout_s, send=None)
+            hello = self._receive(method, timeout_s, end, send=None)
             if set(hello) != {"guard"} or not isinstance(hello["guard"], (str, type(None))):
                 self.close()
                 raise ControllerFailed(f"the controller's process answered {method} out of protocol")
             self._first = False
             if hello["guard"] is not None:
                 _say_unguarded(hello["guard"])
-        reply = self._receive(method, timeout_s, send=(method, args), end=end)
+        reply = self._receive(method, timeout_s, end, send=(method, args))
         if set(reply) not in ({"ok"}, {"error"}):
             self.close()
             raise ControllerFailed(f"the controller's process answered {method} out of protocol")
@@ -175,14 +175,14 @@ class _Child:
             raise ControllerFailed(str(reply["error"]))
         return reply["ok"]
 
-    def _receive(self, method: str, timeout_s: float, send: tuple | None, end: float | None = None) -> dict:
+    def _receive(self, method: str, timeout_s: float, end: float, send: tuple | None) -> dict:
         """Send ``send`` (if any), then the child's next message, a JSON
-        object, within ``timeout_s`` (or by the monotonic time ``end``)."""
+        object, by the monotonic time ``end`` (``method``'s limit of
+        ``timeout_s`` from its start)."""
         try:
             if send is not None:
                 self.conn.send(send)
-            left = timeout_s if end is None else max(0.0, end - time.monotonic())
-            ready = self.conn.poll(left)
+            ready = self.conn.poll(max(0.0, end - time.monotonic()))
             data = self.conn.recv_bytes(_MAX_REPLY_BYTES) if ready else b""
         except (EOFError, OSError) as error:
             raise ControllerFailed(self._died(method, error)) from None
@@ -221,7 +221,7 @@ class _Child:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):  # the group is gone (a reaped child leads no group)
             pass
-        REAPER.release(self.process.pid)  # before the join: an unreaped child's group id is not reused
+        REAPER.release(self.process.pid)  # the group is killed; its id may be given again once it is empty
         if self.process.exitcode is None:
             self.process.kill()
         self.process.join()
