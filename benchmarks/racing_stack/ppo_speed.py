@@ -119,7 +119,7 @@ class WrappedEnvStepper(EnvStepper):
             obs, reward, terminated, truncated, info = self.env.step(action)
             self.out = _after_step(cfg.reward, cfg.features, self.endings, reward, obs, info["termination_reason"],
                                    info["lap_time_s"], terminated, truncated, action, self.driven, self.weight)
-            self.endings = self.out[2]
+            self.endings = self.out[1]
             self.calls += 1
         jax.block_until_ready(self.out)
         return time.perf_counter() - start

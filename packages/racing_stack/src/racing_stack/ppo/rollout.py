@@ -87,8 +87,8 @@ class Rollout:
         self.config, self.env, self.device, self.crossing, self.group = config, env, device, crossing, group
         t, e, d = config.steps, config.worlds, config.features.size
         z = dict(device=device)
-        # The step's outputs arrive packed (`_after_step`): each pack is one
-        # copy a step, and the buffers below are views of the packs.
+        # A step's outputs arrive in one pack (`_after_step`), whose columns
+        # `keep` copies into these; the buffers below are views of them.
         self.floats = torch.zeros((t, 4, e), **z)
         self.ints = torch.zeros((t, 2, e), dtype=torch.int32, **z)
         self.done = torch.zeros((t, 2, e), dtype=torch.bool, **z)
@@ -117,10 +117,9 @@ class Rollout:
     def collect(self, policy: ActorCritic, generator: torch.Generator, crash_weight: float = 1.0,
                 after: torch.cuda.Event | None = None) -> None:
         """One rollout into the buffers, on the device: each step crosses the
-        features to Torch, the action and the driven mask to JAX, and the
-        step's outputs back packed in two arrays (one jitted function makes
-        them and the next features), then fences
-        (`racing_stack.interop.Handover`). ``crash_weight``: the share of
+        action and the driven mask to JAX and the step's outputs back to
+        Torch in one pack with the next call's features (one jitted
+        function makes it), then fences (`racing_stack.interop.Handover`). ``crash_weight``: the share of
         the crash and slide costs paid (`ShapedReward`).
 
         On a CUDA device Torch's work runs on `stream`, after the current
@@ -145,46 +144,59 @@ class Rollout:
         features = cfg.features(self.obs, self.previous_action)
         act = self._captured_act(policy, features) if captured(cfg, self.device, self.group) else None
         with torch.no_grad():
+            buf["x"][0] = cross.to_torch(features)
             for t in range(cfg.steps):
-                x = cross.to_torch(features)
                 if act is None:
                     noise = self.group.share(torch.randn((cfg.worlds * self.group.size, 2), generator=generator,
                                                          device=self.device))
-                    action, driven = self.act(policy, t, x, noise)
+                    action, driven = self.act(policy, t, noise)
                 else:
-                    buf["x"][t] = x
                     torch.randn(act.noise.shape, generator=generator, device=self.device, out=act.noise)
                     action, driven = act.replay(t)
                 sent = cross.to_jax(action)
                 obs, reward, terminated, truncated, info = env.step(sent)
-                floats, ints, self.endings, self.previous_action, features = _after_step(
+                pack, self.endings, self.previous_action = _after_step(
                     cfg.reward, cfg.features, self.endings, reward, obs,
                     info["termination_reason"], info["lap_time_s"], terminated, truncated, sent,
                     cross.to_jax(driven), weight)
-                floats, ints = cross.to_torch(floats), cross.to_torch(ints)
-                self.floats[t] = floats
-                self.ints[t] = ints[:2]
-                torch.ne(ints[2:], 0, out=self.done[t])
+                if act is None:
+                    self.keep(policy, t, cross.to_torch(pack))
+                else:
+                    act.pack.copy_(cross.to_torch(pack))
                 cross.fence()
-                torch.any(self.done[t], 0, out=self.pending)  # in place: a captured step reads it
-                self.hold.sub_(1).clamp_(min=0)
                 self.obs = obs
-            self.last_value.copy_(policy.value(cross.to_torch(features)))  # in place: an update may read the kept copy
-            cross.fence()
+            if act is not None:
+                act.replay_tail()
 
-    def act(self, policy: ActorCritic, t: int, x: torch.Tensor,
-            noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The policy's work of rollout step ``t`` on features ``x`` [E, D]
-        and standard normal ``noise`` [E, 2]: the features, the normalised
-        action, its log probability, the value and whether the world is
-        driven (neither held nor a reset-only call, whose action the env
-        ignores) into the buffers' slot ``t``; returns the env's action
-        [E, 2] (full braking where held) and whether driven (float32 [E],
-        1 or 0). No host read."""
+    def keep(self, policy: ActorCritic, t: int, pack: torch.Tensor) -> None:
+        """What rollout step ``t`` keeps of its ``pack`` (`_after_step`'s,
+        float32 [E, features + 8]): its columns into the buffers' slot
+        ``t``, the pending resets and the start-up holds for the next call,
+        and the next call's features into slot ``t + 1`` (after the last
+        step, V of them into `last_value`). No host read."""
+        d, last = self.config.features.size, t + 1 == self.config.steps
+        self.floats[t] = pack[:, d:d + 4].T
+        self.ints[t] = pack[:, d + 4:d + 6].T  # small integers, exact in float32
+        torch.ne(pack[:, d + 6:].T, 0, out=self.done[t])
+        torch.any(self.done[t], 0, out=self.pending)  # in place: a captured step reads it
+        self.hold.sub_(1).clamp_(min=0)
+        if last:
+            self.last_value.copy_(policy.value(pack[:, :d]))  # in place: an update may read the kept copy
+        else:
+            self.buf["x"][t + 1] = pack[:, :d]
+
+    def act(self, policy: ActorCritic, t: int, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's work of rollout step ``t`` on the features in the
+        buffers' slot ``t`` [E, D] and standard normal ``noise`` [E, 2]:
+        the normalised action, its log probability, the value and whether
+        the world is driven (neither held nor a reset-only call, whose
+        action the env ignores) into the buffers' slot ``t``; returns the
+        env's action [E, 2] (full braking where held) and whether driven
+        (float32 [E], 1 or 0). No host read."""
         buf = self.buf
+        x = buf["x"][t]
         u, buf["logp"][t], buf["value"][t] = policy.act(x, noise)
         held = self.hold > 0
-        buf["x"][t] = x
         buf["u"][t] = u
         driven = torch.logical_or(held, self.pending).logical_not_().float()
         buf["valid"][t] = driven
@@ -297,14 +309,16 @@ def episodes(batch: dict[str, torch.Tensor], group: Group = Group()) -> dict[str
 
 
 class CapturedAct:
-    """`Rollout.act` of each rollout step ``t`` captured as CUDA graph ``t``
-    (one memory pool for all, replayed in order): it reads the features
-    the loop wrote into slot ``t``, the step's noise (drawn into `noise`
-    before each replay), the holds and pending resets (updated in place),
-    and the policy's parameters and feature statistics (updated in place
-    by the optimizer and the normaliser); it writes slot ``t`` of the
-    buffers and the env's action into `action`. A replay launches the
-    eager step's kernels on the same data: the same numbers.
+    """Rollout step ``t``'s Torch work captured as CUDA graph ``t`` (one
+    memory pool for all, replayed in order): from the second step on,
+    `Rollout.keep` of the previous step's pack (copied into `pack` before
+    the replay), then `Rollout.act`; the tail graph keeps the last step's
+    pack. They read the noise (drawn into `noise` before each replay), the
+    holds and pending resets and the buffers (updated in place), and the
+    policy's parameters and feature statistics (updated in place by the
+    optimizer and the normaliser); they write the buffers and the env's
+    action into `action`. A replay launches the eager steps' kernels on
+    the same data: the same numbers.
 
     Args:
         rollout: the rollout whose buffers and state it reads (on a CUDA device).
@@ -315,27 +329,31 @@ class CapturedAct:
         cfg, device = rollout.config, rollout.device
         self.policy = policy
         self._pointers = self._buffers(rollout)
-        #: Standard normal draws [E, 2] of the next replay; the env's action [E, 2] and whether
-        #: driven [E] it wrote.
+        #: Standard normal draws [E, 2] of the next replay; the last step's pack [E, features + 8]; the env's
+        #: action [E, 2] and whether driven [E] the last replay wrote.
         self.noise = torch.zeros((cfg.worlds, 2), device=device)
+        self.pack = torch.zeros((cfg.worlds, cfg.features.size + 8), device=device)
         self.action = torch.zeros((cfg.worlds, 2), device=device)
         self.driven = torch.zeros(cfg.worlds, device=device)
-        x = rollout.buf["x"]
         self.graphs, pool = [], None
         with torch.no_grad():
-            warm_up(device, lambda: rollout.act(policy, 0, x[0].clone(), self.noise))
-            for t in range(cfg.steps):
+            warm_up(device, lambda: rollout.act(policy, 0, self.noise))
+            for t in range(cfg.steps + 1):
                 graph = torch.cuda.CUDAGraph()
                 with capturing(graph, device, pool):
-                    action, driven = rollout.act(policy, t, x[t], self.noise)
-                    self.action.copy_(action)
-                    self.driven.copy_(driven)
+                    if t > 0:
+                        rollout.keep(policy, t - 1, self.pack)
+                    if t < cfg.steps:
+                        action, driven = rollout.act(policy, t, self.noise)
+                        self.action.copy_(action)
+                        self.driven.copy_(driven)
                 pool = graph.pool()
                 self.graphs.append(graph)
 
     @staticmethod
     def _buffers(rollout: Rollout) -> tuple[int, ...]:
-        state = [rollout.hold, rollout.pending, rollout.brake, *rollout.buf.values()]
+        state = [rollout.hold, rollout.pending, rollout.brake, rollout.floats, rollout.ints, rollout.done,
+                 rollout.last_value, *rollout.buf.values()]
         return tuple(t.data_ptr() for t in state)
 
     def fits(self, rollout: Rollout, policy: ActorCritic) -> bool:
@@ -343,19 +361,25 @@ class CapturedAct:
         return policy is self.policy and self._buffers(rollout) == self._pointers
 
     def replay(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Step ``t``'s policy work; returns `action` and `driven` (static: read them before the next replay)."""
+        """Step ``t``'s Torch work; returns `action` and `driven` (static: read them before the next replay)."""
         self.graphs[t].replay()
         return self.action, self.driven
+
+    def replay_tail(self) -> None:
+        """`Rollout.keep` of the last step's pack."""
+        self.graphs[-1].replay()
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _after_step(reward_wrapper: ShapedReward, features: LocalTrack, endings: Endings, reward, obs, reason, lap_time,
                 terminated, truncated, sent, driven, weight):
-    """What a rollout keeps of one env step, in one dispatch: float32 [4, E]
-    (the shaped reward, the progress, the lap time, the speed), int32
-    [4, E] (the reward wrapper's ending, the termination reason,
-    terminated, truncated), the reward wrapper's memory, the previous
-    action of the next call and the next call's features.
+    """What a rollout keeps of one env step, in one dispatch: one float32
+    pack [E, features + 8] (the next call's features, then the shaped
+    reward, the progress, the lap time, the speed, the reward wrapper's
+    ending, the termination reason, terminated and truncated: the last four
+    small integers, exact in float32), the reward wrapper's memory and the
+    previous action of the next call. One pack a step: one crossing to
+    Torch (`Rollout.keep` reads it).
 
     The previous action is a copy of ``sent`` where the world was driven;
     zero where this call only reset it or held it, so that an episode's
@@ -367,6 +391,6 @@ def _after_step(reward_wrapper: ShapedReward, features: LocalTrack, endings: End
                                              weight)
     previous = jnp.where((driven == 0)[:, None], 0.0, sent).astype(jnp.float32)
     speed = jnp.linalg.norm(obs["velocity_body"], axis=-1)
-    floats = jnp.stack([shaped, obs["track_progress"], lap_time, speed]).astype(jnp.float32)
-    ints = jnp.stack([ending, reason, terminated, truncated]).astype(jnp.int32)
-    return floats, ints, endings, previous, features(obs, previous)
+    columns = jnp.stack([shaped, obs["track_progress"], lap_time, speed, ending, reason, terminated, truncated], 1)
+    pack = jnp.concatenate([features(obs, previous), columns.astype(jnp.float32)], axis=1)
+    return pack, endings, previous
