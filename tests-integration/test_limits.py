@@ -85,3 +85,23 @@ def test_usage_errors_are_refused_by_name(tmp_path, flags, message):
     run = subprocess.run([sys.executable, str(SCRIPT), *flags], capture_output=True, text=True, timeout=300,
                          cwd=tmp_path)
     assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
+
+
+def test_the_committed_leaderboard_passed_and_the_page_shows_its_numbers():
+    """``benchmarks/results/limits.json`` drove all 1,000 Test tracks with
+    every controller, met its four gates, and the limits page's tables
+    hold its numbers (each median lap, each median and p90 over T_lim,
+    the honesty value and the command's time)."""
+    report = json.loads((ROOT / "benchmarks/results/limits.json").read_text())
+    page = (ROOT / "docs/racing_env/limits.md").read_text()
+    assert report["passed"] and len(report["gates"]) == 4 and all(g["passed"] for g in report["gates"])
+    for name, controller in report["controllers"].items():
+        test = controller["test"]
+        assert test["tracks"] == 1000, name
+        ratio = test["lap_over_t_lim"]
+        for shown in (f"{test['median_lap_s']:.2f} s", f"{ratio['median']:.3f}",
+                      f"({ratio['min']:.3f}, {ratio['p90']:.3f})"):
+            assert shown in page, (name, shown)
+    values = {g["name"]: g["value"] for g in report["gates"]}
+    assert f"{values['no_lap_under_0.97_t_lim']:.3f}" in page
+    assert f"{values['command_wall_s']:.1f} s" in page
