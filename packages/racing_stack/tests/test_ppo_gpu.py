@@ -30,7 +30,7 @@ pytestmark = pytest.mark.gpu
 CONFIG = dataclasses.replace(PRESETS["gpu"], worlds=256, steps=16, updates=1, minibatches=4, tracks=64,
                              max_episode_steps=20, stagger_steps=4, validation_tracks=8)
 #: Crossings of a rollout step: the features to Torch, the action and the driven mask to JAX, two packed outputs back.
-CROSSINGS_PER_STEP = 5
+CROSSINGS_PER_STEP = 3
 
 
 @pytest.fixture(scope="module")
