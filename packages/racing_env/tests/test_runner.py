@@ -490,3 +490,53 @@ def test_an_isolated_batched_controller_drives_the_same_episodes_in_one_child(tm
         "self.calls = 0", "self.calls = 0\n            raise OSError('no model')"))
     with pytest.raises(PluginError, match="failed to start in its process"):
         run(broken, env, episodes=1, batched=True, isolation=limits)
+
+
+#: A BatchController whose every action reads every observation field of
+#: its world's row (the track's arrays included), and keeps what it saw.
+TRACK_READER = """
+    from racing_env.controller import BatchController
+
+    class Reader(BatchController):
+        def start(self, worlds, obs, info):
+            pass
+
+        def compute_controls(self, worlds, obs, info):
+            rows = np.zeros(len(worlds))
+            for value in obs.values():
+                array = np.asarray(value, np.float64).reshape(len(worlds), -1)
+                rows = rows + np.sin(array).sum(axis=1) * 1e-3
+            return np.stack([np.clip(rows, -0.4, 0.4), np.full(len(worlds), 1.0)], -1)
+
+    class One(Controller):
+        def compute_control(self, obs, info=None):
+            return np.zeros(2)
+"""
+
+
+def test_an_isolated_batched_child_sees_each_track_it_was_sent_once(tmp_path, mjx_pool_env, monkeypatch):
+    """Isolated, a world's track fields cross to the batched child with
+    its episode's start only, and the child fills them in: the episodes
+    are the in-process ones bit for bit, on worlds that change tracks
+    between episodes, while every call after a start leaves them out."""
+    from racing_env import isolation
+
+    plugin = make_plugin(tmp_path, "reader", TRACK_READER)
+    how = dict(track_indices=[2, 0, 1, 1, 2, 0], seed=5, batched=True)
+    here = run(plugin, mjx_pool_env, **how)
+    sent = []
+    call = isolation._Child.call
+
+    def spy(self, method, args, timeout_s):
+        if method in ("batch_start", "compute_controls"):
+            sent.append((method, {k: args[1][k] is None for k in isolation.TRACK_FIELDS}))
+        return call(self, method, args, timeout_s)
+
+    monkeypatch.setattr(isolation._Child, "call", spy)
+    there = run(plugin, mjx_pool_env, isolation=Isolation(), **how)
+    assert _episodes(there) == _episodes(here) and len(here.episodes) == 6
+    assert len({e["track_id"] for e in _episodes(here)}) == 3
+    starts = [left for method, left in sent if method == "batch_start"]
+    calls = [left for method, left in sent if method == "compute_controls"]
+    assert starts and not any(any(left.values()) for left in starts)  # a start sends the whole track
+    assert calls and all(all(left.values()) for left in calls)  # every later call leaves it out

@@ -15,7 +15,7 @@ the parent.
 
 A child that raises (any `BaseException`: `SystemExit` and
 `KeyboardInterrupt` too), exits, crashes, runs past a call's wall-clock
-limit, exceeds its address-space limit or answers out of protocol is
+limit, exceeds its memory limit or answers out of protocol is
 killed; the call raises `ControllerFailed` with what happened, and the
 Runner records it as the episode's controller error.
 
@@ -67,17 +67,19 @@ from racing_env.plugins import PluginError, load_plugin
 from racing_env.render import DrawList
 
 __all__ = ["DEFAULT_CALL_TIMEOUT_S", "DEFAULT_MEMORY_LIMIT_MB", "DEFAULT_START_TIMEOUT_S", "MAX_MEMORY_LIMIT_MB",
-           "ChildController", "ChildControllers", "ControllerFailed", "Isolation", "check_plugin"]
+           "TRACK_FIELDS", "ChildController", "ChildControllers", "ControllerFailed", "Isolation", "check_plugin"]
 
 #: The default wall-clock limit of one controller call (s).
 DEFAULT_CALL_TIMEOUT_S = 5.0
 #: The default limit of an episode's start (s): the process start-up, the
 #: plugin's import and its constructor.
 DEFAULT_START_TIMEOUT_S = 60.0
-#: The default address-space limit of a child (MiB; its own imports take about 500).
+#: The default memory limit of a child (MiB; its own imports take a few hundred).
 DEFAULT_MEMORY_LIMIT_MB = 4096
-#: The end of the address-space limits a child takes (MiB): 2**40 MiB in bytes is 2**60, within a C long.
+#: The end of the memory limits a child takes (MiB): 2**40 MiB in bytes is 2**60, within a C long.
 MAX_MEMORY_LIMIT_MB = 2**40
+#: The observation fields of a world's track, fixed for an episode: a batched child keeps them (`ChildBatchController`).
+TRACK_FIELDS = ("centerline", "left_boundary", "right_boundary", "track_mask", "track_length")
 #: The largest reply a child may send (bytes): a frame's 100,000 points as JSON fit.
 _MAX_REPLY_BYTES = 64 << 20
 _SPAWN = multiprocessing.get_context("spawn")
@@ -94,9 +96,14 @@ class Isolation:
         start_timeout_s: wall-clock limit (s, > 0) of an episode's start:
             the child's start-up where it is not ready yet, the plugin's
             import and its constructor.
-        memory_limit_mb: the child's address-space limit (``RLIMIT_AS``,
-            MiB, in [1024, 2**40): in bytes a C long holds it), set once its
-            own imports are done; None: none.
+        memory_limit_mb: the child's memory limit (``RLIMIT_DATA``: its
+            heap and every private writable mapping, the memory it can
+            write; MiB, in [1024, 2**40): in bytes a C long holds it), set
+            once its own imports are done; None: none. Not its address
+            space: libraries and reserved, untouched ranges (each thread's
+            malloc arena, a CUDA context's) are not memory it uses, and an
+            address-space limit refused threads on a machine of many
+            cores.
     """
 
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
@@ -281,11 +288,18 @@ class ChildBatchController(BatchController):
     """A plugin's `BatchController` in one child process, under the same
     limits as an episode's controller: its construction and each `start`
     within ``start_timeout_s``, each `compute_controls` within
-    ``call_timeout_s``, the child's address space within
-    ``memory_limit_mb``. A failed call (`ControllerFailed`) kills the
-    child, and with it what it kept of every world: a later call naming a
-    world whose episode began in a dead child fails too, and the next
-    `start` begins a fresh child. `close` kills the child.
+    ``call_timeout_s``, the child's memory within ``memory_limit_mb``. A
+    failed call (`ControllerFailed`) kills the child, and with it what it
+    kept of every world: a later call naming a world whose episode began
+    in a dead child fails too, and the next `start` begins a fresh child.
+    `close` kills the child.
+
+    A world's track (`TRACK_FIELDS`, nearly all of an observation's
+    bytes) crosses to the child once, with its episode's `start`: a
+    `compute_controls` call sends it only for a world whose info names
+    another track than the one its episode began on (none does), and the
+    child fills in each world's rows from what it kept, a fresh copy a
+    call. The plugin gets the same observation either way.
 
     Raises:
         PluginError: the plugin defines no BatchController.
@@ -296,6 +310,7 @@ class ChildBatchController(BatchController):
         super().__init__(None, worlds)  # the configuration lives in the child
         self._args = (Path(directory), dict(challenge), isolation)
         self._started: set[int] = set()  # the worlds whose episodes began in the current child
+        self._tracks = np.full(worlds, -1, np.int64)  # the track id the child keeps for each world (-1: none)
         self._child: _Child | None = None
         self._child = self._new_child()
 
@@ -316,21 +331,31 @@ class ChildBatchController(BatchController):
             return self._child.call(method, args, timeout_s)
         except ControllerFailed:
             self._started.clear()  # the child is dead: what it kept of every world is gone
+            self._tracks[:] = -1
             self._child = None
             raise
 
     def start(self, worlds: np.ndarray, obs: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> None:
         if self._child is None:
             self._child = self._new_child()
+        self._tracks[np.asarray(worlds, np.int64)] = -1  # kept anew by the call below, or by none
         self._call("batch_start", (worlds, dict(obs), dict(info)), self._child.isolation.start_timeout_s)
         self._started.update(int(w) for w in worlds)
+        ids = _track_ids(info, len(worlds))
+        if ids is not None:
+            self._tracks[np.asarray(worlds, np.int64)] = ids
 
     def compute_controls(self, worlds: np.ndarray, obs: Mapping[str, np.ndarray],
                          info: Mapping[str, Any]) -> np.ndarray:
         lost = [int(w) for w in worlds if int(w) not in self._started]
         if self._child is None or lost:
             raise ControllerFailed(f"worlds {lost} began their episodes in a controller process that failed since")
-        value = self._call("compute_controls", (worlds, dict(obs), dict(info)), self._child.isolation.call_timeout_s)
+        sent = dict(obs)
+        ids = _track_ids(info, len(worlds))
+        if ids is not None and all(k in sent for k in TRACK_FIELDS) \
+                and np.array_equal(self._tracks[np.asarray(worlds, np.int64)], ids):
+            sent.update(dict.fromkeys(TRACK_FIELDS))  # the child's own copy of each world's track fills them in
+        value = self._call("compute_controls", (worlds, sent, dict(info)), self._child.isolation.call_timeout_s)
         try:
             return checked_actions(value, len(worlds))
         except (TypeError, ValueError):
@@ -341,6 +366,7 @@ class ChildBatchController(BatchController):
         """Kill the child, if one runs."""
         child, self._child = self._child, None
         self._started.clear()
+        self._tracks[:] = -1
         if child is not None:
             child.close()
 
@@ -447,6 +473,40 @@ def _detach(parent: int, reaper: int) -> str | None:
     return guard_signals(parent, (reaper,))
 
 
+def _track_ids(info: Mapping[str, Any], rows: int) -> np.ndarray | None:
+    """The track id [rows] of each row of ``info``, or None where it names none."""
+    ids = info.get("track_id") if isinstance(info, Mapping) else None
+    if ids is None:
+        return None
+    ids = np.asarray(ids)
+    return ids.astype(np.int64) if ids.shape == (rows,) and ids.dtype.kind in "ui" else None
+
+
+class _KeptTracks:
+    """In a batched child: each of its ``worlds`` worlds' `TRACK_FIELDS`
+    as its episode's start gave them, to fill in the calls that leave
+    them out (None)."""
+
+    def __init__(self, worlds: int) -> None:
+        self.worlds = worlds
+        self._rows: dict[str, np.ndarray] = {}
+
+    def keep(self, worlds: np.ndarray, obs: Mapping[str, Any]) -> None:
+        """Keep the track rows of ``obs`` (one a world of ``worlds``)."""
+        for k in TRACK_FIELDS:
+            if k in obs:
+                value = np.asarray(obs[k])
+                kept = self._rows.get(k)
+                if kept is None or kept.shape[1:] != value.shape[1:] or kept.dtype != value.dtype:
+                    kept = self._rows[k] = np.zeros((self.worlds, *value.shape[1:]), value.dtype)
+                kept[np.asarray(worlds, np.int64)] = value
+
+    def fill(self, worlds: np.ndarray, obs: dict[str, Any]) -> dict[str, Any]:
+        """``obs`` with each left-out track field (None) filled in with the kept rows of ``worlds`` (copies)."""
+        return {k: self._rows[k][np.asarray(worlds, np.int64)] if v is None and k in TRACK_FIELDS else v
+                for k, v in obs.items()}
+
+
 def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_limit_mb: int | None,
            parent: int, reaper: int) -> None:
     """The child: says whether its signal guard holds, then answers the
@@ -456,8 +516,8 @@ def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_
     os.dup2(2, 1)  # what the controller prints goes to stderr, as evaluate's own stdout does
     if memory_limit_mb is not None:
         limit = memory_limit_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    controller = None
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    controller, tracks = None, _KeptTracks(0)
     while True:
         try:
             method, args = conn.recv()
@@ -479,13 +539,15 @@ def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_
                 plugin = load_plugin(directory, import_code=False)
                 cls = plugin.load_batch_class()
                 if cls is not None:
-                    controller = cls(plugin.config(challenge), *args)
+                    controller, tracks = cls(plugin.config(challenge), *args), _KeptTracks(*args)
                 value = cls is not None
             elif method == "batch_start":
+                tracks.keep(args[0], args[1])
                 controller.start(*args)
             elif method == "compute_controls":
-                worlds = args[0]
-                value = checked_actions(controller.compute_controls(*args), len(worlds)).tolist()
+                worlds, obs, info = args
+                value = checked_actions(controller.compute_controls(worlds, tracks.fill(worlds, obs), info),
+                                        len(worlds)).tolist()
             elif method == "render_callback":
                 draw = DrawList()
                 controller.render_callback(draw)

@@ -28,7 +28,7 @@ stdout (Warp's banner, module lines and no-NVIDIA-driver line only with
 Level 0) runs each episode's controller in its own child process, with a
 wall-clock limit per call (``--call-timeout``, default 5 s;
 ``--start-timeout``, default 60 s, for an episode's start: the process, the
-plugin's import and its constructor) and an address-space limit
+plugin's import and its constructor) and a memory limit
 (``--memory-limit``, default 4096 MiB); a hang, an exit, a crash or a
 memory blow-up ends that episode as ``invalid_action`` with the error
 recorded, and the run goes on. Without it the plugin is trusted code in
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-timeout", type=float_in(0, 3600), default=None, metavar="S",
                         help="isolated: the limit of an episode's start (process, import, constructor), s (default 60)")
     parser.add_argument("--memory-limit", type=int_in(1024), default=None, metavar="MB",
-                        help="isolated: a controller process's address-space limit, MiB (default 4096)")
+                        help="isolated: a controller process's memory limit (RLIMIT_DATA), MiB (default 4096)")
     parser.add_argument("--batched", action="store_true",
                         help="drive the plugin's BatchController, every world in one call a step (isolated: in "
                              "one child process)")
