@@ -383,8 +383,9 @@ def test_the_warm_up_counts_only_updates_whose_rollouts_lapped(env, tmp_path):
 def test_worlds_start_out_of_phase_held_and_masked(env, tmp_path):
     staggered = dataclasses.replace(TINY, stagger_steps=12)
     trainer = Trainer(staggered, env, tmp_path)
-    holds = trainer.rollout.hold.clone()
+    holds = trainer.rollout.state()["hold"]
     assert ((holds >= 0) & (holds <= 12)).all() and len(set(holds.tolist())) > 1
+    assert (trainer.rollout.held == (holds > 0)).all()
     trainer.collect()
     trainer.collect()
     buf = trainer.buf
@@ -397,7 +398,8 @@ def test_worlds_start_out_of_phase_held_and_masked(env, tmp_path):
         assert (buf["valid"][~held, w] == 1).all()
         if staggered.steps <= hold < 2 * staggered.steps:  # its first driven call sees no previous action
             assert (buf["x"][hold - staggered.steps, w, 4:6] == 0).all()
-    assert (trainer.rollout.hold == (holds - 2 * staggered.steps).clamp(min=0)).all()
+    left = (holds - 2 * staggered.steps).clamp(min=0)
+    assert (trainer.rollout.state()["hold"] == left).all() and (trainer.rollout.held == (left > 0)).all()
 
 
 def test_validation_drives_each_track_once_as_the_runner_does(env, validation, tmp_path):

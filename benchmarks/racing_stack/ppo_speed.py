@@ -88,7 +88,7 @@ from protocol import EnvStepper, environment, gate, logger, source_hashes  # noq
 
 from racing_stack._cli import check_outputs  # noqa: E402
 from racing_stack.ppo import PRESETS, PPOConfig, Trainer, make_env, make_validation_env  # noqa: E402
-from racing_stack.ppo.rollout import _after_step  # noqa: E402
+from racing_stack.ppo.rollout import Clock, _after_step  # noqa: E402
 from racing_stack.ppo.validation import validate  # noqa: E402
 
 GATE_RATIO = 0.85
@@ -109,7 +109,7 @@ class WrappedEnvStepper(EnvStepper):
         super().__init__(env)
         self.config = config
         self.endings = config.reward.start(env.num_envs)
-        self.driven = jax.numpy.ones(env.num_envs, jax.numpy.float32)
+        self.clock = Clock(jax.numpy.zeros(env.num_envs, jax.numpy.int32), jax.numpy.zeros(env.num_envs, bool))
         self.weight = jax.device_put(np.float32(1.0))
 
     def run(self, steps: int) -> float:
@@ -117,9 +117,10 @@ class WrappedEnvStepper(EnvStepper):
         for _ in range(steps):
             action = self.actions[self.calls % len(self.actions)]
             obs, reward, terminated, truncated, info = self.env.step(action)
-            self.out = _after_step(cfg.reward, cfg.features, self.endings, reward, obs, info["termination_reason"],
-                                   info["lap_time_s"], terminated, truncated, action, self.driven, self.weight)
-            self.endings = self.out[1]
+            self.out = _after_step(cfg.reward, cfg.features, self.endings, self.clock, reward, obs,
+                                   info["termination_reason"], info["lap_time_s"], terminated, truncated, action,
+                                   self.weight)
+            self.endings, self.clock = self.out[1], self.out[2]
             self.calls += 1
         jax.block_until_ready(self.out)
         return time.perf_counter() - start

@@ -29,8 +29,8 @@ pytestmark = pytest.mark.gpu
 
 CONFIG = dataclasses.replace(PRESETS["gpu"], worlds=256, steps=16, updates=1, minibatches=4, tracks=64,
                              max_episode_steps=20, stagger_steps=4, validation_tracks=8)
-#: Crossings of a rollout step: the features to Torch, the action and the driven mask to JAX, two packed outputs back.
-CROSSINGS_PER_STEP = 3
+#: Crossings of a rollout step: the action to JAX, one pack of the step's outputs and the next features back.
+CROSSINGS_PER_STEP = 2
 
 
 @pytest.fixture(scope="module")

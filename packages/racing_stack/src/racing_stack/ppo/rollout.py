@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -35,8 +35,21 @@ from racing_stack.ppo.networks import ActorCritic
 from racing_stack.features import LocalTrack
 from racing_stack.reward import MARGIN, STALL, Endings, ShapedReward
 
-__all__ = ["CapturedAct", "Rollout", "captured", "capturing", "episodes", "returns_bootstrapped", "returns_cut",
-           "warm_up"]
+__all__ = ["CapturedAct", "Clock", "Rollout", "captured", "capturing", "episodes", "returns_bootstrapped",
+           "returns_cut", "warm_up"]
+
+#: The pack's columns after the features (`_after_step`), in order.
+PACK = ("reward", "progress", "lap_time", "speed", "ending", "reason", "terminated", "truncated", "driven", "held")
+
+
+class Clock(NamedTuple):
+    """Which worlds the next call drives, kept in JAX beside the reward's
+    memory (`_after_step` reads and advances it): int32 [E] calls each
+    world is still held braked at the start, bool [E] whether the next
+    call only resets the world (NEXT_STEP, after a terminal call)."""
+
+    hold: jax.Array
+    pending: jax.Array
 
 
 def captured(config: PPOConfig, device: torch.device, group: Group) -> bool:
@@ -102,11 +115,15 @@ class Rollout:
         obs, _ = env.reset(seed=config.seed)
         self.obs = obs
         self.last_value = torch.zeros(e, **z)
-        self.pending = torch.zeros(e, dtype=torch.bool, **z)  # the next call only resets
         self._act: CapturedAct | None = None
         self._kept: dict[str, torch.Tensor] | None = None
-        self.hold = group.share(torch.randint(0, config.stagger_steps + 1, (e * group.size,), generator=generator,
-                                              dtype=torch.int32, **z))
+        hold = group.share(torch.randint(0, config.stagger_steps + 1, (e * group.size,), generator=generator,
+                                         dtype=torch.int32, **z))
+        #: The holds and pending resets (JAX's, `Clock`), and Torch's copy of whether the next call holds each
+        #: world braked (the pack's last column) and only resets it.
+        self.clock = Clock(jnp.asarray(hold.cpu().numpy()), jnp.zeros(e, bool))
+        self.held = hold > 0
+        self.pending = torch.zeros(e, dtype=torch.bool, **z)
         self.endings = config.reward.start(e)
         self.previous_action = jnp.zeros((e, 2), jnp.float32)
         space = env.single_action_space
@@ -117,9 +134,9 @@ class Rollout:
     def collect(self, policy: ActorCritic, generator: torch.Generator, crash_weight: float = 1.0,
                 after: torch.cuda.Event | None = None) -> None:
         """One rollout into the buffers, on the device: each step crosses the
-        action and the driven mask to JAX and the step's outputs back to
-        Torch in one pack with the next call's features (one jitted
-        function makes it), then fences (`racing_stack.interop.Handover`). ``crash_weight``: the share of
+        action to JAX and the step's outputs back to Torch in one pack with
+        the next call's features (one jitted function makes it), then
+        fences (`racing_stack.interop.Handover`). ``crash_weight``: the share of
         the crash and slide costs paid (`ShapedReward`).
 
         On a CUDA device Torch's work runs on `stream`, after the current
@@ -149,16 +166,15 @@ class Rollout:
                 if act is None:
                     noise = self.group.share(torch.randn((cfg.worlds * self.group.size, 2), generator=generator,
                                                          device=self.device))
-                    action, driven = self.act(policy, t, noise)
+                    action = self.act(policy, t, noise)
                 else:
                     torch.randn(act.noise.shape, generator=generator, device=self.device, out=act.noise)
-                    action, driven = act.replay(t)
+                    action = act.replay(t)
                 sent = cross.to_jax(action)
                 obs, reward, terminated, truncated, info = env.step(sent)
-                pack, self.endings, self.previous_action = _after_step(
-                    cfg.reward, cfg.features, self.endings, reward, obs,
-                    info["termination_reason"], info["lap_time_s"], terminated, truncated, sent,
-                    cross.to_jax(driven), weight)
+                pack, self.endings, self.clock, self.previous_action = _after_step(
+                    cfg.reward, cfg.features, self.endings, self.clock, reward, obs,
+                    info["termination_reason"], info["lap_time_s"], terminated, truncated, sent, weight)
                 if act is None:
                     self.keep(policy, t, cross.to_torch(pack))
                 else:
@@ -170,37 +186,34 @@ class Rollout:
 
     def keep(self, policy: ActorCritic, t: int, pack: torch.Tensor) -> None:
         """What rollout step ``t`` keeps of its ``pack`` (`_after_step`'s,
-        float32 [E, features + 8]): its columns into the buffers' slot
-        ``t``, the pending resets and the start-up holds for the next call,
-        and the next call's features into slot ``t + 1`` (after the last
-        step, V of them into `last_value`). No host read."""
+        float32 [E, features + len(`PACK`)]): its columns into the
+        buffers' slot ``t`` (whether the call was driven: ``valid``), the
+        pending resets and the holds of the next call, and the next call's
+        features into slot ``t + 1`` (after the last step, V of them into
+        `last_value`). No host read."""
         d, last = self.config.features.size, t + 1 == self.config.steps
         self.floats[t] = pack[:, d:d + 4].T
         self.ints[t] = pack[:, d + 4:d + 6].T  # small integers, exact in float32
-        torch.ne(pack[:, d + 6:].T, 0, out=self.done[t])
-        torch.any(self.done[t], 0, out=self.pending)  # in place: a captured step reads it
-        self.hold.sub_(1).clamp_(min=0)
+        torch.ne(pack[:, d + 6:d + 8].T, 0, out=self.done[t])
+        self.buf["valid"][t] = pack[:, d + 8]
+        torch.any(self.done[t], 0, out=self.pending)  # in place: a captured step reads them
+        torch.ne(pack[:, d + 9], 0, out=self.held)
         if last:
             self.last_value.copy_(policy.value(pack[:, :d]))  # in place: an update may read the kept copy
         else:
             self.buf["x"][t + 1] = pack[:, :d]
 
-    def act(self, policy: ActorCritic, t: int, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def act(self, policy: ActorCritic, t: int, noise: torch.Tensor) -> torch.Tensor:
         """The policy's work of rollout step ``t`` on the features in the
         buffers' slot ``t`` [E, D] and standard normal ``noise`` [E, 2]:
-        the normalised action, its log probability, the value and whether
-        the world is driven (neither held nor a reset-only call, whose
-        action the env ignores) into the buffers' slot ``t``; returns the
-        env's action [E, 2] (full braking where held) and whether driven
-        (float32 [E], 1 or 0). No host read."""
+        the normalised action, its log probability and the value into the
+        buffers' slot ``t``; returns the env's action [E, 2] (full braking
+        where the world is held). No host read."""
         buf = self.buf
         x = buf["x"][t]
         u, buf["logp"][t], buf["value"][t] = policy.act(x, noise)
-        held = self.hold > 0
         buf["u"][t] = u
-        driven = torch.logical_or(held, self.pending).logical_not_().float()
-        buf["valid"][t] = driven
-        return torch.where(held[:, None], self.brake, policy.env_action(u, x)), driven
+        return torch.where(self.held[:, None], self.brake, policy.env_action(u, x))
 
     def _captured_act(self, policy: ActorCritic, features: jax.Array) -> CapturedAct:
         """This rollout's `CapturedAct` of ``policy``, captured anew for
@@ -230,7 +243,8 @@ class Rollout:
         observation (pending resets, holds, the reward's memory, the
         previous action), as CPU tensors."""
         memory = {k: torch.from_numpy(np.array(v)) for k, v in self.endings._asdict().items()}
-        return {"pending": self.pending.cpu(), "hold": self.hold.cpu(), **memory,
+        clock = {k: torch.from_numpy(np.array(v)) for k, v in self.clock._asdict().items()}
+        return {**clock, **memory,
                 "previous_action": torch.from_numpy(np.array(self.previous_action))}
 
     def check_state(self, state: Any) -> str | None:
@@ -256,7 +270,8 @@ class Rollout:
     def restore(self, state: dict[str, torch.Tensor], obs: dict[str, Any]) -> None:
         """Continue from a checked ``state`` and observation."""
         self.pending.copy_(state["pending"])  # in place: a captured step reads them
-        self.hold.copy_(state["hold"])
+        self.held.copy_(state["hold"] > 0)
+        self.clock = Clock(jnp.asarray(state["hold"].numpy()), jnp.asarray(state["pending"].numpy()))
         self.endings = Endings(*(jnp.asarray(state[k].numpy()) for k in Endings._fields))
         self.previous_action = jnp.asarray(state["previous_action"].numpy())
         self.obs = {k: jnp.asarray(v) for k, v in obs.items()}
@@ -329,12 +344,11 @@ class CapturedAct:
         cfg, device = rollout.config, rollout.device
         self.policy = policy
         self._pointers = self._buffers(rollout)
-        #: Standard normal draws [E, 2] of the next replay; the last step's pack [E, features + 8]; the env's
-        #: action [E, 2] and whether driven [E] the last replay wrote.
+        #: Standard normal draws [E, 2] of the next replay; the last step's pack [E, features + len(PACK)];
+        #: the env's action [E, 2] the last replay wrote.
         self.noise = torch.zeros((cfg.worlds, 2), device=device)
-        self.pack = torch.zeros((cfg.worlds, cfg.features.size + 8), device=device)
+        self.pack = torch.zeros((cfg.worlds, cfg.features.size + len(PACK)), device=device)
         self.action = torch.zeros((cfg.worlds, 2), device=device)
-        self.driven = torch.zeros(cfg.worlds, device=device)
         self.graphs, pool = [], None
         with torch.no_grad():
             warm_up(device, lambda: rollout.act(policy, 0, self.noise))
@@ -344,15 +358,13 @@ class CapturedAct:
                     if t > 0:
                         rollout.keep(policy, t - 1, self.pack)
                     if t < cfg.steps:
-                        action, driven = rollout.act(policy, t, self.noise)
-                        self.action.copy_(action)
-                        self.driven.copy_(driven)
+                        self.action.copy_(rollout.act(policy, t, self.noise))
                 pool = graph.pool()
                 self.graphs.append(graph)
 
     @staticmethod
     def _buffers(rollout: Rollout) -> tuple[int, ...]:
-        state = [rollout.hold, rollout.pending, rollout.brake, rollout.floats, rollout.ints, rollout.done,
+        state = [rollout.held, rollout.pending, rollout.brake, rollout.floats, rollout.ints, rollout.done,
                  rollout.last_value, *rollout.buf.values()]
         return tuple(t.data_ptr() for t in state)
 
@@ -360,10 +372,10 @@ class CapturedAct:
         """Whether these graphs run ``policy`` on ``rollout``'s buffers and state as they are."""
         return policy is self.policy and self._buffers(rollout) == self._pointers
 
-    def replay(self, t: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Step ``t``'s Torch work; returns `action` and `driven` (static: read them before the next replay)."""
+    def replay(self, t: int) -> torch.Tensor:
+        """Step ``t``'s Torch work; returns `action` (static: read it before the next replay)."""
         self.graphs[t].replay()
-        return self.action, self.driven
+        return self.action
 
     def replay_tail(self) -> None:
         """`Rollout.keep` of the last step's pack."""
@@ -371,15 +383,22 @@ class CapturedAct:
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _after_step(reward_wrapper: ShapedReward, features: LocalTrack, endings: Endings, reward, obs, reason, lap_time,
-                terminated, truncated, sent, driven, weight):
+def _after_step(reward_wrapper: ShapedReward, features: LocalTrack, endings: Endings, clock: Clock, reward, obs,
+                reason, lap_time, terminated, truncated, sent, weight):
     """What a rollout keeps of one env step, in one dispatch: one float32
-    pack [E, features + 8] (the next call's features, then the shaped
-    reward, the progress, the lap time, the speed, the reward wrapper's
-    ending, the termination reason, terminated and truncated: the last four
-    small integers, exact in float32), the reward wrapper's memory and the
-    previous action of the next call. One pack a step: one crossing to
-    Torch (`Rollout.keep` reads it).
+    pack [E, features + len(`PACK`)] (the next call's features, then the
+    shaped reward, the progress, the lap time, the speed, the reward
+    wrapper's ending, the termination reason, terminated, truncated,
+    whether this call drove the world and whether the next call holds it:
+    the last six small integers, exact in float32), the reward wrapper's
+    memory, the `Clock` of the next call and the previous action of the
+    next call. One pack a step: one crossing to Torch (`Rollout.keep`
+    reads it).
+
+    A call drives a world that is neither held (``clock.hold`` > 0) nor
+    only reset (``clock.pending``: the env ignores its action); the next
+    call's holds count one down, and it only resets the worlds this call
+    ended.
 
     The previous action is a copy of ``sent`` where the world was driven;
     zero where this call only reset it or held it, so that an episode's
@@ -387,10 +406,13 @@ def _after_step(reward_wrapper: ShapedReward, features: LocalTrack, endings: End
     call keeps its action: the reset slot's input, which bootstraps a
     timeout or a lap, is the terminal state as it was driven)."""
     done = terminated | truncated
+    driven = ((clock.hold == 0) & ~clock.pending).astype(jnp.float32)
+    ahead = Clock(jnp.maximum(clock.hold - 1, 0), done)
     shaped, ending, endings = reward_wrapper(endings, reward, obs, {"termination_reason": reason}, done, driven,
                                              weight)
     previous = jnp.where((driven == 0)[:, None], 0.0, sent).astype(jnp.float32)
     speed = jnp.linalg.norm(obs["velocity_body"], axis=-1)
-    columns = jnp.stack([shaped, obs["track_progress"], lap_time, speed, ending, reason, terminated, truncated], 1)
+    columns = jnp.stack([shaped, obs["track_progress"], lap_time, speed, ending, reason, terminated, truncated,
+                         driven, ahead.hold > 0], 1)
     pack = jnp.concatenate([features(obs, previous), columns.astype(jnp.float32)], axis=1)
-    return pack, endings, previous
+    return pack, endings, ahead, previous
