@@ -7,7 +7,9 @@ episode at a time: the same episodes, and how long the command takes.
 The plugin is the committed release policy (``benchmarks/results/ppo_level1/plugin``:
 its weights and settings) with this version's learned controller, which
 has the batched form (`racing_stack.learned.controller`), copied into a
-temporary folder; ``--plugin`` names another exported PPO plugin.
+temporary folder with its ``device`` set to ``cuda`` on a GPU (every
+world's row in one call there; ``cpu`` without one); ``--plugin`` names
+another exported PPO plugin.
 
 1. **The command.** ``python -m racing_stack.evaluate --split test --batched``
    on the first ``--tracks`` Test tracks (all 1,000 at the default; the
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -66,12 +69,16 @@ GPU_COMPARE = 20
 log = logger("batched-eval")
 
 
-def plugin_copy(source: Path, folder: Path) -> Path:
-    """``source``'s weights and config.toml beside this version's learned controller, in ``folder``."""
+def plugin_copy(source: Path, folder: Path, device: str) -> Path:
+    """``source``'s weights and config.toml (its ``device``, the one
+    setting a plugin's user may edit, set to ``device``) beside this
+    version's learned controller, in ``folder``."""
     target = folder / source.name
     target.mkdir()
-    for name in ("weights.pt", "config.toml"):
-        shutil.copyfile(source / name, target / name)
+    shutil.copyfile(source / "weights.pt", target / "weights.pt")
+    lines = (source / "config.toml").read_text().splitlines()
+    (target / "config.toml").write_text("\n".join(f'device = "{device}"' if re.match(r"device\s*=", line) else line
+                                                  for line in lines) + "\n")
     shutil.copyfile(CONTROLLER, target / "controller.py")
     return target
 
@@ -140,7 +147,7 @@ def main() -> None:
                               "backend": backend, "compared_tracks": compare, "command_tracks": tracks}
     materialize_prefix("test", max(tracks, compare))  # the pool in the cache, apart from every timing
     with tempfile.TemporaryDirectory() as scratch:
-        plugin = plugin_copy(args.plugin, Path(scratch))
+        plugin = plugin_copy(args.plugin, Path(scratch), "cuda" if gpu else "cpu")
         log(f"evaluate --batched on {tracks} Test tracks, a fresh process")
         seconds, result = command_seconds(plugin, tracks, backend, Path(scratch) / "result.json")
         log(f"  {seconds:.1f} s, success {result['summary']['success_rate']}")

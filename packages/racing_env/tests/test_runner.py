@@ -540,3 +540,50 @@ def test_an_isolated_batched_child_sees_each_track_it_was_sent_once(tmp_path, mj
     calls = [left for method, left in sent if method == "compute_controls"]
     assert starts and not any(any(left.values()) for left in starts)  # a start sends the whole track
     assert calls and all(all(left.values()) for left in calls)  # every later call leaves it out
+
+
+def test_an_isolated_batched_child_is_sent_whole_tracks_when_their_layout_changes(tmp_path, env, monkeypatch):
+    """A start whose track fields have another shape makes the child keep
+    them anew: the other worlds' tracks are then sent whole, so every
+    answer is the in-process controller's (a world whose track was
+    forgotten would read zeros)."""
+    from racing_env import isolation
+
+    plugin = make_plugin(tmp_path, "reader", TRACK_READER)
+    rng = np.random.default_rng(4)
+
+    def obs_of(rows, points):
+        lines = {k: rng.normal(size=(rows, points, 2)) for k in ("centerline", "left_boundary", "right_boundary")}
+        return {"velocity_body": rng.normal(size=(rows, 2)), **lines, "track_mask": np.ones((rows, points), bool),
+                "track_length": rng.uniform(100, 200, rows)}
+
+    challenge = challenge_values(env)
+    here = plugin.load_batch_class()(plugin.config(challenge), 2)
+    there = isolation.ChildBatchController(plugin.directory, challenge, Isolation(), 2)
+    sent = []
+    call = isolation._Child.call
+
+    def spy(self, method, args, timeout_s):
+        sent.append(method == "compute_controls" and args[1]["centerline"] is None)
+        return call(self, method, args, timeout_s)
+
+    monkeypatch.setattr(isolation._Child, "call", spy)
+    try:
+        first = obs_of(2, 8)
+        info = {"track_id": np.array([7, 9], np.uint32)}
+        for controller in (here, there):
+            controller.start(np.array([0, 1]), first, info)
+        step = {**first, "velocity_body": rng.normal(size=(2, 2))}
+        np.testing.assert_array_equal(there.compute_controls(np.array([0, 1]), step, info),
+                                      here.compute_controls(np.array([0, 1]), step, info))
+        assert sent[-1]  # the tracks stayed in the child
+        for points, track in ((12, 3), (8, 5)):  # world 1 begins on a track of another layout, then of the first
+            other = obs_of(1, points)
+            for controller in (here, there):
+                controller.start(np.array([1]), other, {"track_id": np.array([track], np.uint32)})
+        world0 = {k: v[:1] for k, v in step.items()}
+        np.testing.assert_array_equal(there.compute_controls(np.array([0]), world0, {"track_id": info["track_id"][:1]}),
+                                      here.compute_controls(np.array([0]), world0, {"track_id": info["track_id"][:1]}))
+        assert not sent[-1]  # world 0's track went whole
+    finally:
+        there.close()

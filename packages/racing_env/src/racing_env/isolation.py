@@ -97,13 +97,14 @@ class Isolation:
             the child's start-up where it is not ready yet, the plugin's
             import and its constructor.
         memory_limit_mb: the child's memory limit (``RLIMIT_DATA``: its
-            heap and every private writable mapping, the memory it can
-            write; MiB, in [1024, 2**40): in bytes a C long holds it), set
+            heap and its private writable mappings, where its allocations
+            go; MiB, in [1024, 2**40): in bytes a C long holds it), set
             once its own imports are done; None: none. Not its address
             space: libraries and reserved, untouched ranges (each thread's
             malloc arena, a CUDA context's) are not memory it uses, and an
             address-space limit refused threads on a machine of many
-            cores.
+            cores. Shared mappings (``mmap`` of anonymous shared memory,
+            ``/dev/shm``) and GPU memory are not counted.
     """
 
     call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S
@@ -296,10 +297,12 @@ class ChildBatchController(BatchController):
 
     A world's track (`TRACK_FIELDS`, nearly all of an observation's
     bytes) crosses to the child once, with its episode's `start`: a
-    `compute_controls` call sends it only for a world whose info names
-    another track than the one its episode began on (none does), and the
-    child fills in each world's rows from what it kept, a fresh copy a
-    call. The plugin gets the same observation either way.
+    `compute_controls` call leaves the track fields out where every world
+    it names is on the track its episode began on (its info's track id;
+    the fields' shapes and types as the child keeps them), and the child
+    fills in each world's rows from what it kept, a fresh copy a call;
+    otherwise it sends them whole. The plugin gets the same observation
+    either way.
 
     Raises:
         PluginError: the plugin defines no BatchController.
@@ -311,6 +314,7 @@ class ChildBatchController(BatchController):
         self._args = (Path(directory), dict(challenge), isolation)
         self._started: set[int] = set()  # the worlds whose episodes began in the current child
         self._tracks = np.full(worlds, -1, np.int64)  # the track id the child keeps for each world (-1: none)
+        self._layout: tuple | None = None  # the track fields' shapes and types the child keeps
         self._child: _Child | None = None
         self._child = self._new_child()
 
@@ -332,6 +336,7 @@ class ChildBatchController(BatchController):
         except ControllerFailed:
             self._started.clear()  # the child is dead: what it kept of every world is gone
             self._tracks[:] = -1
+            self._layout = None
             self._child = None
             raise
 
@@ -339,10 +344,14 @@ class ChildBatchController(BatchController):
         if self._child is None:
             self._child = self._new_child()
         self._tracks[np.asarray(worlds, np.int64)] = -1  # kept anew by the call below, or by none
+        layout = _layout(obs)
+        if layout != self._layout:  # the child keeps these anew: what it kept of the other worlds is gone
+            self._tracks[:] = -1
         self._call("batch_start", (worlds, dict(obs), dict(info)), self._child.isolation.start_timeout_s)
         self._started.update(int(w) for w in worlds)
+        self._layout = layout
         ids = _track_ids(info, len(worlds))
-        if ids is not None:
+        if ids is not None and layout is not None:
             self._tracks[np.asarray(worlds, np.int64)] = ids
 
     def compute_controls(self, worlds: np.ndarray, obs: Mapping[str, np.ndarray],
@@ -352,8 +361,8 @@ class ChildBatchController(BatchController):
             raise ControllerFailed(f"worlds {lost} began their episodes in a controller process that failed since")
         sent = dict(obs)
         ids = _track_ids(info, len(worlds))
-        if ids is not None and all(k in sent for k in TRACK_FIELDS) \
-                and np.array_equal(self._tracks[np.asarray(worlds, np.int64)], ids):
+        kept = self._layout is not None and _layout(sent) == self._layout
+        if kept and ids is not None and np.array_equal(self._tracks[np.asarray(worlds, np.int64)], ids):
             sent.update(dict.fromkeys(TRACK_FIELDS))  # the child's own copy of each world's track fills them in
         value = self._call("compute_controls", (worlds, sent, dict(info)), self._child.isolation.call_timeout_s)
         try:
@@ -367,6 +376,7 @@ class ChildBatchController(BatchController):
         child, self._child = self._child, None
         self._started.clear()
         self._tracks[:] = -1
+        self._layout = None
         if child is not None:
             child.close()
 
@@ -473,6 +483,13 @@ def _detach(parent: int, reaper: int) -> str | None:
     return guard_signals(parent, (reaper,))
 
 
+def _layout(obs: Mapping[str, Any]) -> tuple | None:
+    """Each of `TRACK_FIELDS`' shape a row and type in ``obs``, or None where one is missing."""
+    if not all(k in obs for k in TRACK_FIELDS):
+        return None
+    return tuple((np.shape(obs[k])[1:], np.asarray(obs[k]).dtype.str) for k in TRACK_FIELDS)
+
+
 def _track_ids(info: Mapping[str, Any], rows: int) -> np.ndarray | None:
     """The track id [rows] of each row of ``info``, or None where it names none."""
     ids = info.get("track_id") if isinstance(info, Mapping) else None
@@ -492,7 +509,9 @@ class _KeptTracks:
         self._rows: dict[str, np.ndarray] = {}
 
     def keep(self, worlds: np.ndarray, obs: Mapping[str, Any]) -> None:
-        """Keep the track rows of ``obs`` (one a world of ``worlds``)."""
+        """Keep the track rows of ``obs`` (one a world of ``worlds``); a
+        field of another shape or type than those kept starts anew (the
+        parent then sends the other worlds' tracks whole)."""
         for k in TRACK_FIELDS:
             if k in obs:
                 value = np.asarray(obs[k])

@@ -15,9 +15,8 @@ in config.toml runs it on the CPU or a GPU.
 
 `LearnedBatchController` drives every world of a batched run
 (`racing_env.runner.run` with ``batched=True``, ``evaluate --batched``)
-with the same network, loaded once: on the GPU when Torch sees one
-(whatever ``device`` says), every world's row in one call; without one,
-on the CPU one world's row at a time, so that its numbers are
+with the same network, loaded once: on a GPU every world's row in one
+call; on the CPU one world's row at a time, so that its numbers are
 `LearnedController`'s bit for bit (a CPU matrix product's rounding
 depends on how many rows it holds).
 """
@@ -60,7 +59,7 @@ class LearnedBatchController(BatchController):
     def __init__(self, config, worlds):
         super().__init__(config, worlds)
         settings = config["controller"]
-        self.device = torch.device("cuda" if torch.cuda.is_available() else settings["device"])
+        self.device = torch.device(settings["device"])
         self.policy, self.features = load_policy(settings, WEIGHTS, config["action"]["low"],
                                                  config["action"]["high"], self.device)
         self.previous = np.zeros((worlds, 2), np.float32)

@@ -120,10 +120,9 @@ class Rollout:
         hold = group.share(torch.randint(0, config.stagger_steps + 1, (e * group.size,), generator=generator,
                                          dtype=torch.int32, **z))
         #: The holds and pending resets (JAX's, `Clock`), and Torch's copy of whether the next call holds each
-        #: world braked (the pack's last column) and only resets it.
+        #: world braked (the pack's last column).
         self.clock = Clock(jnp.asarray(hold.cpu().numpy()), jnp.zeros(e, bool))
         self.held = hold > 0
-        self.pending = torch.zeros(e, dtype=torch.bool, **z)
         self.endings = config.reward.start(e)
         self.previous_action = jnp.zeros((e, 2), jnp.float32)
         space = env.single_action_space
@@ -187,8 +186,8 @@ class Rollout:
     def keep(self, policy: ActorCritic, t: int, pack: torch.Tensor) -> None:
         """What rollout step ``t`` keeps of its ``pack`` (`_after_step`'s,
         float32 [E, features + len(`PACK`)]): its columns into the
-        buffers' slot ``t`` (whether the call was driven: ``valid``), the
-        pending resets and the holds of the next call, and the next call's
+        buffers' slot ``t`` (whether the call was driven: ``valid``),
+        whether the next call holds each world, and the next call's
         features into slot ``t + 1`` (after the last step, V of them into
         `last_value`). No host read."""
         d, last = self.config.features.size, t + 1 == self.config.steps
@@ -196,8 +195,7 @@ class Rollout:
         self.ints[t] = pack[:, d + 4:d + 6].T  # small integers, exact in float32
         torch.ne(pack[:, d + 6:d + 8].T, 0, out=self.done[t])
         self.buf["valid"][t] = pack[:, d + 8]
-        torch.any(self.done[t], 0, out=self.pending)  # in place: a captured step reads them
-        torch.ne(pack[:, d + 9], 0, out=self.held)
+        torch.ne(pack[:, d + 9], 0, out=self.held)  # in place: a captured step reads it
         if last:
             self.last_value.copy_(policy.value(pack[:, :d]))  # in place: an update may read the kept copy
         else:
@@ -269,8 +267,7 @@ class Rollout:
 
     def restore(self, state: dict[str, torch.Tensor], obs: dict[str, Any]) -> None:
         """Continue from a checked ``state`` and observation."""
-        self.pending.copy_(state["pending"])  # in place: a captured step reads them
-        self.held.copy_(state["hold"] > 0)
+        self.held.copy_(state["hold"] > 0)  # in place: a captured step reads it
         self.clock = Clock(jnp.asarray(state["hold"].numpy()), jnp.asarray(state["pending"].numpy()))
         self.endings = Endings(*(jnp.asarray(state[k].numpy()) for k in Endings._fields))
         self.previous_action = jnp.asarray(state["previous_action"].numpy())
@@ -328,8 +325,8 @@ class CapturedAct:
     memory pool for all, replayed in order): from the second step on,
     `Rollout.keep` of the previous step's pack (copied into `pack` before
     the replay), then `Rollout.act`; the tail graph keeps the last step's
-    pack. They read the noise (drawn into `noise` before each replay), the
-    holds and pending resets and the buffers (updated in place), and the
+    pack. They read the noise (drawn into `noise` before each replay),
+    whether each world is held and the buffers (updated in place), and the
     policy's parameters and feature statistics (updated in place by the
     optimizer and the normaliser); they write the buffers and the env's
     action into `action`. A replay launches the eager steps' kernels on
@@ -364,7 +361,7 @@ class CapturedAct:
 
     @staticmethod
     def _buffers(rollout: Rollout) -> tuple[int, ...]:
-        state = [rollout.held, rollout.pending, rollout.brake, rollout.floats, rollout.ints, rollout.done,
+        state = [rollout.held, rollout.brake, rollout.floats, rollout.ints, rollout.done,
                  rollout.last_value, *rollout.buf.values()]
         return tuple(t.data_ptr() for t in state)
 
