@@ -91,8 +91,8 @@ class Handover:
     read a tensor crossed to JAX, Torch has read one of that call's outputs
     through this handover (an XLA call defines its outputs after it has
     read its inputs, so Torch's stream has then passed the JAX reads too).
-    A training step does exactly this: features to Torch, the action to
-    JAX, the step's outputs to Torch, `fence`. The crossings before a fence
+    A training step does exactly this: the action to JAX, one pack of the
+    step's outputs and the next features to Torch, `fence`. The crossings before a fence
     are released once the device has passed it: on CUDA when a Torch event
     recorded at the fence has completed (polled at each `fence`), on the CPU
     at the fence itself (Torch's CPU work is done when its call returns, and
