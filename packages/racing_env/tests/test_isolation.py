@@ -18,6 +18,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track
@@ -641,3 +642,16 @@ def test_a_forked_copy_does_not_keep_the_reaper_waiting(tmp_path):
         for pid in (kept, fork):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("info", [{}, {"track_id": None}, {"track_id": np.array([np.nan, 1.0])},
+                                  {"track_id": np.array([1])}, {"track_id": np.array([[1, 2]])},
+                                  {"track_id": "ab"}, {"track_id": np.array([-1, 3])},
+                                  {"track_id": np.array([2**64 - 1, 3], np.uint64)}, []])
+def test_a_batched_call_trusts_only_track_ids_it_can_compare(info):
+    """No id that is not a non-negative integer a row (a wrapped uint64 would read as -1, "none kept") lets
+    a call leave the track fields out."""
+    from racing_env.isolation import _track_ids
+
+    assert _track_ids(info, 2) is None
+    np.testing.assert_array_equal(_track_ids({"track_id": np.array([7, 2**40], np.uint64)}, 2), [7, 2**40])

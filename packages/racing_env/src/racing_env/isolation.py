@@ -491,12 +491,18 @@ def _layout(obs: Mapping[str, Any]) -> tuple | None:
 
 
 def _track_ids(info: Mapping[str, Any], rows: int) -> np.ndarray | None:
-    """The track id [rows] of each row of ``info``, or None where it names none."""
+    """The track id [rows] of each row of ``info``, or None where it names
+    none: not integers, another shape, or an id outside [0, 2**63) (-1
+    marks a world whose track the child does not keep)."""
     ids = info.get("track_id") if isinstance(info, Mapping) else None
     if ids is None:
         return None
     ids = np.asarray(ids)
-    return ids.astype(np.int64) if ids.shape == (rows,) and ids.dtype.kind in "ui" else None
+    if ids.shape != (rows,) or ids.dtype.kind not in "ui":
+        return None
+    if rows and (int(ids.min()) < 0 or int(ids.max()) >= 2**63):
+        return None
+    return ids.astype(np.int64)
 
 
 class _KeptTracks:
