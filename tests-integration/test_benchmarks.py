@@ -258,6 +258,19 @@ def test_the_ppo_benchmark_drives_a_plugin_on_test_in_a_child_process(tmp_path):
     assert failed["episodes"] == failed["controller_errors"] == 1 and failed["success_rate"] == 0.0
 
 
+def test_the_release_drives_its_learned_plugin_through_the_batched_controller(tmp_path, monkeypatch):
+    """The learned plugin's Runner child is started with ``--batched`` (its
+    batched controller equals the per-episode one bit for bit on the CPU:
+    the batched evaluation's own tests), pure pursuit's without."""
+    bench = _ppo_benchmark()
+    started = []
+    monkeypatch.setattr(bench.subprocess, "Popen", lambda argv, **kwargs: started.append(argv))
+    bench.start_runner(tmp_path / "plugin", 7, tmp_path / "learned_test.json", batched=True)
+    bench.start_runner(tmp_path / "pursuit", 7, tmp_path / "pursuit_test.json")
+    assert [argv.count("--batched") for argv in started] == [1, 0]
+    assert all(argv[argv.index("--tracks") + 1] == argv[argv.index("--worlds") + 1] == "7" for argv in started)
+
+
 def test_a_runner_child_is_interrupted_then_killed_when_the_benchmark_stops():
     """`stop_runner` interrupts a child (as Ctrl-C does: a Runner writes the
     episodes that had ended), kills one that is still running after the

@@ -24,7 +24,11 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
    (``mjx_warp``, one world a track; Torch on one CPU thread), each in a
    child process (``python -m racing_stack.evaluate``), beside the
    Validation checks below: each Runner is one host thread's work, and
-   the checks are the device's. Test is looked at only here.
+   the checks are the device's. The learned plugin goes through its
+   batched controller (``--batched``: every world's observation in one
+   call a step; on the plugin's ``cpu`` device each row is computed as
+   the per-episode controller computes it, so the episodes are the
+   same, bit for bit). Test is looked at only here.
 4. Validation, 1,000 tracks: the chosen policy on every Validation track
    through the trainer's on-device validation under the full Level timeout
    (the episodes the Runner drives with the exported plugin: a GPU test
@@ -179,17 +183,21 @@ def check_run_dir(parser: argparse.ArgumentParser, run_dir: Path, flag: str) -> 
                      f"run's folder")
 
 
-def start_runner(plugin: Path, tracks: int, out: Path) -> subprocess.Popen:
+def start_runner(plugin: Path, tracks: int, out: Path, batched: bool = False) -> subprocess.Popen:
     """The Runner driving ``plugin`` once on each of the first ``tracks``
     Test tracks (``python -m racing_stack.evaluate``, the plugin in that
     process, ``mjx_warp`` with one world a track, Torch on one thread) in a
     child process, which runs beside this one and hears SIGINT
     (`interruptible`); its result goes to ``out`` (`runner_result` reads
-    it), its output to ``out``'s ``.log`` sibling."""
+    it), its output to ``out``'s ``.log`` sibling. ``batched``: the
+    plugin's `BatchController` drives every world in one call a step
+    (``--batched``; the exported plugin's, on its ``cpu`` device, computes
+    each world's row as its per-episode controller does, bit for bit)."""
     with out.with_suffix(".log").open("w") as output:
         return subprocess.Popen([sys.executable, "-m", "racing_stack.evaluate", "--controller", str(plugin),
                                  "--level", "1", "--split", "test", "--tracks", str(tracks), "--backend", "mjx_warp",
-                                 "--worlds", str(tracks), "--no-isolate", "--out", str(out)],
+                                 "--worlds", str(tracks), "--no-isolate", "--out", str(out)]
+                                + (["--batched"] if batched else []),
                                 stdout=output, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"},
                                 preexec_fn=interruptible)
 
@@ -430,7 +438,8 @@ def main() -> None:
             signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
             for name, driven in (("learned", plugin), ("pursuit", PURSUIT)):
                 runner_out = run_dir / f"{name}_test.json"
-                runners[name] = start_runner(driven, args.eval_tracks, runner_out), runner_out
+                child = start_runner(driven, args.eval_tracks, runner_out, batched=name == "learned")
+                runners[name] = child, runner_out
             log(f"the Runner drives the learned plugin and pure pursuit on the first {args.eval_tracks} Test "
                 f"tracks, each in a child process, beside the Validation checks")
         n = config.validation_tracks

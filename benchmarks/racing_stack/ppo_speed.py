@@ -272,7 +272,8 @@ def throughput(env, config: PPOConfig, variants: list[str], updates: int, profil
     compiles), the env calls of the next as many updates replayed alone
     (`replayed_rate`), then (``profile``) each profiled on a trainer of
     its own, so that no timing follows a profile (the profiler can slow
-    the launches after it)."""
+    the launches after it), after as many warm-up updates as the timed
+    one (the cars driving as they were in the timing)."""
     result: dict[str, Any] = {"worlds": config.worlds, "env": env_rates(env, config, env_steps), "variants": {}}
     baseline = result["env"][WrappedEnvStepper.name]
     for timing in ([True, False] if profile else [True]):
@@ -280,7 +281,7 @@ def throughput(env, config: PPOConfig, variants: list[str], updates: int, profil
             cfg = variant_config(config, variant)
             with tempfile.TemporaryDirectory() as out:
                 trainer = Trainer(cfg, env, Path(out), progress=lambda row: None)
-                warm = [trainer._one_update() for _ in range(warmup if timing else 2)]
+                warm = [trainer._one_update() for _ in range(warmup)]
                 if timing:
                     rows = [trainer._one_update() for _ in range(updates)]
                     tps = float(np.median([r["transitions_per_s"] for r in rows]))

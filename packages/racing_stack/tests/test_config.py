@@ -206,9 +206,12 @@ def test_a_policy_lag_must_be_0_or_1(value, error):
     assert BASE.override(["policy_lag=1"]).policy_lag == 1
 
 
-def test_the_update_path_and_matmul_precision_default_to_the_reference():
+def test_the_update_path_and_matmul_precision_default_to_the_reference_and_the_gpu_preset_to_the_fastest():
+    """The config's defaults (and the CPU preset's) are the reference path;
+    the GPU preset takes the captured bf16 path (the CPU falls back to eager)."""
     assert (BASE.update_path, BASE.matmul_precision) == ("eager", "highest")
-    assert {PRESETS[p].update_path for p in PRESETS} == {"eager"}
+    assert (PRESETS["cpu"].update_path, PRESETS["cpu"].matmul_precision) == ("eager", "highest")
+    assert (PRESETS["gpu"].update_path, PRESETS["gpu"].matmul_precision) == ("graph", "bf16")
 
 
 def test_a_network_of_more_than_max_weights_is_refused():

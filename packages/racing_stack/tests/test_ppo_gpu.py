@@ -27,8 +27,10 @@ from racing_stack.ppo import PRESETS, Trainer, make_env, make_validation_env
 
 pytestmark = pytest.mark.gpu
 
-CONFIG = dataclasses.replace(PRESETS["gpu"], worlds=256, steps=16, updates=1, minibatches=4, tracks=64,
-                             max_episode_steps=20, stagger_steps=4, validation_tracks=8)
+#: The GPU preset at a tiny size on the reference path (eager, float32 matmuls): the graph path is held against it.
+CONFIG = dataclasses.replace(PRESETS["gpu"], update_path="eager", matmul_precision="highest", worlds=256, steps=16,
+                             updates=1, minibatches=4, tracks=64, max_episode_steps=20, stagger_steps=4,
+                             validation_tracks=8)
 #: Crossings of a rollout step: the action to JAX, one pack of the step's outputs and the next features back.
 CROSSINGS_PER_STEP = 2
 

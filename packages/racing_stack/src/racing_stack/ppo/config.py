@@ -314,12 +314,15 @@ def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 #: The CPU preset finishes in minutes (16 worlds, the first 16 Train tracks,
 #: 200-step episodes, 4 Validation tracks); it shows the loop working, it
 #: does not learn a lap. The GPU preset is the full run on an H200 (8,192
-#: worlds; the PPO page's recipe and ledger say why each setting).
+#: worlds, the update captured as CUDA graphs with bf16 matmuls, the
+#: fastest path that passes the release's gates; the PPO page's recipe and
+#: ledger say why each setting).
 PRESETS = {
     "cpu": PPOConfig(worlds=16, steps=32, updates=30, epochs=4, minibatches=2, hidden=(64, 64),
                      max_episode_steps=200, stagger_steps=50, tracks=16, checkpoint_every=10, learning_rate=1e-3,
                      validate_every=10, validation_tracks=4, validation_steps=200),
-    "gpu": PPOConfig(updates=600, schedule="linear", learning_rate=1e-3, clip=0.1, crash_warmup_updates=200,
-                     crash_warmup_success=0.5, validate_every=300, init_log_std=(-1.6, -1.6),
+    "gpu": PPOConfig(update_path="graph", matmul_precision="bf16", updates=600, schedule="linear",
+                     learning_rate=1e-3, clip=0.1, crash_warmup_updates=200, crash_warmup_success=0.5,
+                     validate_every=300, init_log_std=(-1.6, -1.6),
                      reward=ShapedReward(crash_energy_cost=1.0, stall_progress_m=1.0, slip_cost=0.1)),
 }
