@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).parents[1]
@@ -423,6 +424,29 @@ def test_the_ppo_benchmark_refuses_bad_arguments_before_touching_anything(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.json", "notes"]  # no folder made
 
 
+def test_the_batched_comparison_counts_lap_differences_in_env_calls():
+    """Laps one call apart read 0.0200005 s in float32: the comparison
+    counts the calls (1, within the gate), as well as the seconds, and an
+    outcome that differs is counted apart (its lap not compared)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("batched_eval", ROOT / "benchmarks/racing_stack/batched_eval.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def episode(track, reason, steps):
+        lap = float(np.float32(steps) * np.float32(0.02)) if reason == "success" else None
+        return {"track_id": track, "termination_reason": reason, "lap_time_s": lap, "steps": steps}
+
+    one = {"episodes": [episode(1, "success", 991), episode(2, "success", 1036), episode(3, "off_track", 40)],
+           "summary": {"success_rate": 2 / 3}, "seconds": 2.0}
+    many = {"episodes": [episode(1, "success", 992), episode(2, "success", 1036), episode(3, "success", 1200)],
+            "summary": {"success_rate": 1.0}, "seconds": 1.0}
+    c = bench.compared(one, many, exact=False)
+    assert c["outcomes_differing"] == 1 and c["max_lap_difference_calls"] == 1 <= bench.GATE_LAP_CALLS
+    assert 0.02 < c["max_lap_difference_s"] < 0.0201 and c["bitwise_equal"] is None
+
+
 def test_the_batched_evaluation_benchmark_smoke_compares_and_times(tmp_path):
     """The batched-evaluation benchmark's CPU smoke: the release policy
     with this version's controller on a Test track one episode at a time
@@ -436,7 +460,8 @@ def test_the_batched_evaluation_benchmark_smoke_compares_and_times(tmp_path):
     assert report["device"] == "cpu" and report["gates"] == [] and report["passed"] is False
     comparison = report["comparison"]
     assert comparison["episodes"] == 1 and comparison["bitwise_equal"] is True
-    assert comparison["outcomes_differing"] == 0 and comparison["max_lap_difference_s"] == 0.0
+    assert comparison["outcomes_differing"] == 0
+    assert comparison["max_lap_difference_s"] == 0.0 and comparison["max_lap_difference_calls"] == 0
     assert report["command"]["episodes"] == 1 and report["command"]["seconds"] > 0
     usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/batched_eval.py"), "--plugin",
                             str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)

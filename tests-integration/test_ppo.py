@@ -407,13 +407,17 @@ def test_validation_drives_each_track_once_as_the_runner_does(env, validation, t
     from racing_env.runner import run
 
     from racing_stack.ppo.export import export_plugin
-    from racing_stack.ppo.validation import validate
+    from racing_stack.ppo.validation import _CAPTURED, _mean_action, validate
 
     trainer = Trainer(TINY, env, tmp_path, validation=validation)
     trainer.run()
     rows = list(range(TINY.validation_tracks))
     mine = validate(trainer.policy, validation, TINY, trainer.crossing, rows, early_exit=False)
     assert validate(trainer.policy, validation, TINY, trainer.crossing, rows, early_exit=False) == mine  # the same
+    # On the CPU the graph path validates eagerly (its capture is CUDA's): the same episodes.
+    graph = dataclasses.replace(TINY, update_path="graph")
+    assert validate(trainer.policy, validation, graph, trainer.crossing, rows, early_exit=False) == mine
+    assert _mean_action(trainer.policy, graph, len(rows)) == trainer.policy.mean_action and not _CAPTURED
     assert max(e.steps for e in mine) > TINY.validation_steps  # some episode outlives the early exit
     # The reference: the Runner driving the exported policy on the same rows with the same seed.
     plugin = export_plugin(trainer.policy, TINY, tmp_path / "plugin")

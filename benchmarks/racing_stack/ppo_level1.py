@@ -26,9 +26,14 @@ all 1,000 Validation tracks against pure pursuit's laps there, and (unless
    Validation checks below: each Runner is one host thread's work, and
    the checks are the device's. The learned plugin goes through its
    batched controller (``--batched``: every world's observation in one
-   call a step; on the plugin's ``cpu`` device each row is computed as
-   the per-episode controller computes it, so the episodes are the
-   same, bit for bit). Test is looked at only here.
+   call a step). On a GPU the Runner drives a copy of the exported plugin
+   with ``device = "cuda"`` (the one setting a plugin's user may edit):
+   every world's row in one network call, another rounding than the CPU's
+   (the batched benchmark holds its laps within one env call of the
+   per-episode controller's). On the CPU it drives the exported plugin
+   (``device = "cpu"``), whose batched controller computes each row as
+   the per-episode controller does, bit for bit. Test is looked at only
+   here.
 4. Validation, 1,000 tracks: the chosen policy on every Validation track
    through the trainer's on-device validation under the full Level timeout
    (the episodes the Runner drives with the exported plugin: a GPU test
@@ -85,6 +90,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -432,11 +438,13 @@ def main() -> None:
         f"exported update {best['update']}'s policy (validation success {best['validation_success_rate']:.3f})")
     write()
     runners: dict[str, tuple[subprocess.Popen, Path]] = {}
+    scratch = Path(tempfile.mkdtemp(prefix="ppo_level1_"))
     try:
         if not args.dev:
             # A SIGTERM (a time limit's) ends this process through the finally below, so the children end too.
             signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
-            for name, driven in (("learned", plugin), ("pursuit", PURSUIT)):
+            learned = export_plugin(chosen, config, scratch / plugin.name, device="cuda") if gpu else plugin
+            for name, driven in (("learned", learned), ("pursuit", PURSUIT)):
                 runner_out = run_dir / f"{name}_test.json"
                 child = start_runner(driven, args.eval_tracks, runner_out, batched=name == "learned")
                 runners[name] = child, runner_out
@@ -479,6 +487,7 @@ def main() -> None:
     finally:
         for child, _ in runners.values():
             stop_runner(child)  # this run stopped first: its children must not outlive it
+        shutil.rmtree(scratch, ignore_errors=True)
     if report["command_wall_s"] is not None:
         log(f"the command took {report['command_wall_s']:.0f} s (setup {report['setup_s']:.0f} s)")
     for g in report["gates"]:

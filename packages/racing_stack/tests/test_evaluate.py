@@ -600,3 +600,27 @@ def test_evaluate_batched_runs_in_process(tmp_path, capsys):
     assert len(result["episodes"]) == 2 and result["summary"]["controller_errors"] == 0
     assert evaluate.main(["--level", "0", "--backend", "cpu_reference", "--batched"]) == 2  # pure pursuit: none
     assert "defines no racing_env.BatchController" in capsys.readouterr().err
+
+
+def test_an_isolated_batched_evaluation_drives_a_world_a_track(monkeypatch):
+    """Isolated one episode at a time, a world is a process: 16 worlds at
+    once by default. Batched, one child serves every world, so isolated or
+    not it drives as many worlds as tracks (at most 1,024), not 16 waves."""
+    import racing_stack.levels
+
+    class Built(Exception):
+        pass
+
+    worlds = []
+
+    def level_env(count, *args, **kwargs):
+        worlds.append(count)
+        raise Built
+
+    monkeypatch.setattr(racing_stack.levels, "level_env", level_env)
+    for batched, isolate in ((False, None), (True, None), (False, False), (True, False)):
+        with pytest.raises(Built):
+            evaluate.evaluate(level=1, split="test", tracks=40, batched=batched, isolate=isolate)
+    with pytest.raises(Built):
+        evaluate.evaluate(level=1, split="test", batched=True)
+    assert worlds == [evaluate.ISOLATED_WORLDS, 40, 40, 40, 1000] and evaluate.ISOLATED_WORLDS == 16  # Test: 1,000

@@ -10,6 +10,7 @@ delays injected on both sides of every crossing."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -129,6 +130,27 @@ def test_a_validation_on_the_gpu_drives_what_the_runner_drives(trainer, tmp_path
     for a, b in zip(mine, episodes):  # the Runner's accounting of the same episodes
         assert (a.track_id, a.episode_seed, a.termination_reason) == (b.track_id, b.episode_seed, b.termination_reason)
         assert a.progress == pytest.approx(b.progress, abs=1e-3)
+
+
+def test_a_validation_on_the_graph_path_replays_the_eager_calls(trainer):
+    """``update_path="graph"``: validation's mean action replays a captured
+    graph (`CapturedMean`, kept for the policy), with the eager episodes;
+    the policy's tensors moved, it captures anew."""
+    from racing_stack.ppo.validation import _CAPTURED, CapturedMean, validate
+
+    validation = make_validation_env(CONFIG)
+    rows = list(range(CONFIG.validation_tracks))
+    graph = dataclasses.replace(CONFIG, update_path="graph")
+    eager = validate(trainer.policy, validation, CONFIG, trainer.crossing, rows, early_exit=False)
+    assert trainer.policy not in _CAPTURED
+    for _ in range(2):  # captured at the first call, replayed at the second
+        replayed = validate(trainer.policy, validation, graph, trainer.crossing, rows, early_exit=False)
+        assert [dataclasses.asdict(e) for e in replayed] == [dataclasses.asdict(e) for e in eager]
+    captured = _CAPTURED[trainer.policy][len(rows)]
+    assert isinstance(captured, CapturedMean) and captured.fits(trainer.policy)
+    moved = copy.deepcopy(trainer.policy)
+    assert validate(moved, validation, graph, trainer.crossing, rows, early_exit=False) == eager
+    assert _CAPTURED[moved][len(rows)] is not captured
 
 
 def test_rollouts_under_injected_delays_deliver_what_was_written(trainer):

@@ -108,7 +108,9 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
             which drives each track once).
         backend: ``"cpu_reference"`` (one world) or ``"mjx_warp"``.
         worlds: worlds at once (default: 1 on cpu_reference, else as many
-            as there are tracks, at most 1,024, or `ISOLATED_WORLDS` isolated).
+            as there are tracks, at most 1,024, or `ISOLATED_WORLDS`
+            isolated one episode at a time: a process a world; batched, one
+            child serves every world).
         seed: the env's root reset seed.
         progress: called as ``progress(ended, total)``.
         view: a `racing_env.render.EpisodeView` for world 0's episodes.
@@ -163,7 +165,8 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
             raise ValueError(f"tracks must be in [1, {size}] for split {split!r}, got {count}")
         source, total, rows = {"split": split}, count, list(range(count))
     if worlds is None:
-        worlds = 1 if backend_type(backend).one_world else min(total, ISOLATED_WORLDS if isolate else 1024)
+        worlds = 1 if backend_type(backend).one_world else \
+            min(total, ISOLATED_WORLDS if isolate and not batched else 1024)
     env = level_env(worlds, LEVEL_0 if level == 0 else LEVEL_1, backend=backend, on_build=on_build, **source)
     stopped = None
     try:
@@ -269,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"one) or {CPU_REFERENCE} (MuJoCo C on the CPU, one world)")
     parser.add_argument("--worlds", type=int_in(1), default=None,
                         help=f"worlds at once (default: 1 on {CPU_REFERENCE}; on {MJX_WARP} one a track, at most "
-                             f"1,024, or {ISOLATED_WORLDS} isolated)")
+                             f"1,024, or {ISOLATED_WORLDS} isolated without --batched: a process a world)")
     parser.add_argument("--seed", type=int_in(0, SEED_END, "2**32"), default=0,
                         help="the env's root reset seed, in [0, 2**32) (default 0)")
     parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
