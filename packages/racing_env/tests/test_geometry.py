@@ -188,3 +188,24 @@ def test_road_geometry_on_a_circle(xp, turn):
     points = wrap(turn * (angle - 0.3)) / (2 * np.pi / n)
     np.testing.assert_allclose(wrap((along - points) * 2 * np.pi / n), 0.0,
                                atol=2 * np.pi / n * (0.5 * 1.5 * w / radius + 1e-3))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(7, 2), (3, 5, 11, 2), (1, 640, 2)])
+def test_a_pair_sum_is_numpys_reduction_bit_for_bit(dtype, shape):
+    """NumPy's sum over an axis of two numbers is their one sum: the
+    faster form gives its very bits (infinities and the squares and
+    products the geometry sums included), but for two negative zeros
+    (-0.0 here, +0.0 from the reduction); JAX keeps its reduction."""
+    rng = np.random.default_rng(len(shape))
+    v = (rng.normal(size=shape) * 10.0 ** rng.integers(-30, 30, size=shape)).astype(dtype)
+    v.flat[:4] = [-0.0, -0.0, np.inf, -1.0]
+    with np.errstate(over="ignore"):  # products past the dtype's range: infinities, summed as any other
+        products = (v * v, v * v[..., ::-1])
+    for value in (v, *products):
+        got = geometry._pair_sum(np, value)
+        want = np.sum(value, axis=-1)
+        assert got.dtype == dtype and (got + 0.0).tobytes() == want.tobytes()  # + 0.0: -0.0 to +0.0
+    assert np.signbit(geometry._pair_sum(np, v).flat[0]) and not np.signbit(np.sum(v, axis=-1).flat[0])
+    assert np.array_equal(np.asarray(geometry._pair_sum(jnp, jnp.asarray(v, jnp.float32))),
+                          np.asarray(jnp.sum(jnp.asarray(v, jnp.float32), axis=-1)), equal_nan=True)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from racing_env.car import wheel_layout
 
 __all__ = ["left_normals", "loop_segments", "loop_tangents", "nearest_point", "road_geometry"]
@@ -22,6 +24,19 @@ __all__ = ["left_normals", "loop_segments", "loop_tangents", "nearest_point", "r
 #: Centerline segments `road_geometry` searches on either side of the
 #: nearest point for each wheel (the Race Core's window: they reach every wheel).
 _WINDOW = 16
+
+
+def _pair_sum(xp: Any, v: Any) -> Any:
+    """``v`` [..., 2] summed over its last axis: [...]. NumPy's reduction
+    of two numbers is their one sum, ``v[..., 0] + v[..., 1]``, which NumPy
+    computes about 3x faster (a reduction over an axis of two pays per
+    output element): the same bits, but for two negative zeros, whose sum
+    is -0.0 here and +0.0 from the reduction (which starts from 0). The
+    geometry sums squares (never -0.0) and, for a segment's projection,
+    products whose zero's sign no result keeps (it is clipped, then added
+    to a point's index and scaled by a vector). JAX keeps its reduction
+    (one fused kernel, its numbers as they were)."""
+    return v[..., 0] + v[..., 1] if xp is np else xp.sum(v, axis=-1)
 
 
 def loop_segments(xp: Any, points: Any, count: Any) -> tuple[Any, Any]:
@@ -67,7 +82,7 @@ def nearest_point(xp: Any, points: Any, count: Any, position: Any) -> Any:
         position: [E, 2], m.
     """
     valid = xp.arange(points.shape[1])[None, :] < count[:, None]
-    gap = xp.sum((points - position[:, None, :]) ** 2, axis=-1)
+    gap = _pair_sum(xp, (points - position[:, None, :]) ** 2)
     return xp.argmin(xp.where(valid, gap, xp.inf), axis=1)
 
 
@@ -110,16 +125,16 @@ def road_geometry(xp: Any, position: Any, yaw: Any, centerline: Any, left: Any, 
                   position[:, None, 1] + s * layout[:, 0] + c * layout[:, 1]], axis=-1)  # [E, 5, 2]
     ab = (b - a)[:, None]  # [E, 1, S, 2]
     ap = q[:, :, None, :] - a[:, None]  # [E, 5, S, 2]
-    length2 = xp.maximum(xp.sum(ab * ab, axis=-1), f32(1e-12))
-    t = xp.clip(xp.sum(ap * ab, axis=-1) / length2, f32(0), f32(1))
+    length2 = xp.maximum(_pair_sum(xp, ab * ab), f32(1e-12))
+    t = xp.clip(_pair_sum(xp, ap * ab) / length2, f32(0), f32(1))
     d = ap - t[..., None] * ab
-    dist2 = xp.sum(d * d, axis=-1)  # [E, 5, S]
+    dist2 = _pair_sum(xp, d * d)  # [E, 5, S]
     best = xp.argmin(dist2, axis=-1)  # [E, 5]
     cross = ab[..., 0] * ap[..., 1] - ab[..., 1] * ap[..., 0]
     wheel = xp.arange(best.shape[1])[None, :]
     side = xp.where(cross[rows[:, None], wheel, best] >= 0, f32(1), f32(-1))
     offset = side * xp.sqrt(dist2[rows[:, None], wheel, best])  # [E, 5]
-    half_width = xp.sqrt(xp.sum((left[rows, nearest] - centerline[rows, nearest]) ** 2, axis=-1))
+    half_width = xp.sqrt(_pair_sum(xp, (left[rows, nearest] - centerline[rows, nearest]) ** 2))
     direction = ab[:, 0][rows, best[:, 0]]  # [E, 2] the rear axle's segment
     heading = yaw - xp.arctan2(direction[:, 1], direction[:, 0])
     heading = xp.arctan2(xp.sin(heading), xp.cos(heading))
