@@ -589,6 +589,42 @@ def test_the_learned_plugin_drives_batched_as_it_drives_an_episode_at_a_time(tmp
     assert min(e.progress for e in one.episodes) > 0 and LEVEL_0.max_episode_steps > 40
 
 
+def test_the_learned_plugin_runs_its_network_on_one_cpu_thread(tmp_path, monkeypatch):
+    """On the CPU both of the learned plugin's controllers run the network
+    with Torch on one thread (its numbers then do not depend on the cores;
+    many threads on a tiny network wait on each other), and leave Torch's
+    thread count as it was."""
+    from racing_env import LEVEL_0, ProjectConfig, VecCarRacingEnv, level0_track
+    from racing_env.runner import challenge_values
+
+    from racing_stack.ppo.networks import ActorCritic
+
+    plugin = _learned_plugin(tmp_path)
+    env = VecCarRacingEnv(2, config=ProjectConfig(), level=LEVEL_0, backend="mjx_warp", track=level0_track())
+    obs, info = env.reset(seed=0)
+    obs = {k: v if isinstance(v, str) else np.asarray(v) for k, v in obs.items()}
+    config = plugin.config(challenge_values(env))
+    seen = []
+    real = ActorCritic.mean_action
+
+    def mean_action(self, x):
+        seen.append(torch.get_num_threads())
+        return real(self, x)
+
+    monkeypatch.setattr(ActorCritic, "mean_action", mean_action)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        one = plugin.load_class()({k: v if isinstance(v, str) else v[0] for k, v in obs.items()}, {}, config)
+        one.compute_control({k: v if isinstance(v, str) else v[0] for k, v in obs.items()})
+        many = plugin.load_batch_class()(config, 2)
+        many.start(np.arange(2), obs, {})
+        many.compute_controls(np.arange(2), obs, {})
+        assert seen == [1, 1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_evaluate_batched_runs_in_process(tmp_path, capsys):
     """--batched drives in this process (Level 1 isolates by default);
     a plugin without a BatchController is a usage error naming it."""

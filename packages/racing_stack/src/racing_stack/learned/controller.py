@@ -18,9 +18,12 @@ in config.toml runs it on the CPU or a GPU.
 with the same network, loaded once: on a GPU every world's row in one
 call; on the CPU one world's row at a time, so that its numbers are
 `LearnedController`'s bit for bit (a CPU matrix product's rounding
-depends on how many rows it holds).
+depends on how many rows it holds). On the CPU both run Torch on one
+thread (`one_thread`).
 """
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +33,24 @@ from racing_env.controller import BatchController, Controller
 from racing_stack.ppo.export import load_policy
 
 WEIGHTS = Path(__file__).with_name("weights.pt")
+
+
+@contextlib.contextmanager
+def one_thread(device: torch.device) -> Iterator[None]:
+    """Torch on one CPU thread inside, where ``device`` is the CPU (its
+    thread count as it was after): a row's network is too small to share
+    out, and threads that share it wait on each other under load (a call
+    of 1,000 rows took 9.6 s with two threads on a busy 2-core CPU, 0.55 s
+    with one). Its numbers then do not depend on the machine's cores."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 class LearnedController(Controller):
@@ -46,7 +67,7 @@ class LearnedController(Controller):
     def compute_control(self, obs, info=None):
         batch = {key: np.asarray(value)[None] for key, value in obs.items()}
         x = torch.from_numpy(self.features.host(batch, self.previous)).to(self.device)
-        with torch.no_grad():
+        with torch.no_grad(), one_thread(self.device):
             action = self.policy.mean_action(x)[0].cpu().numpy()
         self.previous = action[None].astype(np.float32)
         return action
@@ -68,7 +89,10 @@ class LearnedBatchController(BatchController):
         self.previous[worlds] = 0.0
 
     def compute_controls(self, worlds, obs, info):
-        rows = [self._one(obs, k, worlds[k]) for k in range(len(worlds))] if self.device.type == "cpu" else None
+        rows = None
+        if self.device.type == "cpu":
+            with one_thread(self.device):
+                rows = [self._one(obs, k, worlds[k]) for k in range(len(worlds))]
         if rows is None:
             x = torch.from_numpy(self.features.host(obs, self.previous[worlds])).to(self.device)
             with torch.no_grad():
