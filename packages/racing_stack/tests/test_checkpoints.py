@@ -273,6 +273,8 @@ def test_write_atomic_replaces_the_whole_file(tmp_path):
     checkpoints.write_atomic(path, b"short")
     assert path.read_bytes() == b"short"
     assert [p.name for p in tmp_path.iterdir()] == ["log.csv"]
+    checkpoints.write_atomic(path, (b"head\n", memoryview(b"a body"), b""))  # parts, one after another
+    assert path.read_bytes() == b"head\na body"
 
 
 def test_remove_stale_removes_the_temporary_files_of_that_name_only(tmp_path):

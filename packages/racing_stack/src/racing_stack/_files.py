@@ -9,17 +9,19 @@ import errno
 import fcntl
 import io
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 __all__ = ["exclusive_lock", "remove_stale", "save_figure", "write_atomic"]
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes | Sequence[bytes | memoryview]) -> None:
     """Replace ``path`` with ``data`` atomically (temporary file in the same
     folder, fsync, rename, fsync of the folder). On any failure the
-    temporary file is removed and ``path`` is as it was.
+    temporary file is removed and ``path`` is as it was. ``data`` may be
+    parts, written one after another (a large body is then not copied to
+    be joined to its header).
 
     Raises:
         OSError: the write failed (e.g. the disk is full) and ``path`` is
@@ -30,7 +32,8 @@ def write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            for part in (data,) if isinstance(data, bytes) else data:
+                f.write(part)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
