@@ -444,6 +444,7 @@ def main() -> None:
             # A SIGTERM (a time limit's) ends this process through the finally below, so the children end too.
             signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
             learned = export_plugin(chosen, config, scratch / plugin.name, device="cuda") if gpu else plugin
+            report["test_plugin_device"] = "cuda" if gpu else "cpu"  # the exported plugin's copy the Runner drove
             for name, driven in (("learned", learned), ("pursuit", PURSUIT)):
                 runner_out = run_dir / f"{name}_test.json"
                 child = start_runner(driven, args.eval_tracks, runner_out, batched=name == "learned")

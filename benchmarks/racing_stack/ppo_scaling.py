@@ -68,8 +68,10 @@ def worker(args: argparse.Namespace) -> None:
     try:
         cuda = torch.cuda.is_available()
         if cuda:
+            # float32 matmuls, as the committed scaling report's runs (several processes train eagerly anyway).
             config = dataclasses.replace(PRESETS["gpu"], worlds=worlds, updates=args.updates, validate_every=0,
-                                         checkpoint_every=args.updates, seed=args.seed)
+                                         checkpoint_every=args.updates, seed=args.seed, update_path="eager",
+                                         matmul_precision="highest")
         else:
             config = dataclasses.replace(PRESETS["cpu"], worlds=worlds, updates=args.updates, steps=8,
                                          minibatches=2, tracks=4, max_episode_steps=24, stagger_steps=12,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import json
 import os
 import subprocess
@@ -151,6 +152,10 @@ def test_a_validation_on_the_graph_path_replays_the_eager_calls(trainer):
     moved = copy.deepcopy(trainer.policy)
     assert validate(moved, validation, graph, trainer.crossing, rows, early_exit=False) == eager
     assert _CAPTURED[moved][len(rows)] is not captured
+    kept = len(_CAPTURED)
+    del moved
+    gc.collect()
+    assert len(_CAPTURED) == kept - 1  # a policy gone takes its capture with it
 
 
 def test_rollouts_under_injected_delays_deliver_what_was_written(trainer):

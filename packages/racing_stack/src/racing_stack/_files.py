@@ -16,7 +16,7 @@ from typing import Any
 __all__ = ["exclusive_lock", "remove_stale", "save_figure", "write_atomic"]
 
 
-def write_atomic(path: Path, data: bytes | Sequence[bytes | memoryview]) -> None:
+def write_atomic(path: Path, data: bytes | bytearray | memoryview | Sequence[bytes | memoryview]) -> None:
     """Replace ``path`` with ``data`` atomically (temporary file in the same
     folder, fsync, rename, fsync of the folder). On any failure the
     temporary file is removed and ``path`` is as it was. ``data`` may be
@@ -32,7 +32,7 @@ def write_atomic(path: Path, data: bytes | Sequence[bytes | memoryview]) -> None
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            for part in (data,) if isinstance(data, bytes) else data:
+            for part in (data,) if isinstance(data, (bytes, bytearray, memoryview)) else data:
                 f.write(part)
             f.flush()
             os.fsync(f.fileno())

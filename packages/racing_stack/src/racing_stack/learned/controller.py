@@ -41,7 +41,9 @@ def one_thread(device: torch.device) -> Iterator[None]:
     thread count as it was after): a row's network is too small to share
     out, and threads that share it wait on each other under load (a call
     of 1,000 rows took 9.6 s with two threads on a busy 2-core CPU, 0.55 s
-    with one). Its numbers then do not depend on the machine's cores."""
+    with one). Its numbers then do not depend on the machine's cores.
+    Torch's thread count is the process's: a controller's calls are one
+    thread's (the Runner's), which this assumes."""
     if device.type != "cpu":
         yield
         return

@@ -172,7 +172,7 @@ class CapturedMean:
 
     def __init__(self, policy: ActorCritic, worlds: int, features: int) -> None:
         device = policy.action_half.device
-        self.policy = policy
+        # No reference to the policy itself: `_CAPTURED` keeps this by a weak one to it.
         self.key = self._key(policy)
         self.x = torch.zeros((worlds, features), device=device)
         with torch.no_grad():
@@ -184,14 +184,14 @@ class CapturedMean:
 
     @staticmethod
     def _key(policy: ActorCritic) -> tuple:
-        """What a capture depends on beside the input: where the policy's
-        tensors live, and the matmul settings it was captured under."""
+        """What a capture of a policy depends on beside the input: where its
+        tensors live, and the matmul precision it was captured under."""
         return (tuple(t.data_ptr() for t in (*policy.parameters(), *policy.buffers())),
-                torch.get_float32_matmul_precision(), torch.is_autocast_enabled("cuda"))
+                torch.get_float32_matmul_precision())
 
     def fits(self, policy: ActorCritic) -> bool:
-        """Whether this capture runs ``policy`` as it is now."""
-        return policy is self.policy and self._key(policy) == self.key
+        """Whether this capture (of ``policy``, as `_CAPTURED` files it) runs it as it is now."""
+        return self._key(policy) == self.key
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         self.x.copy_(x)
@@ -207,8 +207,12 @@ def _mean_action(policy: ActorCritic, config: PPOConfig, worlds: int) -> Callabl
     """The policy's mean action as `validate` calls it: on the graph path
     (``config.update_path == "graph"``) on a CUDA device a `CapturedMean`
     (captured at the first call, again where the policy's tensors moved),
-    else ``policy.mean_action`` itself."""
-    if config.update_path != "graph" or policy.action_half.device.type != "cuda":
+    else ``policy.mean_action`` itself. In a run of several processes too
+    (a validation is one process's work, no collective inside); never
+    under an autocast (whose cached casts of the weights a capture would
+    keep)."""
+    if (config.update_path != "graph" or policy.action_half.device.type != "cuda"
+            or torch.is_autocast_enabled("cuda")):
         return policy.mean_action
     kept = _CAPTURED.setdefault(policy, {})
     if worlds not in kept or not kept[worlds].fits(policy):
