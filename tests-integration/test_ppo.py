@@ -286,6 +286,42 @@ def test_a_lagged_run_with_checkpoints_or_a_resume_is_the_same_run(env, tmp_path
         straight.state_dict()
 
 
+def test_a_pipelined_run_launches_the_next_rollout_first_with_the_numbers_of_one_that_does_not(env, validation,
+                                                                                                  tmp_path):
+    """Without a lag the next rollout is launched before an update's
+    results are read (`Trainer.pipelined`), its crash weight from the
+    laps read first, but never before a checkpoint or a validation: the
+    same rows, crash weights, buffers and weights as a run that reads
+    first, bit for bit, and its checkpoints resume it."""
+    from racing_stack.ppo.train import collects_ahead
+
+    config = dataclasses.replace(TINY, updates=7, checkpoint_every=3, validate_every=4, crash_warmup_updates=3,
+                                 crash_warmup_success=0.0)
+    runs = {}
+    for pipelined in (False, True):
+        trainer = Trainer(config, env, tmp_path / str(pipelined), validation=validation)
+        assert trainer.pipelined  # the default without a lag
+        trainer.pipelined = pipelined
+        one, ahead = trainer._one_update, []
+        trainer._one_update = lambda: (one(), ahead.append(trainer.ahead))[0]
+        runs[pipelined] = trainer, trainer.run(), ahead
+    (reads, rows, none), (launches, pipelined_rows, ahead) = runs[False], runs[True]
+    assert none == [False] * 7 and ahead == [True, True, False, False, True, False, False]
+    assert [collects_ahead(config, done, False, True) for done in range(1, 8)] == ahead
+    assert [r["crash_weight"] for r in rows] == [0.0, 1 / 3, 2 / 3, 1.0, 1.0, 1.0, 1.0]
+    assert json.dumps(lag_rows(pipelined_rows)) == json.dumps(lag_rows(rows))
+    for key in ("x", "u", "logp", "value", "valid", "reward"):
+        assert torch.equal(launches.buf[key], reads.buf[key]), key
+    for key, value in reads.policy.state_dict().items():
+        assert torch.equal(launches.policy.state_dict()[key], value), key
+    assert Trainer(dataclasses.replace(config, policy_lag=1), env, tmp_path / "lag").pipelined is False
+    cut = Trainer(config, env, tmp_path / "cut", validation=validation)
+    first = cut.run(seconds=0.0)
+    assert [r["update"] for r in first] == [1] and not cut.ahead  # a cut update does not collect ahead
+    resumed = Trainer(config, env, tmp_path / "cut", validation=validation)
+    assert json.dumps(lag_rows(first + resumed.run(resume=True))) == json.dumps(lag_rows(rows))
+
+
 def test_a_short_run_improves_its_return_and_exports_a_plugin_that_drives(tmp_path):
     config = dataclasses.replace(PRESETS["cpu"], worlds=16, steps=32, updates=30, tracks=8, max_episode_steps=100,
                                  learning_rate=3e-3, stagger_steps=0, schedule="constant", gamma=0.99)

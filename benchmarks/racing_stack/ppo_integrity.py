@@ -189,6 +189,7 @@ def throughput(env, config, blocks: int, updates: int, tmp: Path) -> dict[str, A
     for block in range(blocks):
         for name, trainer in variants.items():
             trainer.rollout.restore(fresh, trainer.env.reset(seed=block)[0])  # the trainers share the env
+            trainer.ahead = False  # a rollout its last block collected ahead is another env's: collected anew
             timed = [trainer._one_update()["transitions_per_s"] for _ in range(updates)]
             rates[name] += timed[1:]
     steady = {name: statistics.median(v) for name, v in rates.items()}

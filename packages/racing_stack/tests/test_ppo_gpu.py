@@ -87,6 +87,27 @@ def test_the_graph_path_collects_and_updates_bitwise_as_the_eager_path(trainer, 
         assert torch.equal(a, b), name
 
 
+def test_a_pipelined_run_on_the_graph_path_has_the_numbers_of_one_that_reads_first(tmp_path):
+    """On the GPU the next rollout launched right after the captured
+    optimisation (`Trainer.pipelined`) runs after it on the device: the
+    same rows, buffers and weights as a run that reads first, bf16 too."""
+    rows, trainers, env = {}, {}, make_env(CONFIG)
+    config = dataclasses.replace(CONFIG, update_path="graph", matmul_precision="bf16", updates=5)
+    for pipelined in (False, True):
+        trainers[pipelined] = Trainer(config, env, tmp_path / str(pipelined))
+        trainers[pipelined].pipelined = pipelined
+        rows[pipelined] = [{k: v for k, v in trainers[pipelined]._one_update().items()
+                            if k not in ("seconds", "transitions_per_s")} for _ in range(4)]
+        assert trainers[pipelined].ahead == pipelined
+    trainers[False].collect()  # the rollout the pipelined run collected ahead, collected after reading
+    assert json.dumps(rows[False]) == json.dumps(rows[True])
+    for key in ("x", "u", "logp", "value", "valid", "reward", "terminated"):
+        assert torch.equal(trainers[False].buf[key], trainers[True].buf[key]), key
+    for (name, a), (_, b) in zip(trainers[False].policy.state_dict().items(),
+                                 trainers[True].policy.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
 @pytest.mark.parametrize("precision", ["high", "bf16"])
 def test_a_lagged_run_collects_beside_its_update_with_the_numbers_of_one_after_it(tmp_path, precision):
     """``policy_lag=1``: on the graph path the next rollout runs on its own

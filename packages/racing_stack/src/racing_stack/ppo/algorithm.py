@@ -268,8 +268,8 @@ class PPOUpdate:
             p.grad = part.view_as(p)
 
     def guard(self, batch: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor,
-              losses: dict[str, float],
-              reward_bounds: tuple[float, float], acted: torch.Tensor | None, update: int, last_good: str) -> None:
+              losses: dict[str, float], reward_bounds: tuple[float, float], acted: torch.Tensor | None,
+              update: int, last_good: str, checked: torch.Tensor | None = None) -> None:
         """Check update ``update`` (1-based) just computed, causes before
         effects: the parameters that acted in the rollout (``acted``:
         `acting_parameters`, taken before the update; bad ones make bad
@@ -277,27 +277,45 @@ class PPOUpdate:
         rollout's (``batch``: `Rollout.batch`) features, rewards (within ``reward_bounds``), values,
         advantages and returns, the ``losses``, then the updated parameters
         (bad data or a bad loss makes them bad); the first bad field is
-        named. One small read of the device (`racing_stack.guard`).
+        named. One small read of the device (`racing_stack.guard`):
+        ``checked``, `checks` of the same arguments taken earlier (before
+        the next rollout writes the buffers again), or None: taken now.
 
         Raises:
             GuardError: naming the update, the first bad field and its worst
                 value, and ``last_good`` (what a stopped run resumes from).
         """
-        buf = batch
-        low, high = reward_bounds
-        # The wrapper computes in float32: its rounding may pass an exact bound by an ulp or two.
-        low, high = low - 1e-5 * max(1.0, abs(low)), high + 1e-5 * max(1.0, abs(high))
-        fields = [Violation("observation feature", buf["x"]), Violation("reward", buf["reward"], low, high),
-                  Violation("value", [buf["value"], buf["last_value"]]), Violation("advantage", advantage),
-                  Violation("return", returns)]
-        updated = self.parameters("updated parameter")
-        read = violations([*fields, updated])
+        fields, updated = self._guarded(batch, advantage, returns, reward_bounds)
+        if checked is None:
+            checked = self.checks(batch, advantage, returns, reward_bounds, acted)
         if acted is not None:
-            fields, read = [self.parameters("acting parameter"), *fields], torch.cat([acted, read])
-        rows = first_worst(self.group.gather(read)).tolist()  # the one host read
+            fields = [self.parameters("acting parameter"), *fields]
+        rows = checked.tolist()  # the one host read
         rows[-1:-1] = [[0.0 if math.isfinite(v) else 1.0, v] for v in losses.values()]
         fields += [Violation(name, torch.zeros(1)) for name in losses] + [updated]
         check(fields, rows, update, last_good, self.group.size)
+
+    def checks(self, batch: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor,
+               reward_bounds: tuple[float, float], acted: torch.Tensor | None) -> torch.Tensor:
+        """The device's part of `guard` (its arguments'): the violations of
+        every field but the losses, every process's first worst [F, 2]; on
+        the device, no wait."""
+        fields, updated = self._guarded(batch, advantage, returns, reward_bounds)
+        read = violations([*fields, updated])
+        if acted is not None:
+            read = torch.cat([acted, read])
+        return first_worst(self.group.gather(read))
+
+    def _guarded(self, batch: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor,
+                 reward_bounds: tuple[float, float]) -> tuple[list[Violation], Violation]:
+        """The guard's fields of the rollout and the update, and the updated parameters'."""
+        low, high = reward_bounds
+        # The wrapper computes in float32: its rounding may pass an exact bound by an ulp or two.
+        low, high = low - 1e-5 * max(1.0, abs(low)), high + 1e-5 * max(1.0, abs(high))
+        fields = [Violation("observation feature", batch["x"]), Violation("reward", batch["reward"], low, high),
+                  Violation("value", [batch["value"], batch["last_value"]]), Violation("advantage", advantage),
+                  Violation("return", returns)]
+        return fields, self.parameters("updated parameter")
 
     def parameters(self, name: str, policy: ActorCritic | None = None) -> Violation:
         """The guard's field of the parameters and feature statistics of ``policy`` (default: the

@@ -59,7 +59,7 @@ from racing_stack.ppo.validation import Selection
 # JAX and Torch train on one GPU: JAX must not take most of it up front.
 share_gpu()
 
-__all__ = ["RUN_FILES", "GuardError", "RunExists", "Trainer", "claim"]
+__all__ = ["RUN_FILES", "GuardError", "RunExists", "Trainer", "claim", "collects_ahead"]
 
 #: What a run writes into its folder; a folder holding any of them holds a run.
 RUN_FILES = ("checkpoint.pt", "log.csv", "tensorboard", "plugin", "learning_curve.png", "policy.gif")
@@ -110,7 +110,7 @@ class Trainer:
         self.selection = Selection(validation, config)
         self.config, self.env, self.out = config, env, Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.progress = progress or self._print
+        self.progress = progress or (lambda row: print(progress_line(row, config.updates), file=sys.stderr, flush=True))
         self.device = torch.device("cuda", 0) if jax.default_backend() == "gpu" else torch.device("cpu")
         space = env.single_action_space
         #: The policy, its optimizer and generator, and the update (`racing_stack.ppo.algorithm.PPOUpdate`).
@@ -127,6 +127,9 @@ class Trainer:
         #: hold the next update's rollout (collected during the last update); the crash weight the
         #: rollout in the buffers paid; whether the last update found `run`'s ``seconds`` spent.
         self.acting_clock, self.ahead, self.weight, self.cut, self._deadline = 0, False, 0.0, False, None
+        #: Without a lag, in one process: whether the next rollout may be launched before the host reads
+        #: an update's results (`collects_ahead`): the same numbers, no idle device between the two.
+        self.pipelined = not config.policy_lag and group.size == 1
         #: Wall time (s) this Trainer spent checkpointing, and how often.
         self.checkpoints = {"checkpoint_s": 0.0, "checkpoints": 0}
 
@@ -169,19 +172,17 @@ class Trainer:
     def crossing(self, value: Handover) -> None:
         self.rollout.crossing = value
 
-    # -- one update ------------------------------------------------------------
-
-    def collect(self, after: torch.cuda.Event | None = None) -> None:
+    def collect(self, after: torch.cuda.Event | None = None, weight: float | None = None) -> None:
         """One rollout of `PPOUpdate.acting` into the buffers (`racing_stack.ppo.rollout.Rollout.collect`,
-        which says what ``after`` is), paying the crash and slide costs' share of `crash_weight`,
-        at ``config.matmul_precision``."""
+        which says what ``after`` is), paying the crash and slide costs' share ``weight`` (None:
+        `crash_weight`), at ``config.matmul_precision``."""
+        weight = self.crash_weight() if weight is None else weight
         with matmul_precision(self.config.matmul_precision, self.device):
-            self.rollout.collect(self.learner.acting, self.generator, self.crash_weight(), after)
+            self.rollout.collect(self.learner.acting, self.generator, weight, after)
 
     def crash_weight(self) -> float:
-        """The share of the crash and slide costs the next rollout pays
-        (`racing_stack.ppo.algorithm.crash_weight` of `crash_clock`, or
-        with ``config.policy_lag`` of `acting_clock`)."""
+        """The share of the crash and slide costs the next rollout pays (`racing_stack.ppo.algorithm.crash_weight`
+        of `crash_clock`, or with ``config.policy_lag`` of `acting_clock`)."""
         return crash_weight(self.config, self.acting_clock if self.config.policy_lag else self.crash_clock)
 
     def advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,15 +194,16 @@ class Trainer:
         return self.learner.optimise(self.rollout.batch(keep=bool(self.config.policy_lag)), advantage, returns)
 
     def guard(self, advantage: torch.Tensor, returns: torch.Tensor, losses: dict[str, float],
-              acted: torch.Tensor | None = None, batch: dict[str, torch.Tensor] | None = None) -> None:
+              acted: torch.Tensor | None = None, batch: dict[str, torch.Tensor] | None = None,
+              checked: torch.Tensor | None = None) -> None:
         """Check the update just computed on its rollout's ``batch`` (default: the last rollout's;
-        `PPOUpdate.guard`): ``acted`` is `acting_parameters`, taken before it.
+        `PPOUpdate.guard`, which says what ``checked`` is): ``acted`` is `acting_parameters`, taken before it.
 
         Raises:
             GuardError: naming the update, the first bad field and its worst value.
         """
         self.learner.guard(self.rollout.batch() if batch is None else batch, advantage, returns, losses,
-                           self.reward_bounds, acted, self.update + 1, self.last_checkpoint())
+                           self.reward_bounds, acted, self.update + 1, self.last_checkpoint(), checked)
 
     def acting_parameters(self) -> torch.Tensor:
         """`racing_stack.guard.violations` of `acting`'s parameters now (on the device, no wait)."""
@@ -209,9 +211,8 @@ class Trainer:
 
     def last_checkpoint(self) -> str:
         """What a stopped run can resume from, said for a message."""
-        if self.saved_update is None:
-            return "no checkpoint was written yet"
-        return f"the last checkpoint, {self.out / 'checkpoint.pt'} (update {self.saved_update}), is whole"
+        return ("no checkpoint was written yet" if self.saved_update is None else
+                f"the last checkpoint, {self.out / 'checkpoint.pt'} (update {self.saved_update}), is whole")
 
     def episodes(self) -> dict[str, float]:
         """The last rollout's ended episodes (`racing_stack.ppo.rollout.episodes`)."""
@@ -226,13 +227,8 @@ class Trainer:
         self.selection.compile(self.policy, self.crossing)
 
     def best_policy(self) -> ActorCritic:
-        """The best validated policy (a copy), or the current one when no
-        validation ran."""
-        if self.best is None:
-            return self.policy
-        policy = self.learner.new_policy()
-        policy.load_state_dict(self.best["policy"])
-        return policy
+        """The best validated policy (a copy), or the current one when no validation ran (`Selection.policy`)."""
+        return self.selection.policy(self.policy, self.learner.new_policy)
 
     def validate_and_keep(self) -> dict[str, float]:
         """`validate`, keeping the policy if it is the best so far
@@ -240,8 +236,6 @@ class Trainer:
         result = self.validate()
         self.selection.keep_if_best(self.policy, self.update, result)
         return result
-
-    # -- the run ---------------------------------------------------------------
 
     def run(self, resume: bool = False, seconds: float | None = None, overwrite: bool = False) -> list[dict[str, Any]]:
         """Train until ``config.updates``, or until the update (with its
@@ -305,7 +299,9 @@ class Trainer:
         crash clock, then the next rollout is collected while the update
         runs on a kept copy of this one, unless a checkpoint follows (the
         last update, one of ``checkpoint_every``, ``seconds`` spent): that
-        update collects it. Where it is collected changes none of its numbers."""
+        update collects it. Without one, `pipelined`: the next rollout is
+        launched right after the optimisation (`collects_ahead`). Where it
+        is collected changes none of its numbers."""
         start = time.perf_counter()
         cfg = self.config
         rate = self.rate
@@ -319,18 +315,25 @@ class Trainer:
         advantage, returns = self.learner.advantages(batch)
         # Every process stops after the same update.
         self.cut = self._deadline is not None and self.group.any(time.perf_counter() >= self._deadline)
+        done = self.update + 1
+        # Pipelined, the next rollout's crash weight needs this one's laps: read before the update is launched.
+        early = episodes(batch, self.group) if self.pipelined and collects_ahead(
+            cfg, done, self.cut, self.validation is not None) else None
         if cfg.policy_lag:
             self.learner.follow()
             self.acting_clock = self.crash_clock
-        stats = self.learner.launch(batch, advantage, returns)
-        done = self.update + 1
-        if cfg.policy_lag and done < cfg.updates and done % cfg.checkpoint_every and not self.cut:
-            self.weight = self.crash_weight()
-            self.collect(self.learner.followed)
+        stats, checked = self.learner.launch(batch, advantage, returns), None
+        lagged = cfg.policy_lag and done < cfg.updates and done % cfg.checkpoint_every and not self.cut
+        if lagged or early is not None:  # the next rollout now (pipelined: this one checked before it, read after)
+            if early is not None:
+                checked = self.learner.checks(batch, advantage, returns, self.reward_bounds, acted)
+            self.weight = self.crash_weight() if lagged else crash_weight(
+                cfg, self.crash_clock + int(cfg.warms_up(early["success_rate"])))
+            self.collect(self.learner.followed if lagged else None, self.weight)
             self.ahead = True
         losses = read(stats)
-        self.guard(advantage, returns, losses, acted, batch)
-        stats = episodes(batch, self.group)
+        self.guard(advantage, returns, losses, acted, batch, checked)
+        stats = episodes(batch, self.group) if early is None else early
         self.rate = adapted_learning_rate(self.config, rate, losses["approx_kl"], self.update)
         self.crash_clock += int(self.config.warms_up(stats["success_rate"]))
         self.update += 1
@@ -367,8 +370,16 @@ class Trainer:
         (`racing_stack.ppo.checkpoint.restore`, which says what it raises)."""
         checkpoint.restore(self, path)
 
-    def _print(self, row: dict[str, Any]) -> None:
-        print(progress_line(row, self.config.updates), file=sys.stderr, flush=True)
+
+def collects_ahead(config: PPOConfig, done: int, cut: bool, validates: bool) -> bool:
+    """Whether update ``done`` (1-based) of a `Trainer.pipelined` run
+    launches the next rollout before it reads its results: not before a
+    checkpoint (the last update, one of ``checkpoint_every``, ``cut``: the
+    run's ``seconds`` spent; a checkpoint holds no rollout in flight) nor
+    before a validation (``validates``: the run has a validation env; it
+    would wait for the rollout)."""
+    validating = validates and config.validate_every and done % config.validate_every == 0
+    return done < config.updates and bool(done % config.checkpoint_every) and not cut and not validating
 
 
 def _check_envs(config: PPOConfig, env, validation, group: Group) -> None:

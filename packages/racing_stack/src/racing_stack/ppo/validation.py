@@ -95,6 +95,14 @@ class Selection:
             state = {k: v.detach().clone() for k, v in policy.state_dict().items()}
             self.best = {"update": update, **result, "policy": state}
 
+    def policy(self, current: ActorCritic, new_policy: Callable[[], ActorCritic]) -> ActorCritic:
+        """The best validated policy (a copy into ``new_policy()``), or ``current`` when no validation ran."""
+        if self.best is None:
+            return current
+        policy = new_policy()
+        policy.load_state_dict(self.best["policy"])
+        return policy
+
     def _env(self):
         if self.env is None:
             raise ValueError("no validation env: give the Trainer one (validation=make_validation_env(config))")
