@@ -42,7 +42,8 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     no gate on a CPU."""
     out = tmp_path / "speed.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--profile", "--out",
-                          str(out), "--paths", "eager/highest", "graph/high/lag1", "--skill-path", "eager/high/lag1",
+                          str(out), "--paths", "eager/highest", "graph/high/lag1", "eager/highest/serial",
+                          "--skill-path", "eager/high/lag1",
                           "--trace", str(tmp_path / "trace.json"), "--warmup-updates", "3"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
@@ -50,7 +51,10 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     assert report["device"] == "cpu" and report["passed"] is False and report["gates"] == []
     (throughput,) = report["throughput"]
     assert set(throughput["env"]) == {"env", "env_with_wrappers"} and min(throughput["env"].values()) > 0
-    assert set(throughput["variants"]) == {"eager/highest", "graph/high/lag1"}
+    assert set(throughput["variants"]) == {"eager/highest", "graph/high/lag1", "eager/highest/serial"}
+    # Reading an update's results before the next rollout is launched changes none of its numbers.
+    pipelined, serial = (throughput["variants"][v]["last_losses"] for v in ("eager/highest", "eager/highest/serial"))
+    assert json.dumps(pipelined) == json.dumps(serial)
     for variant in throughput["variants"].values():
         assert variant["median_transitions_per_s"] > 0 and variant["ratio_to_env_with_wrappers"] > 0
         assert variant["warmup_updates"] == 3 and variant["env_replayed_transitions_per_s"] > 0
@@ -61,7 +65,7 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
         assert set(variant["profile"]) == {"optimise", "rollout", "update"}
         assert variant["profile"]["optimise"]["host_ms"] > 0 and variant["profile"]["update"]["wall_ms"] > 0
         assert variant["profile"]["update"]["device_busy_ms"] == 0.0  # no device on a CPU
-    for variant in ("eager_highest", "graph_high_lag1"):
+    for variant in ("eager_highest", "graph_high_lag1", "eager_highest_serial"):
         assert "traceEvents" in json.loads((tmp_path / f"trace_4_{variant}.json").read_text())
     (skill,) = report["skill"]
     assert skill["worlds"] == 4 and skill["training_s"] > 0 and skill["curve"]  # validated on the way
@@ -73,7 +77,7 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     assert skill["update_s_median"] is None or 0 < skill["update_s_median"] < skill["training_s"]
     assert all(0.0 <= p["validation_success_rate"] <= 1.0 for p in skill["curve"])
     assert out.with_suffix(".png").stat().st_size > 0
-    for variant in ("jit/high", "graph/high/lag", "graph/high/lag2", "graph"):
+    for variant in ("jit/high", "graph/high/lag", "graph/high/lag2", "graph", "graph/serial", "graph/high/serial/lag1"):
         usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--paths",
                                 variant], capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert usage.returncode == 2 and f"argument --paths: {variant!r}" in usage.stderr, usage.stderr

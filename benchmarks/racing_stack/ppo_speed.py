@@ -162,16 +162,24 @@ def replayed_rate(env, config: PPOConfig, start: dict[str, np.ndarray], actions:
 
 
 def variant_config(config: PPOConfig, variant: str) -> PPOConfig:
-    """``config`` on a variant ``update_path/matmul_precision[/lagN]`` (N: `PPOConfig.policy_lag`).
+    """``config`` on a variant ``update_path/matmul_precision[/lagN][/serial]``
+    (N: `PPOConfig.policy_lag`; ``serial``: `serial`'s, not a setting).
 
     Raises:
         ValueError: a variant of other parts, or one the config refuses.
     """
-    parts = variant.split("/")
+    parts = variant.split("/")[:-1] if serial(variant) else variant.split("/")
     lag = parts[2] if len(parts) == 3 else "lag0"
     if len(parts) not in (2, 3) or not lag.startswith("lag") or not lag[3:].isdigit():
-        raise ValueError("a variant is update_path/matmul_precision[/lagN], e.g. graph/high/lag1")
+        raise ValueError("a variant is update_path/matmul_precision[/lagN][/serial], e.g. graph/high/lag1")
     return dataclasses.replace(config, update_path=parts[0], matmul_precision=parts[1], policy_lag=int(lag[3:]))
+
+
+def serial(variant: str) -> bool:
+    """Whether a variant ends in ``/serial``: its trainer reads each
+    update's results before it launches the next rollout
+    (`racing_stack.ppo.train.Trainer.pipelined` off; the same numbers)."""
+    return variant.endswith("/serial")
 
 
 def env_rates(env, config: PPOConfig, steps: int, repeats: int = 3) -> dict[str, float]:
@@ -281,6 +289,7 @@ def throughput(env, config: PPOConfig, variants: list[str], updates: int, profil
             cfg = variant_config(config, variant)
             with tempfile.TemporaryDirectory() as out:
                 trainer = Trainer(cfg, env, Path(out), progress=lambda row: None)
+                trainer.pipelined = trainer.pipelined and not serial(variant)
                 warm = [trainer._one_update() for _ in range(warmup)]
                 if timing:
                     rows = [trainer._one_update() for _ in range(updates)]
@@ -438,7 +447,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worlds", type=int, nargs="*", default=[8192, 65536])
     parser.add_argument("--paths", nargs="+", default=["eager/highest", "graph/highest", "eager/high", "graph/high"],
-                        help="update_path/matmul_precision[/lagN] variants")
+                        help="update_path/matmul_precision[/lagN][/serial] variants (serial: the next rollout "
+                             "launched after an update's results are read)")
     parser.add_argument("--updates", type=int, default=8, help="timed updates a variant")
     parser.add_argument("--warmup-updates", type=int, default=2,
                         help="updates a variant runs before the timed ones (>= 2: the first two compile)")
