@@ -91,16 +91,13 @@ class LearnedBatchController(BatchController):
         self.previous[worlds] = 0.0
 
     def compute_controls(self, worlds, obs, info):
-        rows = None
         if self.device.type == "cpu":
             with one_thread(self.device):
-                rows = [self._one(obs, k, worlds[k]) for k in range(len(worlds))]
-        if rows is None:
+                actions = np.concatenate([self._one(obs, k, worlds[k]) for k in range(len(worlds))])
+        else:
             x = torch.from_numpy(self.features.host(obs, self.previous[worlds])).to(self.device)
             with torch.no_grad():
                 actions = self.policy.mean_action(x).cpu().numpy()
-        else:
-            actions = np.concatenate(rows)
         self.previous[worlds] = actions.astype(np.float32)
         return actions
 

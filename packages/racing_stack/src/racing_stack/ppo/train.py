@@ -323,7 +323,7 @@ class Trainer:
             self.learner.follow()
             self.acting_clock = self.crash_clock
         stats, checked = self.learner.launch(batch, advantage, returns), None
-        lagged = cfg.policy_lag and done < cfg.updates and done % cfg.checkpoint_every and not self.cut
+        lagged = cfg.policy_lag and collects_ahead(cfg, done, self.cut, False)  # beside a validation too
         if lagged or early is not None:  # the next rollout now (pipelined: this one checked before it, read after)
             if early is not None:
                 checked = self.learner.checks(batch, advantage, returns, self.reward_bounds, acted)
@@ -372,12 +372,13 @@ class Trainer:
 
 
 def collects_ahead(config: PPOConfig, done: int, cut: bool, validates: bool) -> bool:
-    """Whether update ``done`` (1-based) of a `Trainer.pipelined` run
-    launches the next rollout before it reads its results: not before a
-    checkpoint (the last update, one of ``checkpoint_every``, ``cut``: the
-    run's ``seconds`` spent; a checkpoint holds no rollout in flight) nor
-    before a validation (``validates``: the run has a validation env; it
-    would wait for the rollout)."""
+    """Whether update ``done`` (1-based) collects the next rollout before it
+    reads its results (a `Trainer.pipelined` run's, or a lagged one's
+    beside its optimisation): not before a checkpoint (the last update,
+    one of ``checkpoint_every``, ``cut``: the run's ``seconds`` spent; a
+    checkpoint holds no rollout in flight) nor, where ``validates`` (a
+    pipelined run with a validation env, which would wait for the
+    rollout), before a validation."""
     validating = validates and config.validate_every and done % config.validate_every == 0
     return done < config.updates and bool(done % config.checkpoint_every) and not cut and not validating
 
