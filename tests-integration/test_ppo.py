@@ -12,6 +12,7 @@ import csv
 import dataclasses
 import json
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +22,7 @@ import torch
 
 from racing_stack import checkpoints
 from racing_stack.interop import to_jax, to_torch, tree_to_torch
+import racing_stack.ppo.train as train_module
 from racing_stack.ppo import LOG_FIELDS, PRESETS, Trainer, finish, make_env, make_validation_env
 from racing_stack.ppo.algorithm import crash_weight
 from racing_stack.ppo.logs import NOT_VALIDATED
@@ -320,6 +322,35 @@ def test_a_pipelined_run_launches_the_next_rollout_first_with_the_numbers_of_one
     assert [r["update"] for r in first] == [1] and not cut.ahead  # a cut update does not collect ahead
     resumed = Trainer(config, env, tmp_path / "cut", validation=validation)
     assert json.dumps(lag_rows(first + resumed.run(resume=True))) == json.dumps(lag_rows(rows))
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_each_row_times_one_rollout_and_one_optimisation_wherever_the_rollout_was_collected(env, validation, lag,
+                                                                                            tmp_path, monkeypatch):
+    """On a clock that moves only while a rollout is collected (1 s), an
+    optimisation launched (0.25 s) or a validation runs (10 s), every row
+    is 1.25 s, rollouts collected ahead (pipelined, or beside a lagged
+    update) and rows next to a checkpoint or a validation alike: none
+    counts a validation, none two rollouts or none."""
+    config = dataclasses.replace(TINY, updates=7, checkpoint_every=3, validate_every=4, policy_lag=lag)
+    trainer = Trainer(config, env, tmp_path, validation=validation)
+    now = [0.0]
+    monkeypatch.setattr(train_module, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def costing(function, seconds):
+        def timed(*args, **kwargs):
+            result = function(*args, **kwargs)
+            now[0] += seconds
+            return result
+        return timed
+
+    monkeypatch.setattr(trainer, "collect", costing(trainer.collect, 1.0))
+    monkeypatch.setattr(trainer.learner, "launch", costing(trainer.learner.launch, 0.25))
+    monkeypatch.setattr(trainer, "validate_and_keep", costing(trainer.validate_and_keep, 10.0))
+    rows = trainer.run()
+    assert [r["seconds"] for r in rows] == [1.25] * 7
+    assert [r["transitions_per_s"] for r in rows] == [config.steps * config.worlds / 1.25] * 7
+    assert math.isfinite(rows[3]["validation_success_rate"]) and math.isfinite(rows[6]["validation_success_rate"])
 
 
 def test_a_short_run_improves_its_return_and_exports_a_plugin_that_drives(tmp_path):

@@ -589,11 +589,12 @@ def test_the_learned_plugin_drives_batched_as_it_drives_an_episode_at_a_time(tmp
     assert min(e.progress for e in one.episodes) > 0 and LEVEL_0.max_episode_steps > 40
 
 
-def test_the_learned_plugin_runs_its_network_on_one_cpu_thread(tmp_path, monkeypatch):
+def test_the_learned_plugin_runs_its_network_in_float64_on_one_cpu_thread(tmp_path, monkeypatch):
     """On the CPU both of the learned plugin's controllers run the network
     with Torch on one thread (its numbers then do not depend on the cores;
     many threads on a tiny network wait on each other), and leave Torch's
-    thread count as it was."""
+    thread count as it was; the network computes in float64 (its action's
+    rounding then depends on no call's row count) and acts in float32."""
     from racing_env import LEVEL_0, ProjectConfig, VecCarRacingEnv, level0_track
     from racing_env.runner import challenge_values
 
@@ -608,8 +609,10 @@ def test_the_learned_plugin_runs_its_network_on_one_cpu_thread(tmp_path, monkeyp
     real = ActorCritic.mean_action
 
     def mean_action(self, x):
-        seen.append(torch.get_num_threads())
-        return real(self, x)
+        seen.append((torch.get_num_threads(), x.dtype, self.log_std.dtype))
+        action = real(self, x)
+        assert action.dtype == torch.float32
+        return action
 
     monkeypatch.setattr(ActorCritic, "mean_action", mean_action)
     before = torch.get_num_threads()
@@ -620,7 +623,7 @@ def test_the_learned_plugin_runs_its_network_on_one_cpu_thread(tmp_path, monkeyp
         many = plugin.load_batch_class()(config, 2)
         many.start(np.arange(2), obs, {})
         many.compute_controls(np.arange(2), obs, {})
-        assert seen == [1, 1, 1] and torch.get_num_threads() == 2
+        assert seen == [(1, torch.float64, torch.float64)] * 3 and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
 

@@ -90,10 +90,13 @@ def test_the_graph_path_collects_and_updates_bitwise_as_the_eager_path(trainer, 
 def test_a_pipelined_run_on_the_graph_path_has_the_numbers_of_one_that_reads_first(tmp_path):
     """On the GPU the next rollout launched right after the captured
     optimisation (`Trainer.pipelined`) runs after it on the device: the
-    same rows, buffers and weights as a run that reads first, bf16 too."""
+    same rows, buffers and weights as a run that reads first, bf16 too.
+    The two runs share one env (each reset with the config's seed), so the
+    run that reads first goes last: its fifth rollout steps on from its
+    own fourth."""
     rows, trainers, env = {}, {}, make_env(CONFIG)
     config = dataclasses.replace(CONFIG, update_path="graph", matmul_precision="bf16", updates=5)
-    for pipelined in (False, True):
+    for pipelined in (True, False):
         trainers[pipelined] = Trainer(config, env, tmp_path / str(pipelined))
         trainers[pipelined].pipelined = pipelined
         rows[pipelined] = [{k: v for k, v in trainers[pipelined]._one_update().items()
@@ -152,6 +155,26 @@ def test_a_validation_on_the_gpu_drives_what_the_runner_drives(trainer, tmp_path
     for a, b in zip(mine, episodes):  # the Runner's accounting of the same episodes
         assert (a.track_id, a.episode_seed, a.termination_reason) == (b.track_id, b.episode_seed, b.termination_reason)
         assert a.progress == pytest.approx(b.progress, abs=1e-3)
+
+
+def test_the_learned_plugin_on_the_gpu_drives_batched_what_it_drives_a_world_a_call(trainer, tmp_path):
+    """The exported plugin with ``device = "cuda"``: its BatchController
+    (every world's row in one call) drives the episodes its per-episode
+    controllers drive (one row a call), record for record: its network
+    computes in float64, so the float32 action does not depend on the
+    call's row count."""
+    from racing_env.plugins import load_plugin
+    from racing_env.runner import run
+
+    from racing_stack.ppo.export import export_plugin
+
+    validation = make_validation_env(CONFIG)
+    plugin = load_plugin(export_plugin(trainer.policy, CONFIG, tmp_path / "plugin", device="cuda"))
+    rows = list(range(CONFIG.validation_tracks))
+    one = run(plugin, validation, seed=CONFIG.seed, track_indices=rows)
+    many = run(plugin, validation, seed=CONFIG.seed, track_indices=rows, batched=True)
+    assert [dataclasses.asdict(e) for e in many.episodes] == [dataclasses.asdict(e) for e in one.episodes]
+    assert len(one.episodes) == len(rows) and max(e.progress for e in one.episodes) > 0
 
 
 def test_a_validation_on_the_graph_path_replays_the_eager_calls(trainer):

@@ -11,15 +11,22 @@ plus the correction, clipped to the bounds).
 ``weights.pt`` beside this file holds the network
 (a checked `racing_stack.checkpoints` file: a damaged, foreign or changed
 one is refused by name, and nothing but tensors is unpickled); ``device``
-in config.toml runs it on the CPU or a GPU.
+in config.toml runs it on the CPU or a GPU. The network computes in
+float64 and gives its action in float32 (`NETWORK_DTYPE`): a float32
+matrix product's rounding depends on how many rows a call holds and on
+the device's kernels, and a car's lap amplifies one rounding into
+another lap (a float32 network batched on an H100 drove laps up to
+0.22 s, 11 env calls, from its one-world-a-call laps); float64's
+rounding lies far below float32's step, so the action does not depend
+on them.
 
 `LearnedBatchController` drives every world of a batched run
 (`racing_env.runner.run` with ``batched=True``, ``evaluate --batched``)
 with the same network, loaded once: on a GPU every world's row in one
 call; on the CPU one world's row at a time, so that its numbers are
-`LearnedController`'s bit for bit (a CPU matrix product's rounding
-depends on how many rows it holds). On the CPU both run Torch on one
-thread (`one_thread`).
+`LearnedController`'s bit for bit (in float64 a batched call could
+still round one row's action across a float32 step, once in many
+millions). On the CPU both run Torch on one thread (`one_thread`).
 """
 
 import contextlib
@@ -30,9 +37,12 @@ import numpy as np
 import torch
 
 from racing_env.controller import BatchController, Controller
+from racing_stack.features import LocalTrack
 from racing_stack.ppo.export import load_policy
+from racing_stack.ppo.networks import ActorCritic
 
 WEIGHTS = Path(__file__).with_name("weights.pt")
+NETWORK_DTYPE = torch.float64
 
 
 @contextlib.contextmanager
@@ -55,20 +65,25 @@ def one_thread(device: torch.device) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def _network(config) -> tuple[torch.device, ActorCritic, LocalTrack]:
+    """The plugin's device, its network there in `NETWORK_DTYPE`, and its features."""
+    settings = config["controller"]
+    device = torch.device(settings["device"])
+    policy, features = load_policy(settings, WEIGHTS, config["action"]["low"], config["action"]["high"], device)
+    return device, policy.to(NETWORK_DTYPE), features
+
+
 class LearnedController(Controller):
     """The trained policy's mean action."""
 
     def __init__(self, obs, info, config):
         super().__init__(obs, info, config)
-        settings = config["controller"]
-        self.device = torch.device(settings["device"])
-        self.policy, self.features = load_policy(settings, WEIGHTS, config["action"]["low"],
-                                                 config["action"]["high"], self.device)
+        self.device, self.policy, self.features = _network(config)
         self.previous = np.zeros((1, 2), np.float32)
 
     def compute_control(self, obs, info=None):
         batch = {key: np.asarray(value)[None] for key, value in obs.items()}
-        x = torch.from_numpy(self.features.host(batch, self.previous)).to(self.device)
+        x = torch.from_numpy(self.features.host(batch, self.previous)).to(self.device, NETWORK_DTYPE)
         with torch.no_grad(), one_thread(self.device):
             action = self.policy.mean_action(x)[0].cpu().numpy()
         self.previous = action[None].astype(np.float32)
@@ -81,10 +96,7 @@ class LearnedBatchController(BatchController):
 
     def __init__(self, config, worlds):
         super().__init__(config, worlds)
-        settings = config["controller"]
-        self.device = torch.device(settings["device"])
-        self.policy, self.features = load_policy(settings, WEIGHTS, config["action"]["low"],
-                                                 config["action"]["high"], self.device)
+        self.device, self.policy, self.features = _network(config)
         self.previous = np.zeros((worlds, 2), np.float32)
 
     def start(self, worlds, obs, info):
@@ -95,7 +107,7 @@ class LearnedBatchController(BatchController):
             with one_thread(self.device):
                 actions = np.concatenate([self._one(obs, k, worlds[k]) for k in range(len(worlds))])
         else:
-            x = torch.from_numpy(self.features.host(obs, self.previous[worlds])).to(self.device)
+            x = torch.from_numpy(self.features.host(obs, self.previous[worlds])).to(self.device, NETWORK_DTYPE)
             with torch.no_grad():
                 actions = self.policy.mean_action(x).cpu().numpy()
         self.previous[worlds] = actions.astype(np.float32)
@@ -104,6 +116,6 @@ class LearnedBatchController(BatchController):
     def _one(self, obs, k, world):
         """World ``world``'s action from row ``k`` of ``obs``, as `LearnedController` computes it: [1, 2]."""
         batch = {key: value if isinstance(value, str) else np.asarray(value)[k:k + 1] for key, value in obs.items()}
-        x = torch.from_numpy(self.features.host(batch, self.previous[world:world + 1]))
+        x = torch.from_numpy(self.features.host(batch, self.previous[world:world + 1])).to(NETWORK_DTYPE)
         with torch.no_grad():
             return self.policy.mean_action(x).numpy()

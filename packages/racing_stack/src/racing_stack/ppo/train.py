@@ -83,21 +83,16 @@ class Trainer:
 
     Args:
         config: the run's settings.
-        env: a `racing_env.VecCarRacingEnv` of ``config.worlds`` worlds
-            (``mjx_warp``; JAX and Torch see the same device).
+        env: a `racing_env.VecCarRacingEnv` of ``config.worlds`` worlds (``mjx_warp``; JAX and Torch see one device).
         out: the run's folder (created).
         progress: called with each update's log row (default: a progress line on stderr).
-        validation: the validation env (`racing_stack.ppo.envs.make_validation_env`);
-            None: no validation, whatever ``config.validate_every`` says.
-            The lead process's only.
-        group: the processes training this policy together, one per GPU
-            (`racing_stack.ppo.distributed.Group`; default: the current
-            `torch.distributed` group, or this process alone). Each drives
-            its share of the batch (``env``: `make_env(config, group)`),
-            their sums are all-reduced so that an update is the update of
-            one process over all their worlds, and the lead process (rank 0)
-            alone validates, logs and writes checkpoints, which hold every
-            process's worlds.
+        validation: the validation env (`racing_stack.ppo.envs.make_validation_env`); None: no validation,
+            whatever ``config.validate_every`` says. The lead process's only.
+        group: the processes training this policy together, one per GPU (`racing_stack.ppo.distributed.Group`;
+            default: the current `torch.distributed` group, or this process alone). Each drives its share of
+            the batch (``env``: `make_env(config, group)`), their sums are all-reduced so that an update is the
+            update of one process over all their worlds, and the lead process (rank 0) alone validates, logs
+            and writes checkpoints, which hold every process's worlds.
     """
 
     def __init__(self, config: PPOConfig, env, out: Path, progress: Callable[[dict], None] | None = None,
@@ -125,8 +120,10 @@ class Trainer:
         self.buf = self.rollout.buf
         #: With ``config.policy_lag``, the crash clock the acting policy was copied with; whether the buffers
         #: hold the next update's rollout (collected during the last update); the crash weight the
-        #: rollout in the buffers paid; whether the last update found `run`'s ``seconds`` spent.
-        self.acting_clock, self.ahead, self.weight, self.cut, self._deadline = 0, False, 0.0, False, None
+        #: rollout in the buffers paid; whether the last update found `run`'s ``seconds`` spent; when
+        #: (`time.perf_counter`) the collection of the rollout in the buffers began.
+        self.acting_clock, self.ahead, self.weight, self.cut = 0, False, 0.0, False
+        self._deadline, self._launched = None, 0.0
         #: Without a lag, in one process: whether the next rollout may be launched before the host reads
         #: an update's results (`collects_ahead`): the same numbers, no idle device between the two.
         self.pipelined = not config.policy_lag and group.size == 1
@@ -301,12 +298,13 @@ class Trainer:
         last update, one of ``checkpoint_every``, ``seconds`` spent): that
         update collects it. Without one, `pipelined`: the next rollout is
         launched right after the optimisation (`collects_ahead`). Where it
-        is collected changes none of its numbers."""
-        start = time.perf_counter()
+        is collected changes none of its numbers, nor that a row's ``seconds``
+        hold one rollout: from its collection's start to the next's, or to the update's end."""
         cfg = self.config
         rate = self.rate
         self.learner.set_learning_rate(rate)
         if not self.ahead:
+            self._launched = time.perf_counter()
             self.weight = self.crash_weight()
             self.collect()
         weight, self.ahead = self.weight, False
@@ -329,18 +327,20 @@ class Trainer:
                 checked = self.learner.checks(batch, advantage, returns, self.reward_bounds, acted)
             self.weight = self.crash_weight() if lagged else crash_weight(
                 cfg, self.crash_clock + int(cfg.warms_up(early["success_rate"])))
+            start, self._launched, self.ahead = self._launched, time.perf_counter(), True
             self.collect(self.learner.followed if lagged else None, self.weight)
-            self.ahead = True
         losses = read(stats)
         self.guard(advantage, returns, losses, acted, batch, checked)
         stats = episodes(batch, self.group) if early is None else early
         self.rate = adapted_learning_rate(self.config, rate, losses["approx_kl"], self.update)
         self.crash_clock += int(self.config.warms_up(stats["success_rate"]))
         self.update += 1
-        took = time.perf_counter() - start
+        took = (self._launched if self.ahead else time.perf_counter()) - (start if self.ahead else self._launched)
         every, last = self.config.validate_every, self.update == self.config.updates
         due = self.validation is not None and every and (self.update % every == 0 or last)
+        begun = time.perf_counter()  # a validation after a lagged rollout's start is not that rollout's row's
         validated = self.validate_and_keep() if due else dict(NOT_VALIDATED)
+        self._launched += time.perf_counter() - begun
         n = self.config.steps * self.config.worlds * self.group.size
         return {"update": self.update, "transitions": self.update * n, "seconds": took,
                 "transitions_per_s": n / took, **stats, **losses, "learning_rate": rate,
