@@ -93,15 +93,19 @@ def _spans(numbers: list[int]) -> str:
 
 
 def progress_line(row: dict[str, Any], updates: int) -> str:
-    """An update's progress line, from its log ``row``, of a run of ``updates`` updates."""
+    """An update's progress line, from its log ``row``, of a run of ``updates``
+    updates; where no episode ended in the update, its success and progress
+    read "-" (the log holds NaN)."""
     done = row["update"] / updates
     bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
     validated = ""
     if math.isfinite(row["validation_success_rate"]):
         validated = f"  validation success {row['validation_success_rate']:.3f}"
+    success, progress = (f"{row[k]:.{d}f}" if math.isfinite(row[k]) else "-"
+                         for k, d in (("success_rate", 2), ("mean_progress", 3)))
     return (f"ppo [{bar}] {row['update']}/{updates}  {row['transitions_per_s']:,.0f} transitions/s  "
-            f"episodes {row['episodes']}  success {row['success_rate']:.2f}  "
-            f"progress {row['mean_progress']:.3f}  margin endings {row['margin_endings']}{validated}")
+            f"episodes {row['episodes']}  success {success}  "
+            f"progress {progress}  margin endings {row['margin_endings']}{validated}")
 
 
 def write_log(path: Path, rows: list[dict[str, str]]) -> None:
