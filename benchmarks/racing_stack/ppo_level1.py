@@ -432,7 +432,8 @@ def main() -> None:
     env_tps = env_steps * config.worlds / stepper.run(env_steps)
     report["env_only_transitions_per_s"] = env_tps
     report["phases"] = phases(trainer, env_tps)
-    plugin = export_plugin(chosen, config, run_dir / "plugin")  # a dev run's too: its failures can be replayed
+    # A dev run's too (its failures can be replayed); named after the run, as train-ppo names its plugin.
+    plugin = export_plugin(chosen, config, run_dir / "plugin", name=run_dir.resolve().name)
     report["plugin"] = str(plugin)
     log("exported the last policy (no validation)" if best is None else
         f"exported update {best['update']}'s policy (validation success {best['validation_success_rate']:.3f})")
@@ -443,7 +444,8 @@ def main() -> None:
         if not args.dev:
             # A SIGTERM (a time limit's) ends this process through the finally below, so the children end too.
             signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
-            learned = export_plugin(chosen, config, scratch / plugin.name, device="cuda") if gpu else plugin
+            learned = export_plugin(chosen, config, scratch / plugin.name, device="cuda",
+                                    name=run_dir.resolve().name) if gpu else plugin
             report["test_plugin_device"] = "cuda" if gpu else "cpu"  # the exported plugin's copy the Runner drove
             for name, driven in (("learned", learned), ("pursuit", PURSUIT)):
                 runner_out = run_dir / f"{name}_test.json"

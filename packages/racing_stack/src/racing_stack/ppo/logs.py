@@ -177,9 +177,12 @@ def add_events(writer: _Events | _NoEvents, row: dict[str, Any]) -> None:
 
 def draw_curve(log: Path, path: Path) -> None:
     """The learning curve of a run's ``log.csv`` against transitions: the
-    success rate and mean progress of the Train rollouts' ended episodes
-    and their median lap time, with the validations' where they ran;
-    ``path`` is replaced atomically (`racing_stack._files.save_figure`)."""
+    success rate and mean progress of the Train rollouts' ended episodes,
+    their median lap time, with the validations' where they ran, and the
+    rollouts' mean reward a step (defined at every update, so a run whose
+    episodes rarely end, as the CPU preset's, still shows its learning);
+    every update a point, and a panel without a lap says so. ``path`` is
+    replaced atomically (`racing_stack._files.save_figure`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -188,21 +191,27 @@ def draw_curve(log: Path, path: Path) -> None:
     with open(log, newline="") as f:
         rows = list(csv.DictReader(f))
     x = np.array([float(r["transitions"]) for r in rows])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (left, right, reward) = plt.subplots(1, 3, figsize=(15, 4))
     for key, label in (("success_rate", "success rate"), ("mean_progress", "mean progress (laps)")):
-        left.plot(x, [float(r[key]) for r in rows], label=f"Train rollouts: {label}")
-    right.plot(x, [float(r["median_lap_time_s"]) for r in rows], label="Train rollouts")
+        left.plot(x, [float(r[key]) for r in rows], ".-", markersize=3, label=f"Train rollouts: {label}")
+    laps = np.array([float(r["median_lap_time_s"]) for r in rows])
+    right.plot(x, laps, ".-", markersize=3, label="Train rollouts")
     validated = np.array([math.isfinite(float(r.get("validation_success_rate") or "nan")) for r in rows])
     if validated.any():
         picked = [r for r, v in zip(rows, validated) if v]
         left.plot(x[validated], [float(r["validation_success_rate"]) for r in picked], "o-", color="tab:green",
                   label="Validation: success rate")
-        right.plot(x[validated], [float(r["validation_median_lap_time_s"]) for r in picked], "o-",
-                   color="tab:green", label="Validation")
+        lap = [float(r["validation_median_lap_time_s"]) for r in picked]
+        right.plot(x[validated], lap, "o-", color="tab:green", label="Validation")
+        laps = np.concatenate([laps, lap])
+    if not np.isfinite(laps).any():
+        right.text(0.5, 0.5, "no lap completed yet", ha="center", va="center", transform=right.transAxes)
+    reward.plot(x, [float(r["mean_reward"]) for r in rows], ".-", markersize=3, color="tab:purple")
     left.set(xlabel="transitions", ylim=(0, 1.05), title="ended episodes")
     left.legend()
     right.set(xlabel="transitions", ylabel="s", title="median lap time of the completed laps")
     right.legend()
+    reward.set(xlabel="transitions", title="Train rollouts: mean reward a step")
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)
