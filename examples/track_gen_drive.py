@@ -29,11 +29,13 @@ def main() -> None:
     parser.add_argument("--publish", action="store_true", help="write the docs' pictures, docs/assets/")
     parser.add_argument("--steps", type=int, default=240, help="steps to drive (>= 1)")
     parser.add_argument("--envs", type=int, default=4, help="agents, one course each (>= 1)")
-    parser.add_argument("--verbose", action="store_true", help="let Warp print its banner and module loads")
+    parser.add_argument("--verbose", action="store_true",
+                        help="let Warp print its banner, its module loads and its no-driver line")
     args = parser.parse_args()
     if args.steps < 1 or args.envs < 1:
         parser.error("--steps and --envs must be >= 1")
-    wp.config.quiet = not args.verbose
+    if args.verbose:  # importing track_gen lowered Warp's default level; a level set now is the user's
+        wp.config.log_level = wp.LOG_INFO
     import matplotlib
 
     matplotlib.use("Agg")

@@ -70,6 +70,24 @@ def test_the_mjx_warp_backend_takes_warp_without_its_banner(before, level):
     assert run.stdout.split() == [level]
 
 
+@pytest.mark.parametrize("after", ["", "warp.config.log_level = warp.LOG_INFO"])
+def test_the_mjx_warp_backend_takes_warp_without_its_no_driver_line(after):
+    """Warp's first array initialises it (through Warp's own init, not
+    ``warp.init``): at the lowered level its native line that no NVIDIA
+    driver loads is left out of stderr; at a level the user set after,
+    it is theirs, where the machine has no driver."""
+    from racing_env._warp import NO_DRIVER
+
+    code = (f"from racing_env._warp import warp as quiet\nwarp = quiet()\n{after}\n"
+            "print(warp.zeros(3, device='cpu').numpy().sum())\n"
+            "print('driver', warp.get_cuda_driver_version() is not None)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    assert lines[-2] == "0.0", run.stdout
+    assert (NO_DRIVER in run.stderr) == (bool(after) and lines[-1] == "driver False"), run.stderr
+
+
 def test_a_warp_initialised_before_keeps_its_level():
     code = ("import warp\nwarp.init()\nfrom racing_env._warp import warp as quiet\n"
             "print('level', quiet().config.log_level)\n")

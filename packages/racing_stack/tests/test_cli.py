@@ -163,20 +163,3 @@ def test_the_guard_leaves_a_sigint_it_does_not_own_alone(handler):
         assert signal.getsignal(signal.SIGINT) is mine
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def test_a_native_line_printed_at_init_is_dropped_and_the_others_are_passed_on():
-    """`_init_without` catches file descriptor 2 itself (a native library
-    writes there, not to sys.stderr): the line it names is dropped, the
-    others and what Python wrote reach stderr in order, and stderr is
-    stderr again afterwards (a fresh process: its descriptors are its own)."""
-    code = ("import os, sys\n"
-            "from racing_stack._cli import _init_without\n"
-            "def init():\n"
-            "    os.write(2, b'native: kept\\nnative: the driver is missing\\n')\n"
-            "    print('python: kept', file=sys.stderr)\n"
-            "_init_without('the driver is missing', init)\n"
-            "print('after', file=sys.stderr)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stderr.splitlines() == ["native: kept", "python: kept", "after"]

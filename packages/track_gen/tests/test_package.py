@@ -4,6 +4,7 @@ import sys
 import pytest
 
 import track_gen
+from track_gen._warp import NO_DRIVER
 
 
 def test_version_is_the_distribution_metadata():
@@ -101,3 +102,23 @@ def test_warps_banner_stays_off_stdout_unless_the_user_asks(after_import, banner
     assert lines[-1].startswith("valid ")
     assert any(line.startswith("Warp ") and "initialized" in line for line in lines) == banner
     assert (len(lines) == 1) != banner, run.stdout
+    # Where no NVIDIA driver loads, Warp's native line saying so is the user's to see, as the banner.
+    no_driver = "CUDA driver not available" in run.stdout if banner else None
+    assert (NO_DRIVER in run.stderr) == bool(no_driver), run.stderr
+
+
+def test_a_native_line_printed_at_init_is_dropped_and_the_others_are_passed_on():
+    """`init_without` catches file descriptor 2 itself (a native library
+    writes there, not to sys.stderr): the line it names is dropped, the
+    others and what Python wrote reach stderr in order, and stderr is
+    stderr again afterwards (a fresh process: its descriptors are its own)."""
+    code = ("import os, sys\n"
+            "from track_gen._warp import init_without\n"
+            "def init():\n"
+            "    os.write(2, b'native: kept\\nnative: the driver is missing\\n')\n"
+            "    print('python: kept', file=sys.stderr)\n"
+            "init_without('the driver is missing', init)\n"
+            "print('after', file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines() == ["native: kept", "python: kept", "after"]

@@ -21,6 +21,8 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from track_gen._warp import NO_DRIVER, init_without
+
 __all__ = ["SEED_END", "INTERRUPTED_STATUS", "Interrupted", "int_in", "float_in", "check_outputs", "check_folder",
            "folder_path", "write_output", "say_not_written", "add_verbose_argument", "quiet_warp",
            "say_gpu_backend_on_cpu",
@@ -203,14 +205,10 @@ def add_verbose_argument(parser: argparse.ArgumentParser) -> None:
                              "(stderr)")
 
 
-#: What Warp's native library prints at initialisation on a machine without the NVIDIA driver (no setting stops it).
-NO_DRIVER = "Could not find or load the NVIDIA CUDA driver"
-
-
 def quiet_warp(verbose: bool) -> None:
     """Warp's info messages (its banner at initialisation, a line per
     loaded module) only when ``verbose``; its warnings and errors always,
-    but for its line that a machine has no NVIDIA driver (`NO_DRIVER`: a
+    but for its line that a machine has no NVIDIA driver (`track_gen._warp.NO_DRIVER`: a
     CPU machine's normal state, which the commands say in their own
     words where it matters), kept only when ``verbose``.
 
@@ -226,7 +224,7 @@ def quiet_warp(verbose: bool) -> None:
         wp.set_logger(_WarpToStderr())  # stdout carries the commands' results alone
         wp.init()
     else:
-        _init_without(NO_DRIVER, wp.init)
+        init_without(NO_DRIVER, wp.init)
 
 
 class _WarpToStderr:
@@ -245,30 +243,6 @@ class _WarpToStderr:
 
     def error(self, message: str) -> None:
         sys.stderr.write("Warp Error: " + message + "\n")
-
-
-def _init_without(line: str, init: Callable[[], None]) -> None:
-    """Call ``init`` with file descriptor 2 (stderr, where a native library
-    prints) caught, then pass on what it printed, less the lines holding
-    ``line``."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with tempfile.TemporaryFile() as caught:
-            os.dup2(caught.fileno(), 2)
-            try:
-                init()
-            finally:
-                sys.stderr.flush()
-                os.dup2(saved, 2)
-            caught.seek(0)
-            printed = caught.read().decode(errors="replace")
-    finally:
-        os.close(saved)
-    kept = "".join(text for text in printed.splitlines(keepends=True) if line not in text)
-    if kept:
-        sys.stderr.write(kept)
-        sys.stderr.flush()
 
 
 def say_gpu_backend_on_cpu(prog: str, backend: str) -> None:

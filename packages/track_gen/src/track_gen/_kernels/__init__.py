@@ -31,14 +31,16 @@ offsets below. Changing a value changes every course a seed builds.
 
 import warp as wp
 
+from track_gen._warp import quiet
+
 # Warp prints its banner and a line per loaded module on stdout at its
-# default log level (info): a library's user would find them in their
-# output. Left at that default with Warp not initialised yet, it is lowered
-# to warnings; another level, one set after this import, or a Warp already
-# initialised is the user's choice (README, "Warp's output").
-if wp.config.log_level == wp.LOG_INFO and getattr(getattr(getattr(wp, "_src", None), "context", None),
-                                                  "runtime", None) is None:
-    wp.config.log_level = wp.LOG_WARNING
+# default log level (info), and a line on stderr where no NVIDIA driver
+# loads: a library's user would find them in their output. Left at that
+# default with Warp not initialised yet, the level is lowered to warnings
+# and the no-driver line left out; another level, one set after this
+# import, or a Warp already initialised is the user's choice (README,
+# "Warp's output").
+quiet(wp)
 
 #: RNG stream of each env's gate count (``gates.gate_counts``).
 GATE_COUNT_STREAM = wp.constant(1 << 20)
