@@ -78,8 +78,8 @@ def test_a_learning_curve_replaces_its_picture_whole_or_not_at_all(tmp_path, mon
     from racing_stack.ppo import draw_curve
 
     log = tmp_path / "log.csv"
-    log.write_text("transitions,success_rate,mean_progress,median_lap_time_s,validation_success_rate,"
-                   "validation_median_lap_time_s\n1,0.5,0.5,30,nan,nan\n2,0.75,0.9,29,1.0,28\n")
+    log.write_text("transitions,success_rate,mean_progress,median_lap_time_s,mean_reward,validation_success_rate,"
+                   "validation_median_lap_time_s\n1,0.5,0.5,30,0.01,nan,nan\n2,0.75,0.9,29,0.02,1.0,28\n")
     picture = tmp_path / "learning_curve.png"
     picture.write_bytes(b"an earlier curve")
     real = matplotlib.figure.Figure.savefig
