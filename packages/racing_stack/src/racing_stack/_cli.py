@@ -21,8 +21,6 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from track_gen._warp import NO_DRIVER, init_without
-
 __all__ = ["SEED_END", "INTERRUPTED_STATUS", "Interrupted", "int_in", "float_in", "check_outputs", "check_folder",
            "folder_path", "write_output", "say_not_written", "add_verbose_argument", "quiet_warp",
            "say_gpu_backend_on_cpu",
@@ -218,6 +216,8 @@ def quiet_warp(verbose: bool) -> None:
     Warp's default level while it is not initialised, keep this one.
     """
     import warp as wp
+
+    from track_gen._warp import NO_DRIVER, init_without  # here: importing track_gen is no part of --help
 
     wp.config.log_level = wp.LOG_INFO if verbose else wp.LOG_WARNING
     if verbose:

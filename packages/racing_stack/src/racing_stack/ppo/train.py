@@ -335,7 +335,7 @@ class Trainer:
         self.rate = adapted_learning_rate(self.config, rate, losses["approx_kl"], self.update)
         self.crash_clock += int(self.config.warms_up(stats["success_rate"]))
         self.update += 1
-        took = (self._launched if self.ahead else time.perf_counter()) - (start if self.ahead else self._launched)
+        took = self._launched - start if self.ahead else time.perf_counter() - self._launched
         every, last = self.config.validate_every, self.update == self.config.updates
         due = self.validation is not None and every and (self.update % every == 0 or last)
         begun = time.perf_counter()  # a validation after a lagged rollout's start is not that rollout's row's
