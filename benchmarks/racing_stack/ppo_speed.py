@@ -11,8 +11,8 @@ trainer keeps, where an update's time goes, and how soon a policy laps.
      same with the training's reward and feature wrappers after every
      step (one jitted call, as a rollout makes it): the rate the trainer
      is held to, in this process, on these worlds;
-   - each ``--paths`` variant (``update_path/matmul_precision[/lagN]``,
-     N the `PPOConfig.policy_lag`): a
+   - each ``--paths`` variant (``update_path/matmul_precision[/lagN][/fused]``,
+     N the `PPOConfig.policy_lag`, fused: `PPOConfig.fused_mlp`): a
      trainer on that env, ``--warmup-updates`` updates (the first two
      compile and capture; more take the run past the start, whose worlds
      are mostly held braked), then ``--updates`` updates timed end to end
@@ -162,17 +162,21 @@ def replayed_rate(env, config: PPOConfig, start: dict[str, np.ndarray], actions:
 
 
 def variant_config(config: PPOConfig, variant: str) -> PPOConfig:
-    """``config`` on a variant ``update_path/matmul_precision[/lagN][/serial]``
-    (N: `PPOConfig.policy_lag`; ``serial``: `serial`'s, not a setting).
+    """``config`` on a variant ``update_path/matmul_precision[/lagN][/fused][/serial]``
+    (N: `PPOConfig.policy_lag`; ``fused``: `PPOConfig.fused_mlp`;
+    ``serial``: `serial`'s, not a setting).
 
     Raises:
         ValueError: a variant of other parts, or one the config refuses.
     """
     parts = variant.split("/")[:-1] if serial(variant) else variant.split("/")
+    fused = parts[-1] == "fused" and len(parts) > 2
+    parts = parts[:-1] if fused else parts
     lag = parts[2] if len(parts) == 3 else "lag0"
     if len(parts) not in (2, 3) or not lag.startswith("lag") or not lag[3:].isdigit():
-        raise ValueError("a variant is update_path/matmul_precision[/lagN][/serial], e.g. graph/high/lag1")
-    return dataclasses.replace(config, update_path=parts[0], matmul_precision=parts[1], policy_lag=int(lag[3:]))
+        raise ValueError("a variant is update_path/matmul_precision[/lagN][/fused][/serial], e.g. graph/bf16/fused")
+    return dataclasses.replace(config, update_path=parts[0], matmul_precision=parts[1], policy_lag=int(lag[3:]),
+                               fused_mlp=fused)
 
 
 def serial(variant: str) -> bool:
@@ -447,7 +451,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worlds", type=int, nargs="*", default=[8192, 65536])
     parser.add_argument("--paths", nargs="+", default=["eager/highest", "graph/highest", "eager/high", "graph/high"],
-                        help="update_path/matmul_precision[/lagN][/serial] variants (serial: the next rollout "
+                        help="update_path/matmul_precision[/lagN][/fused][/serial] variants (serial: the next rollout "
                              "launched after an update's results are read)")
     parser.add_argument("--updates", type=int, default=8, help="timed updates a variant")
     parser.add_argument("--warmup-updates", type=int, default=2,

@@ -6,6 +6,7 @@ resume may change."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,17 @@ def updated(config) -> tuple[PPOUpdate, dict[str, float]]:
         buf, advantage, returns = rollout_buffers(config, seed)
         stats = update.optimise(buf, advantage, returns)
     return update, stats
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") == "1",
+                    reason="under Triton's interpreter the fused kernels run on the CPU")
+def test_the_fused_mlp_falls_back_to_autocasts_update_on_the_cpu():
+    bf16 = dataclasses.replace(CONFIG, matmul_precision="bf16")
+    plain, plain_stats = updated(bf16)
+    fused, fused_stats = updated(dataclasses.replace(bf16, fused_mlp=True))
+    assert fused_stats == plain_stats
+    for (name, a), (_, b) in zip(plain.policy.state_dict().items(), fused.policy.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
 
 
 def test_the_graph_path_falls_back_to_the_eager_update_on_the_cpu():

@@ -35,7 +35,7 @@ CHECKPOINT_FIELDS = {"config", "update", "policy", "acting", "best", "optimizer"
 #: Settings of how an update runs, not of what it computes: a resume may change them.
 HOW = ("update_path",)
 #: Settings added after checkpoints were first written, each with the value that runs as those runs did.
-WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest", "policy_lag": 0}
+WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest", "policy_lag": 0, "fused_mlp": False}
 
 
 class Resumed(NamedTuple):

@@ -107,6 +107,16 @@ class PPOConfig:
             ``"bf16"`` (under Torch's autocast: the matmuls, their outputs
             and the hidden activations in bfloat16, the losses, the
             feature statistics and the optimizer in float32).
+        fused_mlp: with ``matmul_precision`` ``"bf16"``, the update's
+            actor and critic MLPs as fused Triton kernels on a CUDA device
+            (`racing_stack.ppo.fused`: a forward and a backward kernel a
+            network and minibatch, the biases, tanh and its derivative
+            inside the matrix products' kernels, the hidden activations
+            written once in bfloat16): other roundings than autocast's (the
+            output layer and the bias gradients in float32), so other
+            numbers. Elsewhere (other precisions, the CPU, other
+            network shapes: two tanh hidden layers of 16-256, a power of
+            two each) the update runs as without it.
         policy_lag: 0, or 1: the rollout of update u + 1 is driven by the
             policy (and pays the crash weight) of update u - 1, the one
             update u starts from, so that it can be collected while update
@@ -153,6 +163,7 @@ class PPOConfig:
     update_path: str = "eager"
     matmul_precision: str = "highest"
     policy_lag: int = 0
+    fused_mlp: bool = False
 
     def __post_init__(self) -> None:
         for name in ("worlds", "steps", "updates", "epochs", "minibatches", "max_episode_steps",
@@ -169,6 +180,8 @@ class PPOConfig:
             if value not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {checks.shown(value)}")
             object.__setattr__(self, name, str(value))
+        if not isinstance(self.fused_mlp, bool):
+            raise TypeError(f"fused_mlp must be a bool, got {checks.shown(self.fused_mlp)}")
         object.__setattr__(self, "policy_lag", checks.integer_in(self.policy_lag, "policy_lag", 0, len(POLICY_LAGS)))
         if (self.worlds * self.steps) % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide worlds x steps "

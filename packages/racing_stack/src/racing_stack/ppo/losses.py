@@ -5,11 +5,12 @@ from __future__ import annotations
 import torch
 
 from racing_env import checks
+from racing_stack.ppo import fused
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.networks import ActorCritic
 
-__all__ = ["LOSS_FIELDS", "adapted_learning_rate", "normalised_advantages", "ppo_losses"]
+__all__ = ["LOSS_FIELDS", "adapted_learning_rate", "normalised_advantages", "outputs", "ppo_losses"]
 
 #: What `ppo_losses` returns, in order.
 LOSS_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -73,7 +74,8 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
     if proximal_logp is not None:
         _check_rows(x.shape[0], proximal_logp=proximal_logp)
     w = (mask.sum() if count is None else count).clamp(min=1.0)
-    dist = policy.distribution(x)
+    mean, value = outputs(policy, x, config)
+    dist = torch.distributions.Normal(mean, policy.log_std.exp(), validate_args=False)
     logp = dist.log_prob(u).sum(-1)
     log_ratio = logp - (old_logp if proximal_logp is None else proximal_logp)
     ratio = log_ratio.exp()
@@ -82,7 +84,7 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
     if proximal_logp is not None:  # a left-out row's weight is 1, not whatever its junk gives (inf x 0 is NaN)
         surrogate = surrogate * torch.where(mask > 0, proximal_logp - old_logp, 0.0).exp()
     policy_loss = -(surrogate * mask).sum() / w
-    value_loss = (((policy.value(x) - returns) ** 2) * mask).sum() / w
+    value_loss = (((value - returns) ** 2) * mask).sum() / w
     entropy = (dist.entropy().sum(-1) * mask).sum() / w
     loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
     with torch.no_grad():
@@ -90,6 +92,19 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
         clip_fraction = (((ratio - 1).abs() > config.clip).float() * mask).sum() / w
         stats = torch.stack([policy_loss, value_loss, entropy, kl, clip_fraction]).detach()
     return loss, stats
+
+
+def outputs(policy: ActorCritic, x: torch.Tensor, config: PPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The policy's mean normalised action [B, 2] and the value [B] of
+    features ``x`` [B, D], the features normalised once: through the fused
+    kernels where ``config.fused_mlp`` applies (`PPOConfig.fused_mlp`),
+    else ``policy.actor`` and ``policy.critic`` (as
+    `ActorCritic.distribution` and `ActorCritic.value`)."""
+    z = policy.normalizer(x)
+    if (config.fused_mlp and config.matmul_precision == "bf16" and fused.runs_on(x.device)
+            and fused.fusable(policy.actor, x.shape[-1]) and fused.fusable(policy.critic, x.shape[-1])):
+        return fused.mlp(policy.actor, z), fused.mlp(policy.critic, z).squeeze(-1)
+    return policy.actor(z), policy.critic(z).squeeze(-1)
 
 
 def adapted_learning_rate(config: PPOConfig, rate: float, kl: float, update: int) -> float:
