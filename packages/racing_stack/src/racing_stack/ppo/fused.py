@@ -96,10 +96,11 @@ class _FusedMLP(torch.autograd.Function):
         h1 = z.new_empty(rows, w1.shape[0], dtype=torch.bfloat16)
         h2 = z.new_empty(rows, w2.shape[0], dtype=torch.bfloat16)
         out = z.new_empty(rows, w3.shape[0])
+        chunk = min(BLOCK_N, max(16, triton.next_power_of_2(features)))
         if rows:
             _forward_kernel[(triton.cdiv(rows, BLOCK_M),)](
                 z, w1, b1, w2, b2, w3, b3, h1, h2, out, rows, features,
-                BLOCK_M=BLOCK_M, BLOCK_F=max(16, triton.next_power_of_2(features)), H1=w1.shape[0],
+                BLOCK_M=BLOCK_M, BLOCK_F=triton.cdiv(features, chunk) * chunk, BLOCK_K=chunk, H1=w1.shape[0],
                 H2=w2.shape[0], BLOCK_N=min(BLOCK_N, w2.shape[0]), OUT=w3.shape[0], INTERPRET=_INTERPRET,
                 num_warps=NUM_WARPS)
         ctx.save_for_backward(z, w2, w3, h1, h2)
@@ -162,16 +163,19 @@ def _dot(a, b, INTERPRET: tl.constexpr):
 @triton.jit
 def _forward_kernel(z_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, h1_ptr, h2_ptr, out_ptr,
                     rows, features,
-                    BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr, H1: tl.constexpr, H2: tl.constexpr,
-                    BLOCK_N: tl.constexpr, OUT: tl.constexpr, INTERPRET: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_K: tl.constexpr, H1: tl.constexpr,
+                    H2: tl.constexpr, BLOCK_N: tl.constexpr, OUT: tl.constexpr, INTERPRET: tl.constexpr):
     r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     live = r < rows
-    f = tl.arange(0, BLOCK_F)
     j = tl.arange(0, H1)
     n = tl.arange(0, BLOCK_N)
-    z = tl.load(z_ptr + r[:, None] * features + f[None, :], mask=live[:, None] & (f[None, :] < features), other=0.0)
-    w1 = tl.load(w1_ptr + j[None, :] * features + f[:, None], mask=f[:, None] < features, other=0.0)  # W1^T
-    a1 = _dot(_bf16(z), w1, INTERPRET) + tl.load(b1_ptr + j).to(tl.float32)[None, :]
+    a1 = tl.zeros([BLOCK_M, H1], tl.float32) + tl.load(b1_ptr + j).to(tl.float32)[None, :]
+    for k in tl.static_range(BLOCK_F // BLOCK_K):  # the features in chunks: small tiles on chip
+        f = k * BLOCK_K + tl.arange(0, BLOCK_K)
+        z = tl.load(z_ptr + r[:, None] * features + f[None, :], mask=live[:, None] & (f[None, :] < features),
+                    other=0.0)
+        w1 = tl.load(w1_ptr + j[None, :] * features + f[:, None], mask=f[:, None] < features, other=0.0)  # W1^T
+        a1 += _dot(_bf16(z), w1, INTERPRET)
     h1 = _bf16(_tanh(a1))
     tl.store(h1_ptr + r[:, None] * H1 + j[None, :], h1, mask=live[:, None])
     out0 = tl.zeros([BLOCK_M], tl.float32)
@@ -201,7 +205,9 @@ def _backward_kernel(g_ptr, w2_ptr, w3_ptr, h1_ptr, h2_ptr, dz1_ptr, dz2_ptr, db
     j = tl.arange(0, H1)
     n = tl.arange(0, BLOCK_N)
     g0 = tl.load(g_ptr + r * OUT, mask=live, other=0.0)
-    g1 = tl.load(g_ptr + r * OUT + 1, mask=live & (OUT == 2), other=0.0)
+    g1 = tl.zeros([BLOCK_M], tl.float32)
+    if OUT == 2:
+        g1 = tl.load(g_ptr + r * OUT + 1, mask=live, other=0.0)
     dh1 = tl.zeros([BLOCK_M, H1], tl.float32)
     for c in tl.static_range(H2 // BLOCK_N):
         cols = c * BLOCK_N + n
