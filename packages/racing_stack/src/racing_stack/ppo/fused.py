@@ -43,8 +43,12 @@ __all__ = ["BLOCK_M", "fusable", "mlp", "runs_on"]
 #: Rows a program takes (forward and backward).
 BLOCK_M = 64
 #: Columns of the second hidden layer a step of a program's loop takes.
-BLOCK_N = 64
-#: Warps a program runs (the [BLOCK_M, H1] gradient's float32 accumulator in registers).
+BLOCK_N = 32
+#: Features a step of the forward's first loop takes.
+BLOCK_K = 32
+#: Columns of the first hidden layer a backward program takes (the rest: other programs).
+BLOCK_J = 64
+#: Warps a program runs.
 NUM_WARPS = 8
 #: The hidden widths the kernels take: powers of two in this range.
 MIN_WIDTH, MAX_WIDTH = 16, 256
@@ -93,14 +97,16 @@ class _FusedMLP(torch.autograd.Function):
         z = z.contiguous().float()
         w1, b1, w2, b2, w3, b3 = (p.detach().to(torch.bfloat16).contiguous() for p in params)
         rows, features = z.shape
+        chunk = min(BLOCK_K, max(16, triton.next_power_of_2(features)))
+        w1t = w1.new_zeros(triton.cdiv(features, chunk) * chunk, w1.shape[0])  # W1^T, zero rows past the features
+        w1t[:features] = w1.t()
         h1 = z.new_empty(rows, w1.shape[0], dtype=torch.bfloat16)
         h2 = z.new_empty(rows, w2.shape[0], dtype=torch.bfloat16)
         out = z.new_empty(rows, w3.shape[0])
-        chunk = min(BLOCK_N, max(16, triton.next_power_of_2(features)))
         if rows:
             _forward_kernel[(triton.cdiv(rows, BLOCK_M),)](
-                z, w1, b1, w2, b2, w3, b3, h1, h2, out, rows, features,
-                BLOCK_M=BLOCK_M, BLOCK_F=triton.cdiv(features, chunk) * chunk, BLOCK_K=chunk, H1=w1.shape[0],
+                z, w1t, b1, w2.t().contiguous(), b2, w3, b3, h1, h2, out, rows, features,
+                BLOCK_M=BLOCK_M, BLOCK_F=w1t.shape[0], BLOCK_K=chunk, H1=w1.shape[0],
                 H2=w2.shape[0], BLOCK_N=min(BLOCK_N, w2.shape[0]), OUT=w3.shape[0], INTERPRET=_INTERPRET,
                 num_warps=NUM_WARPS)
         ctx.save_for_backward(z, w2, w3, h1, h2)
@@ -118,9 +124,10 @@ class _FusedMLP(torch.autograd.Function):
         db2 = z.new_zeros(max(programs, 1), width2)
         dw3 = z.new_zeros(max(programs, 1), outputs, width2)
         if rows:
-            _backward_kernel[(programs,)](
+            split = min(BLOCK_J, width1)
+            _backward_kernel[(programs, width1 // split)](
                 grad, w2, w3, h1, h2, dz1, dz2, db1, db2, dw3, rows,
-                BLOCK_M=BLOCK_M, H1=width1, H2=width2, BLOCK_N=min(BLOCK_N, width2), OUT=outputs,
+                BLOCK_M=BLOCK_M, BLOCK_J=split, H1=width1, H2=width2, BLOCK_N=min(BLOCK_N, width2), OUT=outputs,
                 INTERPRET=_INTERPRET, num_warps=NUM_WARPS)
         with torch.autocast(z.device.type, enabled=False):
             dw1 = dz1.t().mm(z.to(torch.bfloat16)).float()
@@ -161,30 +168,29 @@ def _dot(a, b, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _forward_kernel(z_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, h1_ptr, h2_ptr, out_ptr,
+def _forward_kernel(z_ptr, w1t_ptr, b1_ptr, w2t_ptr, b2_ptr, w3_ptr, b3_ptr, h1_ptr, h2_ptr, out_ptr,
                     rows, features,
                     BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_K: tl.constexpr, H1: tl.constexpr,
                     H2: tl.constexpr, BLOCK_N: tl.constexpr, OUT: tl.constexpr, INTERPRET: tl.constexpr):
+    # w1t: W1^T [BLOCK_F, H1] (zero rows past the features), w2t: W2^T [H1, H2], both contiguous.
     r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     live = r < rows
     j = tl.arange(0, H1)
     n = tl.arange(0, BLOCK_N)
     a1 = tl.zeros([BLOCK_M, H1], tl.float32) + tl.load(b1_ptr + j).to(tl.float32)[None, :]
-    for k in tl.static_range(BLOCK_F // BLOCK_K):  # the features in chunks: small tiles on chip
+    for k in tl.range(BLOCK_F // BLOCK_K):  # the features in chunks: small tiles on chip
         f = k * BLOCK_K + tl.arange(0, BLOCK_K)
         z = tl.load(z_ptr + r[:, None] * features + f[None, :], mask=live[:, None] & (f[None, :] < features),
                     other=0.0)
-        w1 = tl.load(w1_ptr + j[None, :] * features + f[:, None], mask=f[:, None] < features, other=0.0)  # W1^T
-        a1 += _dot(_bf16(z), w1, INTERPRET)
+        a1 += _dot(_bf16(z), tl.load(w1t_ptr + f[:, None] * H1 + j[None, :]), INTERPRET)
     h1 = _bf16(_tanh(a1))
     tl.store(h1_ptr + r[:, None] * H1 + j[None, :], h1, mask=live[:, None])
     out0 = tl.zeros([BLOCK_M], tl.float32)
     out1 = tl.zeros([BLOCK_M], tl.float32)
-    for c in tl.static_range(H2 // BLOCK_N):
+    for c in tl.range(H2 // BLOCK_N):
         cols = c * BLOCK_N + n
-        w2 = tl.load(w2_ptr + cols[None, :] * H1 + j[:, None])  # W2[cols]^T
-        a2 = _dot(h1, w2, INTERPRET) + tl.load(b2_ptr + cols).to(tl.float32)[None, :]
-        h2 = _bf16(_tanh(a2))
+        a2 = _dot(h1, tl.load(w2t_ptr + j[:, None] * H2 + cols[None, :]), INTERPRET)
+        h2 = _bf16(_tanh(a2 + tl.load(b2_ptr + cols).to(tl.float32)[None, :]))
         tl.store(h2_ptr + r[:, None] * H2 + cols[None, :], h2, mask=live[:, None])
         h2 = h2.to(tl.float32)
         out0 += tl.sum(h2 * tl.load(w3_ptr + cols).to(tl.float32)[None, :], axis=1)
@@ -197,31 +203,34 @@ def _forward_kernel(z_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, h1_pt
 
 @triton.jit
 def _backward_kernel(g_ptr, w2_ptr, w3_ptr, h1_ptr, h2_ptr, dz1_ptr, dz2_ptr, db1_ptr, db2_ptr, dw3_ptr, rows,
-                     BLOCK_M: tl.constexpr, H1: tl.constexpr, H2: tl.constexpr, BLOCK_N: tl.constexpr,
-                     OUT: tl.constexpr, INTERPRET: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_J: tl.constexpr, H1: tl.constexpr, H2: tl.constexpr,
+                     BLOCK_N: tl.constexpr, OUT: tl.constexpr, INTERPRET: tl.constexpr):
+    # A program takes BLOCK_M rows and BLOCK_J of the first hidden layer's
+    # H1 columns; each recomputes its rows' second-layer gradient, and the
+    # first of a row block's programs writes it and its sums.
     program = tl.program_id(0)
     r = program * BLOCK_M + tl.arange(0, BLOCK_M)
     live = r < rows
-    j = tl.arange(0, H1)
+    j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
     n = tl.arange(0, BLOCK_N)
+    first = (n * 0 + tl.program_id(1)) == 0  # [BLOCK_N]: whether this program writes the second layer's part
     g0 = tl.load(g_ptr + r * OUT, mask=live, other=0.0)
     g1 = tl.zeros([BLOCK_M], tl.float32)
     if OUT == 2:
         g1 = tl.load(g_ptr + r * OUT + 1, mask=live, other=0.0)
-    dh1 = tl.zeros([BLOCK_M, H1], tl.float32)
-    for c in tl.static_range(H2 // BLOCK_N):
+    dh1 = tl.zeros([BLOCK_M, BLOCK_J], tl.float32)
+    for c in tl.range(H2 // BLOCK_N):
         cols = c * BLOCK_N + n
         h2 = tl.load(h2_ptr + r[:, None] * H2 + cols[None, :], mask=live[:, None], other=0.0).to(tl.float32)
         dh2 = g0[:, None] * tl.load(w3_ptr + cols).to(tl.float32)[None, :]
-        tl.store(dw3_ptr + program * OUT * H2 + cols, tl.sum(g0[:, None] * h2, axis=0))
+        tl.store(dw3_ptr + program * OUT * H2 + cols, tl.sum(g0[:, None] * h2, axis=0), mask=first)
         if OUT == 2:
             dh2 += g1[:, None] * tl.load(w3_ptr + H2 + cols).to(tl.float32)[None, :]
-            tl.store(dw3_ptr + program * OUT * H2 + H2 + cols, tl.sum(g1[:, None] * h2, axis=0))
+            tl.store(dw3_ptr + program * OUT * H2 + H2 + cols, tl.sum(g1[:, None] * h2, axis=0), mask=first)
         dz2 = _bf16(dh2 * (1.0 - h2 * h2))
-        tl.store(dz2_ptr + r[:, None] * H2 + cols[None, :], dz2, mask=live[:, None])
-        tl.store(db2_ptr + program * H2 + cols, tl.sum(dz2.to(tl.float32), axis=0))
-        w2 = tl.load(w2_ptr + cols[:, None] * H1 + j[None, :])  # W2[cols]
-        dh1 += _dot(dz2, w2, INTERPRET)
+        tl.store(dz2_ptr + r[:, None] * H2 + cols[None, :], dz2, mask=live[:, None] & first[None, :])
+        tl.store(db2_ptr + program * H2 + cols, tl.sum(dz2.to(tl.float32), axis=0), mask=first)
+        dh1 += _dot(dz2, tl.load(w2_ptr + cols[:, None] * H1 + j[None, :]), INTERPRET)  # W2[cols, j]
     h1 = tl.load(h1_ptr + r[:, None] * H1 + j[None, :], mask=live[:, None], other=0.0).to(tl.float32)
     dz1 = _bf16(dh1 * (1.0 - h1 * h1))
     tl.store(dz1_ptr + r[:, None] * H1 + j[None, :], dz1, mask=live[:, None])
