@@ -228,3 +228,10 @@ def test_a_network_of_more_than_max_weights_is_refused():
             dataclasses.replace(BASE, hidden=hidden)
     with pytest.raises(ValueError, match="hidden makes a network of"):
         BASE.override(["hidden=(16384, 16384, 16384, 16384, 16384)"])
+
+
+@pytest.mark.parametrize("value", [1, 0, "True", None, np.bool_(True)])
+def test_fused_mlp_must_be_a_bool(value):
+    with pytest.raises(TypeError, match="fused_mlp must be a bool"):
+        dataclasses.replace(BASE, fused_mlp=value)
+    assert BASE.override(["fused_mlp=True"]).fused_mlp is True and BASE.fused_mlp is False

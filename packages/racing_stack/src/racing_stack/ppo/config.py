@@ -107,16 +107,6 @@ class PPOConfig:
             ``"bf16"`` (under Torch's autocast: the matmuls, their outputs
             and the hidden activations in bfloat16, the losses, the
             feature statistics and the optimizer in float32).
-        fused_mlp: with ``matmul_precision`` ``"bf16"``, the update's
-            actor and critic MLPs as fused Triton kernels on a CUDA device
-            (`racing_stack.ppo.fused`: a forward and a backward kernel a
-            network and minibatch, the biases, tanh and its derivative
-            inside the matrix products' kernels, the hidden activations
-            written once in bfloat16): other roundings than autocast's (the
-            output layer and the bias gradients in float32), so other
-            numbers. Elsewhere (other precisions, the CPU, other
-            network shapes: two tanh hidden layers of 16-256, a power of
-            two each) the update runs as without it.
         policy_lag: 0, or 1: the rollout of update u + 1 is driven by the
             policy (and pays the crash weight) of update u - 1, the one
             update u starts from, so that it can be collected while update
@@ -126,6 +116,17 @@ class PPOConfig:
             against the policy update u + 1 starts from, each row weighted
             by that policy's probability over the acting one's. What, not
             how: a resume keeps it.
+        fused_mlp: with ``matmul_precision`` ``"bf16"``, the update's
+            actor and critic MLPs as fused Triton kernels on a CUDA device
+            (`racing_stack.ppo.fused`: a forward and a backward kernel a
+            network and minibatch, the biases, tanh and its derivative
+            inside the matrix products' kernels, the hidden activations
+            written once in bfloat16): other roundings than autocast's (the
+            output layer and the bias gradients in float32), so other
+            numbers. Elsewhere (other precisions, the CPU, other
+            network shapes: two tanh hidden layers of 16-256, a power of
+            two each) the update runs as without it. What, not how: a
+            resume keeps it.
     """
 
     worlds: int = 8192
