@@ -452,6 +452,27 @@ def test_the_batched_comparison_counts_lap_differences_in_env_calls():
     assert 0.02 < c["max_lap_difference_s"] < 0.0201 and c["bitwise_equal"] is None
 
 
+def test_the_fused_mlp_benchmark_smoke_compares_through_the_interpreter(tmp_path):
+    """The fused-MLP benchmark's CPU smoke: both ways on a few rows through
+    Triton's interpreter, their outputs and gradients compared; no time,
+    no gate on a CPU."""
+    out = tmp_path / "fused.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/fused_mlp.py"), "--rows", "70",
+                          "--repeats", "1", "--out", str(out)], capture_output=True, text=True, timeout=300,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["environment"]["interpreter"] is True and report["gates"] == [] and report["passed"] is None
+    (measured,) = report["measured"]
+    assert measured["rows"] == 70 and measured["autocast_ms"] is None and measured["fused_ms"] is None
+    assert 0 < measured["output_max_difference"] <= 0.05  # bfloat16's rounding of autocast's outputs, no more
+    assert len(measured["gradient_relative_difference"]) == 12  # 3 layers x (weight, bias) x 2 networks
+    assert all(0 < d <= 0.05 for d in measured["gradient_relative_difference"].values())
+    usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/fused_mlp.py"), "--publish"],
+                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert usage.returncode == 2 and "--publish needs a CUDA GPU" in usage.stderr
+
+
 def test_the_batched_evaluation_benchmark_smoke_compares_and_times(tmp_path):
     """The batched-evaluation benchmark's CPU smoke: the release policy
     with this version's controller on a Test track one episode at a time
