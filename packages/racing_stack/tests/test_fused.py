@@ -89,6 +89,12 @@ def test_the_kernels_compute_the_network_and_its_gradients(device, shape):
     assert z.grad is None
 
 
+def test_an_input_that_wants_a_gradient_is_refused():
+    net = network(7, 16, 16, 2, 0)
+    with pytest.raises(ValueError, match="z must not require a gradient"):
+        fused.mlp(net, torch.randn(3, 7, requires_grad=True))
+
+
 def test_which_networks_the_kernels_take():
     assert fused.fusable(network(134, 256, 256, 2, 0), 134)
     assert fused.fusable(network(1, 16, 256, 1, 0), 1)

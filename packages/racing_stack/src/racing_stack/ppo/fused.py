@@ -83,8 +83,14 @@ def fusable(net: nn.Module, features: int) -> bool:
 
 def mlp(net: nn.Sequential, z: torch.Tensor) -> torch.Tensor:
     """``net``'s output [B, out] (float32) on ``z`` [B, features] (float32)
-    through the fused kernels (`fusable` must hold; ``z`` gets no
-    gradient, the layers' weights and biases do)."""
+    through the fused kernels (`fusable` must hold; the layers' weights
+    and biases get gradients, ``z`` none).
+
+    Raises:
+        ValueError: a ``z`` that requires a gradient.
+    """
+    if z.requires_grad:
+        raise ValueError("z must not require a gradient: the fused kernels give none to their input")
     first, _, second, _, last = net.children()
     return _FusedMLP.apply(z, first.weight, first.bias, second.weight, second.bias, last.weight, last.bias)
 
@@ -173,7 +179,7 @@ def _forward_kernel(z_ptr, w1t_ptr, b1_ptr, w2t_ptr, b2_ptr, w3_ptr, b3_ptr, h1_
                     BLOCK_M: tl.constexpr, BLOCK_F: tl.constexpr, BLOCK_K: tl.constexpr, H1: tl.constexpr,
                     H2: tl.constexpr, BLOCK_N: tl.constexpr, OUT: tl.constexpr, INTERPRET: tl.constexpr):
     # w1t: W1^T [BLOCK_F, H1] (zero rows past the features), w2t: W2^T [H1, H2], both contiguous.
-    r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    r = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # 64-bit offsets: any row count
     live = r < rows
     j = tl.arange(0, H1)
     n = tl.arange(0, BLOCK_N)
@@ -208,7 +214,7 @@ def _backward_kernel(g_ptr, w2_ptr, w3_ptr, h1_ptr, h2_ptr, dz1_ptr, dz2_ptr, db
     # A program takes BLOCK_M rows and BLOCK_J of the first hidden layer's
     # H1 columns; each recomputes its rows' second-layer gradient, and the
     # first of a row block's programs writes it and its sums.
-    program = tl.program_id(0)
+    program = tl.program_id(0).to(tl.int64)  # 64-bit offsets: any row count
     r = program * BLOCK_M + tl.arange(0, BLOCK_M)
     live = r < rows
     j = tl.program_id(1) * BLOCK_J + tl.arange(0, BLOCK_J)
