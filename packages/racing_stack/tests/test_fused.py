@@ -85,8 +85,23 @@ def test_the_kernels_compute_the_network_and_its_gradients(device, shape):
         got = p.grad.cpu().double()
         assert got.shape == want.shape, name
         scale = want.norm().clamp(min=1e-6)
-        assert (got - want).norm() / scale < 2e-2, name
-    assert z.grad is None
+        assert (got - want).norm() / scale < 5e-3, name  # a few activations a bfloat16 step apart, no more
+
+
+def test_a_nan_stays_nan(device):
+    """A NaN feature (here the GPU's own NaN, all mantissa bits set, which
+    a rounding on the bits must not carry into the sign) gives its row NaN
+    outputs and NaN gradients; the other rows stay finite."""
+    net = network(20, 32, 32, 2, 1).to(device)
+    z = torch.randn(70, 20)
+    z.view(torch.int32)[3, 5] = 0x7FFFFFFF
+    assert z[3, 5].isnan()
+    out = fused.mlp(net, z.to(device))
+    assert out[3].isnan().all() and out[torch.arange(70) != 3].isfinite().all()
+    grad = torch.zeros(70, 2, device=device)
+    grad[3] = 1.0
+    out.backward(grad)
+    assert net[0].weight.grad.isnan().any() and net[4].weight.grad.isnan().all()
 
 
 def test_an_input_that_wants_a_gradient_is_refused():
@@ -129,12 +144,13 @@ def test_the_loss_through_the_kernels_is_autocasts_within_bfloat16s_rounding(dev
         cfg = dataclasses.replace(config, fused_mlp=fuse)
         with matmul_precision("bf16", device):
             mean, value = outputs(policy, flat["x"], cfg)
+            assert ("_FusedMLP" in type(mean.grad_fn).__name__) == fuse  # the path asked for ran
             loss, stats = ppo_losses(policy, cfg, flat["x"], flat["u"], flat["logp"], adv,
                                      returns.reshape(n).to(device), flat["valid"])
         loss.backward()
-        results[fuse] = (mean.float(), value.float(), stats, [p.grad.clone() for p in policy.parameters()])
+        results[fuse] = (mean, value, stats, [p.grad.clone() for p in policy.parameters()])
     (m0, v0, s0, g0), (m1, v1, s1, g1) = results[False], results[True]
-    assert m1.dtype == v1.dtype == torch.float32  # the fused outputs are not rounded to bfloat16
+    assert m0.dtype == v0.dtype == torch.bfloat16 and m1.dtype == v1.dtype == torch.float32  # not rounded
     torch.testing.assert_close(m1, m0.float(), rtol=2e-2, atol=2e-3)
     torch.testing.assert_close(v1, v0.float(), rtol=2e-2, atol=2e-3)
     torch.testing.assert_close(s1, s0, rtol=2e-2, atol=1e-3)

@@ -157,10 +157,11 @@ def _tanh(x):
 def _bf16(x):
     """float32 ``x`` rounded to the nearest bfloat16 (ties to even), as
     bfloat16: done on the bits, so that Triton's interpreter (whose cast
-    truncates) rounds as the GPU does. Finite inputs."""
+    truncates) rounds as the GPU does. A NaN stays NaN (its bits would
+    carry into the sign: the GPU's NaN is 0x7FFFFFFF)."""
     bits = x.to(tl.uint32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
+    return tl.where(x == x, bits.to(tl.float32, bitcast=True), x).to(tl.bfloat16)
 
 
 @triton.jit
