@@ -59,6 +59,8 @@ GATE_SPEEDUP = 0.5
 GATE_OUTPUT = 0.05
 #: Each parameter's gradient's difference from autocast's, over its norm.
 GATE_GRADIENT = 0.05
+#: The module's tile settings, in the order of a `SWEEP` shape.
+TILE_SETTINGS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "BLOCK_J")
 #: Tile shapes ``--sweep`` times: (rows, column chunk, feature chunk, warps, backward columns).
 SWEEP = ((64, 32, 32, 8, 64), (64, 16, 16, 8, 64), (32, 32, 32, 4, 64), (64, 32, 32, 8, 128), (64, 32, 32, 8, 256),
          (64, 16, 16, 8, 32))
@@ -98,9 +100,9 @@ def timed(step, repeats: int, cuda: bool) -> float | None:
 
 def measure(policy: ActorCritic, rows: int, repeats: int, device: torch.device) -> dict[str, Any]:
     """Both ways at ``rows``: their median step times and their differences."""
-    g = torch.Generator(device="cpu").manual_seed(rows)
-    z = (torch.randn(rows, policy.normalizer.mean.shape[0], generator=g) * 2).clamp(-10, 10).to(device)
-    grad = torch.randn(rows, 3, generator=g).to(device)
+    generator = torch.Generator(device="cpu").manual_seed(rows)
+    z = (torch.randn(rows, policy.normalizer.mean.shape[0], generator=generator) * 2).clamp(-10, 10).to(device)
+    grad = torch.randn(rows, 3, generator=generator).to(device)
     results = {}
     for fuse in (False, True):
         ms = timed(lambda: network_step(policy, z, grad, fuse), repeats, device.type == "cuda")
@@ -116,21 +118,20 @@ def measure(policy: ActorCritic, rows: int, repeats: int, device: torch.device) 
 
 def sweep(policy: ActorCritic, rows: int, repeats: int, device: torch.device) -> list[dict[str, Any]]:
     """The fused step's median time at ``rows`` under each tile shape of `SWEEP` (the defaults restored after)."""
-    names = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "BLOCK_J")
-    defaults = [getattr(fused, name) for name in names]
+    defaults = [getattr(fused, name) for name in TILE_SETTINGS]
     z = torch.randn(rows, policy.normalizer.mean.shape[0], device=device)
     grad = torch.randn(rows, 3, device=device)
     out = []
     try:
         for shape in SWEEP:
-            for name, value in zip(names, shape):
+            for name, value in zip(TILE_SETTINGS, shape):
                 setattr(fused, name, value)
             ms = timed(lambda: network_step(policy, z, grad, True), repeats, device.type == "cuda")
             out.append({"shape": dict(zip(("rows", "column_chunk", "feature_chunk", "warps", "backward_columns"),
                                           shape)), "fused_ms": ms})
             log(f"sweep {shape}: {ms:.3f} ms" if ms is not None else f"sweep {shape}: ran")
     finally:
-        for name, value in zip(names, defaults):
+        for name, value in zip(TILE_SETTINGS, defaults):
             setattr(fused, name, value)
     return out
 
@@ -172,7 +173,7 @@ def main() -> None:
                         "interpreter": not cuda},
         "source_sha256": source_hashes(__file__),
         "network": {"features": preset.features.size, "hidden": list(preset.hidden), "outputs": [2, 1]},
-        "defaults": {name: getattr(fused, name) for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_WARPS", "BLOCK_J")},
+        "defaults": {name: getattr(fused, name) for name in TILE_SETTINGS},
         "repeats": args.repeats, "measured": measured,
         "sweep": sweep(policy, max(rows), args.repeats, device) if args.sweep else None,
     }

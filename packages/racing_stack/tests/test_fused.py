@@ -110,6 +110,18 @@ def test_an_input_that_wants_a_gradient_is_refused():
         fused.mlp(net, torch.randn(3, 7, requires_grad=True))
 
 
+@pytest.mark.parametrize("z", [torch.randn(7), torch.randn(3, 6), torch.randn(2, 3, 7),
+                               torch.ones(3, 7, dtype=torch.int64)], ids=["1-D", "other features", "3-D", "integers"])
+def test_an_input_of_another_shape_or_type_is_refused(z):
+    with pytest.raises(ValueError, match="^(z must be floating point|net must be Linear)"):
+        fused.mlp(network(7, 16, 16, 2, 0), z)
+
+
+def test_a_network_the_kernels_do_not_compute_is_refused():
+    with pytest.raises(ValueError, match="net must be Linear, Tanh"):
+        fused.mlp(nn.Sequential(nn.Linear(7, 16), nn.ReLU()), torch.randn(3, 7))
+
+
 def test_which_networks_the_kernels_take():
     assert fused.fusable(network(134, 256, 256, 2, 0), 134)
     assert fused.fusable(network(1, 16, 256, 1, 0), 1)

@@ -9,12 +9,13 @@ Torch kernels and passes over its [B, H] activations:
   products, their biases and tanh, and the output layer, the first hidden
   layer kept on chip while the second is computed; it writes the two
   hidden activations (bfloat16, for the backward) and the output (float32);
-- backward, a program per ``BLOCK_M`` rows: the output's gradient through
-  the output layer and both tanh (each activation's derivative ``1 - h²``
-  applied where the product that needs it is computed), writing the two
-  hidden layers' pre-activation gradients (bfloat16) and each program's
-  sums of the bias and output-weight gradients (float32); the two hidden
-  weight gradients are then two matrix products (Torch's).
+- backward, a program per ``BLOCK_M`` rows and ``BLOCK_J`` of the first
+  hidden layer's columns: the output's gradient through the output layer
+  and both tanh (each activation's derivative ``1 - h²`` applied where the
+  product that needs it is computed), writing the two hidden layers'
+  pre-activation gradients (bfloat16) and each row block's sums of the
+  bias and output-weight gradients (float32); the two hidden weight
+  gradients are then two matrix products (Torch's).
 
 Roundings, against Torch's autocast to bfloat16 (`matmul_precision`
 ``"bf16"``): the same bfloat16 inputs of every product (features, weights,
@@ -87,8 +88,15 @@ def mlp(net: nn.Sequential, z: torch.Tensor) -> torch.Tensor:
     and biases get gradients, ``z`` none).
 
     Raises:
-        ValueError: a ``z`` that requires a gradient.
+        ValueError: a ``z`` that is not [B, features] floating point, or
+            that requires a gradient; a ``net`` the kernels do not compute
+            on ``z``'s features (`fusable`).
     """
+    if z.dim() != 2 or not z.is_floating_point():
+        raise ValueError(f"z must be floating point [B, features], got {z.dtype} {list(z.shape)}")
+    if not fusable(net, z.shape[1]):
+        raise ValueError(f"net must be Linear, Tanh, Linear, Tanh, Linear on z's {z.shape[1]} features, with "
+                         f"biases, hidden widths powers of two in [{MIN_WIDTH}, {MAX_WIDTH}] and 1 or 2 outputs")
     if z.requires_grad:
         raise ValueError("z must not require a gradient: the fused kernels give none to their input")
     first, _, second, _, last = net.children()
