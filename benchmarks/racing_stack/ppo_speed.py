@@ -11,8 +11,9 @@ trainer keeps, where an update's time goes, and how soon a policy laps.
      same with the training's reward and feature wrappers after every
      step (one jitted call, as a rollout makes it): the rate the trainer
      is held to, in this process, on these worlds;
-   - each ``--paths`` variant (``update_path/matmul_precision[/lagN][/fused]``,
-     N the `PPOConfig.policy_lag`, fused: `PPOConfig.fused_mlp`): a
+   - each ``--paths`` variant (``update_path/matmul_precision[/lagN][/fused][/beside]``,
+     N the `PPOConfig.policy_lag`, fused: `PPOConfig.fused_mlp`, beside:
+     `PPOConfig.critic_beside_rollout`): a
      trainer on that env, ``--warmup-updates`` updates (the first two
      compile and capture; more take the run past the start, whose worlds
      are mostly held braked), then ``--updates`` updates timed end to end
@@ -162,21 +163,24 @@ def replayed_rate(env, config: PPOConfig, start: dict[str, np.ndarray], actions:
 
 
 def variant_config(config: PPOConfig, variant: str) -> PPOConfig:
-    """``config`` on a variant ``update_path/matmul_precision[/lagN][/fused][/serial]``
+    """``config`` on a variant ``update_path/matmul_precision[/lagN][/fused][/beside][/serial]``
     (N: `PPOConfig.policy_lag`; ``fused``: `PPOConfig.fused_mlp`;
-    ``serial``: `serial`'s, not a setting).
+    ``beside``: `PPOConfig.critic_beside_rollout`; ``serial``: `serial`'s,
+    not a setting).
 
     Raises:
         ValueError: a variant of other parts, or one the config refuses.
     """
-    parts = variant.split("/")[:-1] if serial(variant) else variant.split("/")
-    fused = parts[-1] == "fused" and len(parts) > 2
-    parts = parts[:-1] if fused else parts
-    lag = parts[2] if len(parts) == 3 else "lag0"
-    if len(parts) not in (2, 3) or not lag.startswith("lag") or not lag[3:].isdigit():
-        raise ValueError("a variant is update_path/matmul_precision[/lagN][/fused][/serial], e.g. graph/bf16/fused")
-    return dataclasses.replace(config, update_path=parts[0], matmul_precision=parts[1], policy_lag=int(lag[3:]),
-                               fused_mlp=fused)
+    parts = variant.split("/")
+    flags = parts[2:-1] if serial(variant) else parts[2:]
+    lags = [f for f in flags if f.startswith("lag") and f[3:].isdigit()]
+    if (len(parts) < 2 or len(set(flags)) != len(flags) or len(lags) > 1
+            or set(flags) - {"fused", "beside", *lags}):
+        raise ValueError("a variant is update_path/matmul_precision[/lagN][/fused][/beside][/serial], "
+                         "e.g. graph/bf16/fused")
+    return dataclasses.replace(config, update_path=parts[0], matmul_precision=parts[1],
+                               policy_lag=int(lags[0][3:]) if lags else 0, fused_mlp="fused" in flags,
+                               critic_beside_rollout="beside" in flags)
 
 
 def serial(variant: str) -> bool:
@@ -451,8 +455,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worlds", type=int, nargs="*", default=[8192, 65536])
     parser.add_argument("--paths", nargs="+", default=["eager/highest", "graph/highest", "eager/high", "graph/high"],
-                        help="update_path/matmul_precision[/lagN][/fused][/serial] variants (serial: the next rollout "
-                             "launched after an update's results are read)")
+                        help="update_path/matmul_precision[/lagN][/fused][/beside][/serial] variants (serial: the "
+                             "next rollout launched after an update's results are read)")
     parser.add_argument("--updates", type=int, default=8, help="timed updates a variant")
     parser.add_argument("--warmup-updates", type=int, default=2,
                         help="updates a variant runs before the timed ones (>= 2: the first two compile)")

@@ -53,6 +53,48 @@ def test_the_fused_mlp_falls_back_to_autocasts_update_on_the_cpu():
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
 
 
+@pytest.mark.parametrize("precision", ["highest", "bf16"])
+def test_the_critics_steps_apart_from_the_actors_update_bit_for_bit(precision):
+    """``critic_beside_rollout``: the actor's steps over every minibatch,
+    then the critic's over the same ones, leave the parameters, the
+    optimizer's moments and step counts and the statistics of the joint
+    steps, bit for bit; the critic's read the features as the update found
+    them, normalised by the statistics it started from."""
+    config = dataclasses.replace(CONFIG, matmul_precision=precision)
+    joint, joint_stats = updated(config)
+    apart, apart_stats = updated(dataclasses.replace(config, critic_beside_rollout=True))
+    assert apart.critic is not None and joint.critic is None and apart.critic_done is None
+    assert apart_stats == joint_stats and apart_stats["value_loss"] > 0 and apart_stats["critic_grad_norm"] > 0
+    for (name, a), (_, b) in zip(joint.policy.state_dict().items(), apart.policy.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert joint.optimizer.state_dict()["param_groups"] == apart.optimizer.state_dict()["param_groups"]
+    for p, q in zip(joint.policy.parameters(), apart.policy.parameters()):
+        for key, value in joint.optimizer.state[p].items():
+            assert torch.equal(apart.optimizer.state[q][key], value), key
+    with pytest.raises(ValueError, match="critic_beside_rollout needs policy_lag 0"):
+        dataclasses.replace(config, critic_beside_rollout=True, policy_lag=1)
+
+
+def test_a_part_of_the_optimizer_steps_its_parameters_as_the_whole_optimizer_would():
+    """`racing_stack.ppo.critic.part`: stepping the actor's part, then the
+    critic's, is the whole Adam's step (its moments, counts and step size)."""
+    from racing_stack.ppo.critic import part
+
+    whole, apart, before = (PPOUpdate(CONFIG, LOW, HIGH, torch.device("cpu")) for _ in range(3))
+    for update in (whole, apart):
+        for p in update.policy.parameters():
+            p.grad = torch.ones_like(p)
+    apart.set_learning_rate(0.25)
+    whole.set_learning_rate(0.25)
+    whole.optimizer.step()
+    part(apart.optimizer, apart.policy.actor_parameters()).step()
+    assert set(apart.optimizer.state) == set(apart.policy.actor_parameters())  # the critic's not stepped yet
+    part(apart.optimizer, list(apart.policy.critic.parameters())).step()
+    for p, q, r in zip(whole.policy.parameters(), apart.policy.parameters(), before.policy.parameters()):
+        assert torch.equal(p, q) and not torch.equal(q, r)
+        assert torch.equal(whole.optimizer.state[p]["exp_avg"], apart.optimizer.state[q]["exp_avg"])
+
+
 def test_the_graph_path_falls_back_to_the_eager_update_on_the_cpu():
     eager, eager_stats = updated(CONFIG)
     graph, graph_stats = updated(dataclasses.replace(CONFIG, update_path="graph"))
@@ -130,8 +172,9 @@ def test_a_bf16_update_rounds_the_matmuls_but_keeps_the_float32_state():
 def test_a_resume_may_change_how_an_update_runs_but_not_what_it_computes(tmp_path: Path):
     path = tmp_path / "checkpoint.pt"
     written = CONFIG.to_json()
-    assert HOW == ("update_path",)
+    assert HOW == ("update_path", "critic_beside_rollout")
     resume_problem(dataclasses.replace(CONFIG, update_path="graph"), written, path)
+    resume_problem(dataclasses.replace(CONFIG, critic_beside_rollout=True), written, path)
     with pytest.raises(ValueError, match=r"trained with other settings: \['matmul_precision'\]"):
         resume_problem(dataclasses.replace(CONFIG, matmul_precision="high"), written, path)
 

@@ -111,6 +111,46 @@ def test_a_pipelined_run_on_the_graph_path_has_the_numbers_of_one_that_reads_fir
         assert torch.equal(a, b), name
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_critic_beside_the_rollout_has_the_numbers_of_the_joint_update(tmp_path, fused):
+    """``critic_beside_rollout`` on the graph path, pipelined, bf16 (and
+    the fused MLP): the critic's captured steps replay on a stream of
+    their own, each held back 30 ms before it starts, while the next
+    rollout runs; a critic reading what the rollout writes, or values
+    taken before its steps end, would show as other numbers than the
+    joint update's (rows, buffers, weights, the optimizer's moments)."""
+    trainers, rows, env = {}, {}, make_env(CONFIG)
+    config = dataclasses.replace(CONFIG, update_path="graph", matmul_precision="bf16", updates=5, fused_mlp=fused)
+    cycles = int(torch_sleep_cycles_per_us() * 30_000)
+    for apart in (True, False):
+        trainer = trainers[apart] = Trainer(dataclasses.replace(config, critic_beside_rollout=apart), env,
+                                            tmp_path / str(apart))
+        if apart:
+            critic = trainer.learner.critic
+            critic.stream, launch = torch.cuda.Stream(trainer.device), critic.launch
+
+            def held_back(*args, **kwargs):
+                with torch.cuda.stream(critic.stream):
+                    torch.cuda._sleep(cycles)
+                launch(*args, **kwargs)
+
+            critic.launch = held_back
+        rows[apart] = [{k: v for k, v in trainer._one_update().items() if k not in ("seconds", "transitions_per_s")}
+                       for _ in range(4)]
+        assert trainer.ahead
+    joint, split = trainers[False], trainers[True]
+    assert split.learner.critic._graph is not None and split.rollout._act.values_graph is not None
+    assert json.dumps(rows[True]) == json.dumps(rows[False])
+    for key in ("x", "u", "logp", "value", "valid", "reward", "terminated"):
+        assert torch.equal(split.buf[key], joint.buf[key]), key
+    assert torch.equal(split.rollout.last_value, joint.rollout.last_value)
+    for (name, a), (_, b) in zip(joint.policy.state_dict().items(), split.policy.state_dict().items()):
+        assert torch.equal(a, b), name
+    for p, q in zip(joint.policy.parameters(), split.policy.parameters()):
+        for key, value in joint.optimizer.state[p].items():
+            assert torch.equal(split.optimizer.state[q][key], value), key
+
+
 @pytest.mark.parametrize("precision", ["high", "bf16"])
 def test_a_lagged_run_collects_beside_its_update_with_the_numbers_of_one_after_it(tmp_path, precision):
     """``policy_lag=1``: on the graph path the next rollout runs on its own

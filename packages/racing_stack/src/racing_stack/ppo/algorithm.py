@@ -21,10 +21,12 @@ from torch import nn
 import rl_triton
 from racing_stack.guard import Violation, check, violations
 from racing_stack.ppo.config import PPOConfig
+from racing_stack.ppo.critic import CriticSteps, part
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.losses import LOSS_FIELDS, normalised_advantages, ppo_losses
 from racing_stack.ppo.networks import ActorCritic
-from racing_stack.ppo.rollout import captured, capturing, returns_bootstrapped, returns_cut, warm_up
+from racing_stack.ppo.captured import CapturedUpdate
+from racing_stack.ppo.rollout import captured, returns_bootstrapped, returns_cut
 
 __all__ = ["UPDATE_FIELDS", "CapturedUpdate", "PPOUpdate", "crash_weight", "first_worst", "matmul_precision", "read"]
 
@@ -60,6 +62,8 @@ class PPOUpdate:
         self.generator.manual_seed(config.seed)
         self._captured: CapturedUpdate | None = None
         self._acting = copy.deepcopy(self.policy) if config.policy_lag else None
+        #: With ``config.critic_beside_rollout``, the critic's steps (else None).
+        self.critic = CriticSteps(config, device, group) if config.critic_beside_rollout else None
         #: On CUDA, the event `follow` last recorded.
         self.followed: torch.cuda.Event | None = None
 
@@ -147,8 +151,8 @@ class PPOUpdate:
 
     def optimise(self, buf: dict[str, torch.Tensor], advantage: torch.Tensor,
                  returns: torch.Tensor) -> dict[str, float]:
-        """`launch` and `read` in one."""
-        return read(self.launch(buf, advantage, returns))
+        """`launch`, `settle` and `read` in one."""
+        return read(self.settle(self.launch(buf, advantage, returns)))
 
     def launch(self, buf: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
         """``epochs`` x ``minibatches`` clipped PPO steps over a rollout's
@@ -165,15 +169,39 @@ class PPOUpdate:
         moments (after the first update), the whole optimisation replays
         one `CapturedUpdate`: one launch where the eager path launches some
         200 kernels a minibatch and the optimizer's step after each.
+
+        With ``config.critic_beside_rollout`` the critic's steps run apart
+        (`racing_stack.ppo.critic.CriticSteps`), on the graph path beside
+        what follows on the current stream: `settle` takes their fields
+        into the result.
         """
         cfg = self.config
         n = cfg.steps * cfg.worlds
         flat = {k: buf[k].reshape(n, *buf[k].shape[2:]) for k in ("x", "u", "logp", "value", "valid")}
         parts = [self._minibatches() for _ in range(cfg.epochs)]
         with matmul_precision(cfg.matmul_precision, self.device):
-            if self.graphed and all(p in self.optimizer.state for p in self.policy.parameters()):
-                return self._capture(flat).replay(advantage.reshape(n), returns.reshape(n), parts)
+            whole = self.graphed and all(p in self.optimizer.state for p in self.policy.parameters())
+            update = self._capture(flat) if whole else None  # before the critic's steps: a capture zeroes gradients
+            if self.critic is not None:
+                self.critic.launch(self.policy, self.optimizer, flat, returns.reshape(n), parts, beside=whole)
+            if update is not None:
+                return update.replay(advantage.reshape(n), returns.reshape(n), parts)
             return self.steps(flat, advantage.reshape(n), returns.reshape(n), parts)
+
+    def settle(self, stats: torch.Tensor) -> torch.Tensor:
+        """``stats`` (`launch`'s) with the critic's steps' fields taken in,
+        once they are done, with ``config.critic_beside_rollout`` (the
+        current stream waits for them; in place); else ``stats`` as it is."""
+        if self.critic is not None:
+            fields = torch.tensor([UPDATE_FIELDS.index("value_loss"), UPDATE_FIELDS.index("critic_grad_norm")],
+                                  device=stats.device)
+            stats.index_copy_(0, fields, self.critic.result())
+        return stats
+
+    @property
+    def critic_done(self) -> torch.cuda.Event | None:
+        """With the critic's steps in flight beside the current stream, the event they record when done."""
+        return None if self.critic is None else self.critic.done
 
     def steps(self, flat: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor,
               parts: list[list[torch.Tensor]]) -> torch.Tensor:
@@ -182,6 +210,7 @@ class PPOUpdate:
         ``returns`` [N], and each epoch's minibatches' rows ``parts``
         (`_minibatches`). No host read, no allocation kept between calls."""
         cfg, policy, group = self.config, self.policy, self.group
+        optimizer = self.optimizer if self.critic is None else part(self.optimizer, policy.actor_parameters())
         mask = flat["valid"]
         adv = normalised_advantages(advantage, mask, group)
         stats = torch.zeros(len(LOSS_FIELDS) + 2, device=self.device)
@@ -189,10 +218,10 @@ class PPOUpdate:
         for epoch in parts:
             counts = group.sum(torch.stack([mask[i].sum() for i in epoch]))  # valid slots of each whole minibatch
             for i, count in zip(epoch, counts):
-                self.optimizer.zero_grad(set_to_none=False)  # a captured update adds into the same gradients
+                optimizer.zero_grad(set_to_none=False)  # a captured update adds into the same gradients
                 stats += self.gradients(flat["x"][i], flat["u"][i], flat["logp"][i], adv[i], returns[i], mask[i],
                                         count, None if proximal is None else proximal[i])
-                self.optimizer.step()
+                optimizer.step()
         stats /= cfg.epochs * cfg.minibatches
         group.sum(stats[:len(LOSS_FIELDS)])  # each process's part of the minibatches' means
         error = (returns - flat["value"]) * mask
@@ -224,14 +253,19 @@ class PPOUpdate:
         its gradients added to the parameters' (summed over the processes)
         and clipped, the actor's and the critic's apart, to
         ``max_grad_norm``. Returns float32 [7]: the detached `LOSS_FIELDS`
-        and the two gradient norms before clipping. No host read."""
-        cfg, policy = self.config, self.policy
-        loss, losses = ppo_losses(policy, cfg, x, u, logp, advantage, returns, mask, count, proximal_logp)
+        and the two gradient norms before clipping. With
+        ``config.critic_beside_rollout``, the actor's alone (the critic's
+        fields 0: `racing_stack.ppo.critic.CriticSteps` takes its part).
+        No host read."""
+        cfg, policy, joint = self.config, self.policy, self.critic is None
+        loss, losses = ppo_losses(policy, cfg, x, u, logp, advantage, returns, mask, count, proximal_logp, joint)
         loss.backward()
-        self._sum_gradients()
-        norms = torch.stack([nn.utils.clip_grad_norm_(policy.actor_parameters(), cfg.max_grad_norm),
-                             nn.utils.clip_grad_norm_(list(policy.critic.parameters()), cfg.max_grad_norm)])
-        return torch.cat([losses, norms.detach()])
+        params = list(policy.parameters()) if joint else policy.actor_parameters()
+        self.group.sum_gradients(params)
+        actor = nn.utils.clip_grad_norm_(policy.actor_parameters(), cfg.max_grad_norm)
+        critic = (nn.utils.clip_grad_norm_(list(policy.critic.parameters()), cfg.max_grad_norm) if joint
+                  else torch.zeros_like(actor))
+        return torch.cat([losses, torch.stack([actor, critic]).detach()])
 
     def _capture(self, flat: dict[str, torch.Tensor]) -> CapturedUpdate:
         """This update's `CapturedUpdate`, captured anew when the policy, its optimizer or the buffers changed."""
@@ -257,16 +291,6 @@ class PPOUpdate:
         cut = [order[k * size:(k + 1) * size] for k in range(cfg.minibatches)]
         return cut if group.size == 1 else [part[mine[k * size:(k + 1) * size]] for k, part in enumerate(cut)]
 
-    def _sum_gradients(self) -> None:
-        """Sum the gradients over the processes (each process's loss is its
-        part of the whole minibatch's mean), in one all-reduce."""
-        if self.group.size == 1:
-            return
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.policy.parameters()]
-        flat = self.group.sum(torch.cat([g.reshape(-1) for g in grads]))
-        for p, part in zip(self.policy.parameters(), flat.split([g.numel() for g in grads])):
-            p.grad = part.view_as(p)
-
     def guard(self, batch: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor,
               losses: dict[str, float], reward_bounds: tuple[float, float], acted: torch.Tensor | None,
               update: int, last_good: str, checked: torch.Tensor | None = None) -> None:
@@ -279,7 +303,9 @@ class PPOUpdate:
         (bad data or a bad loss makes them bad); the first bad field is
         named. One small read of the device (`racing_stack.guard`):
         ``checked``, `checks` of the same arguments taken earlier (before
-        the next rollout writes the buffers again), or None: taken now.
+        the next rollout writes the buffers again), or None: taken now; the
+        updated parameters are always read now (the critic's steps may run
+        beside the next rollout: `settle` first).
 
         Raises:
             GuardError: naming the update, the first bad field and its worst
@@ -290,7 +316,7 @@ class PPOUpdate:
             checked = self.checks(batch, advantage, returns, reward_bounds, acted)
         if acted is not None:
             fields = [self.parameters("acting parameter"), *fields]
-        rows = checked.tolist()  # the one host read
+        rows = torch.cat([checked, first_worst(self.group.gather(violations([updated])))]).tolist()  # the one read
         rows[-1:-1] = [[0.0 if math.isfinite(v) else 1.0, v] for v in losses.values()]
         fields += [Violation(name, torch.zeros(1)) for name in losses] + [updated]
         check(fields, rows, update, last_good, self.group.size)
@@ -298,10 +324,9 @@ class PPOUpdate:
     def checks(self, batch: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor,
                reward_bounds: tuple[float, float], acted: torch.Tensor | None) -> torch.Tensor:
         """The device's part of `guard` (its arguments'): the violations of
-        every field but the losses, every process's first worst [F, 2]; on
-        the device, no wait."""
-        fields, updated = self._guarded(batch, advantage, returns, reward_bounds)
-        read = violations([*fields, updated])
+        every field but the losses and the updated parameters, every
+        process's first worst [F, 2]; on the device, no wait."""
+        read = violations(self._guarded(batch, advantage, returns, reward_bounds)[0])
         if acted is not None:
             read = torch.cat([acted, read])
         return first_worst(self.group.gather(read))
@@ -327,85 +352,6 @@ class PPOUpdate:
         """`racing_stack.guard.violations` of the parameters of ``policy`` (default: the learner's)
         now (on the device, no wait)."""
         return violations([self.parameters("acting parameter", policy)])
-
-
-class CapturedUpdate:
-    """A `PPOUpdate`'s whole optimisation (`PPOUpdate.steps`: every
-    minibatch's loss, backward pass, clipping and optimizer step, then the
-    statistics and the feature statistics' update) captured as one CUDA
-    graph over static buffers: the rollout's flat buffers (views: a
-    rollout writes them in place), the update's advantages and returns and
-    its minibatches' rows (copied in before each replay), the parameters'
-    gradients (allocated once, zeroed inside the graph), and the
-    optimizer's moments, step counts and step size (on the device:
-    `PPOUpdate.new_optimizer`). A replay launches the kernels the eager
-    update would, on the same data: the same numbers.
-
-    Captured once the optimizer holds its moments (an eager update made
-    them), so that the capture allocates none of the optimizer's state.
-
-    Args:
-        update: the update whose policy it steps (its device is CUDA).
-        flat: the rollout's buffers as [N, ...] rows ("x", "u", "logp", "value", "valid").
-    """
-
-    def __init__(self, update: PPOUpdate, flat: dict[str, torch.Tensor]) -> None:
-        cfg, device = update.config, update.device
-        n = flat["x"].shape[0]
-        self.flat, self.policy, self.optimizer = flat, update.policy, update.optimizer
-        self._pointers = self._buffers(flat)
-        #: The update's advantages and returns [N], and each epoch's minibatches' rows [epochs, minibatches, B].
-        self.advantage, self.returns = torch.zeros(n, device=device), torch.zeros(n, device=device)
-        self.rows = torch.zeros((cfg.epochs, cfg.minibatches, n // cfg.minibatches), dtype=torch.int64,
-                                device=device)
-        update.optimizer.zero_grad(set_to_none=False)
-        for p in update.policy.parameters():
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        self._grads = [p.grad for p in update.policy.parameters()]
-        self._rates = [g["lr"] for g in update.optimizer.param_groups]
-        self._moments = self._state(update.optimizer)
-        for group in update.optimizer.param_groups:
-            group["capturable"] = True  # its steps are captured (it was made with its moments: nothing to allocate)
-        parts = [list(epoch) for epoch in self.rows]
-        # cuBLAS and autograd set themselves up outside the capture: a minibatch's gradients (no step).
-        i = parts[0][0]
-        warm_up(device, lambda: update.gradients(flat["x"][i], flat["u"][i], flat["logp"][i], self.advantage[i],
-                                                 self.returns[i], flat["valid"][i], flat["valid"].sum(),
-                                                 flat["logp"][i] if cfg.policy_lag else None))
-        self.graph = torch.cuda.CUDAGraph()
-        with capturing(self.graph, device):
-            self.stats = update.steps(flat, self.advantage, self.returns, parts)
-
-    @staticmethod
-    def _buffers(flat: dict[str, torch.Tensor]) -> tuple[int, ...]:
-        return tuple(flat[k].data_ptr() for k in ("x", "u", "logp", "value", "valid"))
-
-    @staticmethod
-    def _state(optimizer: torch.optim.Adam) -> list[int]:
-        """Where the optimizer's moments and step counts live (a captured step writes there)."""
-        return [v.data_ptr() for state in optimizer.state.values() for v in state.values()
-                if isinstance(v, torch.Tensor)]
-
-    def fits(self, update: PPOUpdate, flat: dict[str, torch.Tensor]) -> bool:
-        """Whether this capture steps ``update``'s policy with its optimizer
-        (its step size, moments and step counts where they were) over these
-        buffers, into the gradients it holds."""
-        return (update.policy is self.policy and update.optimizer is self.optimizer
-                and self._buffers(flat) == self._pointers and self._state(update.optimizer) == self._moments
-                and all(p.grad is g for p, g in zip(update.policy.parameters(), self._grads))
-                and all(g["lr"] is r for g, r in zip(update.optimizer.param_groups, self._rates)))
-
-    def replay(self, advantage: torch.Tensor, returns: torch.Tensor, parts: list[list[torch.Tensor]]) -> torch.Tensor:
-        """The optimisation of ``advantage`` and ``returns`` [N] over the
-        minibatches ``parts`` (`PPOUpdate._minibatches` of each epoch);
-        returns its statistics (a static buffer: read it before the next
-        replay)."""
-        self.advantage.copy_(advantage)
-        self.returns.copy_(returns)
-        self.rows.copy_(torch.stack([torch.stack(epoch) for epoch in parts]))
-        self.graph.replay()
-        return self.stats
 
 
 @contextlib.contextmanager

@@ -33,9 +33,10 @@ CHECKPOINT_FIELDS = {"config", "update", "policy", "acting", "best", "optimizer"
                      "generator", "rollout", "env", "obs"}
 
 #: Settings of how an update runs, not of what it computes: a resume may change them.
-HOW = ("update_path",)
+HOW = ("update_path", "critic_beside_rollout")
 #: Settings added after checkpoints were first written, each with the value that runs as those runs did.
-WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest", "policy_lag": 0, "fused_mlp": False}
+WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest", "policy_lag": 0, "fused_mlp": False,
+                  "critic_beside_rollout": False}
 
 
 class Resumed(NamedTuple):

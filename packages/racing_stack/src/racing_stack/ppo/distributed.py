@@ -73,6 +73,17 @@ class Group:
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor
 
+    def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Sum the gradients of ``params`` over the processes (each process's
+        loss is its part of the whole minibatch's mean), in one all-reduce;
+        a missing gradient counts as zeros."""
+        if self.size == 1:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = self.sum(torch.cat([g.reshape(-1) for g in grads]))
+        for p, part in zip(params, flat.split([g.numel() for g in grads])):
+            p.grad = part.view_as(p)
+
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` is true in any process (each must ask)."""
         if self.size == 1:

@@ -8,9 +8,10 @@ from racing_env import checks
 from racing_stack.ppo import fused
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
-from racing_stack.ppo.networks import ActorCritic
+from racing_stack.ppo.networks import ActorCritic, Normalizer
 
-__all__ = ["LOSS_FIELDS", "adapted_learning_rate", "normalised_advantages", "outputs", "ppo_losses"]
+__all__ = ["LOSS_FIELDS", "adapted_learning_rate", "network", "normalised_advantages", "outputs", "ppo_losses",
+           "value_losses"]
 
 #: What `ppo_losses` returns, in order.
 LOSS_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -35,8 +36,8 @@ def normalised_advantages(advantage: torch.Tensor, mask: torch.Tensor, group: Gr
 
 def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch.Tensor, old_logp: torch.Tensor,
                advantage: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               count: torch.Tensor | None = None,
-               proximal_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               count: torch.Tensor | None = None, proximal_logp: torch.Tensor | None = None,
+               critic: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """The clipped PPO loss of one minibatch, every term a mean over the
     rows where ``mask`` is 1 (``count``: their number in the whole
     minibatch, when this is one process's part of it; the parts' losses
@@ -52,6 +53,11 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
     acted, not clipped). The trust region stays around the policy being
     improved, whatever policy collected the data; with ``proximal_logp``
     equal to ``old_logp`` it is PPO's own loss.
+
+    Without the ``critic`` the loss is the actor's terms alone (the value
+    loss's field 0): the two networks share no parameter, so each one's
+    gradients are those of the whole loss (`value_losses` gives the
+    critic's; `PPOConfig.critic_beside_rollout`).
 
     Args:
         x: features [B, D]. u: the normalised actions taken [B, 2].
@@ -74,7 +80,8 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
     if proximal_logp is not None:
         _check_rows(x.shape[0], proximal_logp=proximal_logp)
     w = (mask.sum() if count is None else count).clamp(min=1.0)
-    mean, value = outputs(policy, x, config)
+    z = policy.normalizer(x)
+    mean = network(policy.actor, z, config)
     dist = torch.distributions.Normal(mean, policy.log_std.exp(), validate_args=False)
     logp = dist.log_prob(u).sum(-1)
     log_ratio = logp - (old_logp if proximal_logp is None else proximal_logp)
@@ -84,9 +91,12 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
     if proximal_logp is not None:  # a left-out row's weight is 1, not whatever its junk gives (inf x 0 is NaN)
         surrogate = surrogate * torch.where(mask > 0, proximal_logp - old_logp, 0.0).exp()
     policy_loss = -(surrogate * mask).sum() / w
-    value_loss = (((value - returns) ** 2) * mask).sum() / w
     entropy = (dist.entropy().sum(-1) * mask).sum() / w
-    loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
+    if critic:
+        value_loss = _value_loss(network(policy.critic, z, config).squeeze(-1), returns, mask, w)
+        loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
+    else:
+        value_loss, loss = torch.zeros_like(policy_loss), policy_loss - config.entropy_coef * entropy
     with torch.no_grad():
         kl = (((ratio - 1) - log_ratio) * mask).sum() / w
         clip_fraction = (((ratio - 1).abs() > config.clip).float() * mask).sum() / w
@@ -94,17 +104,47 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
     return loss, stats
 
 
+def value_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, returns: torch.Tensor,
+                 mask: torch.Tensor, count: torch.Tensor | None = None,
+                 normalizer: Normalizer | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The critic's part of `ppo_losses` (its arguments'): (``value_coef``
+    x the value loss, a scalar; the value loss, detached), the features
+    normalised by ``normalizer`` (default: the policy's).
+
+    Raises:
+        ValueError: ``x`` not [B, D], or ``returns`` or ``mask`` not [B].
+    """
+    if x.dim() != 2:
+        raise ValueError(f"x must be [B, D], got {list(x.shape)}")
+    _check_rows(x.shape[0], returns=returns, mask=mask)
+    w = (mask.sum() if count is None else count).clamp(min=1.0)
+    z = (policy.normalizer if normalizer is None else normalizer)(x)
+    value_loss = _value_loss(network(policy.critic, z, config).squeeze(-1), returns, mask, w)
+    return config.value_coef * value_loss, value_loss.detach()
+
+
+def _value_loss(value: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The mean squared error of ``value`` [B] against ``returns`` [B]
+    over the rows where ``mask`` is 1 (``w`` of them)."""
+    return (((value - returns) ** 2) * mask).sum() / w
+
+
 def outputs(policy: ActorCritic, x: torch.Tensor, config: PPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """The policy's mean normalised action [B, 2] and the value [B] of
-    features ``x`` [B, D], the features normalised once: through the fused
-    kernels where ``config.fused_mlp`` applies (`PPOConfig.fused_mlp`),
-    else ``policy.actor`` and ``policy.critic`` (as
-    `ActorCritic.distribution` and `ActorCritic.value`)."""
+    features ``x`` [B, D], the features normalised once, each network as
+    `network` computes it."""
     z = policy.normalizer(x)
-    if (config.fused_mlp and config.matmul_precision == "bf16" and fused.runs_on(x.device)
-            and fused.fusable(policy.actor, x.shape[-1]) and fused.fusable(policy.critic, x.shape[-1])):
-        return fused.mlp(policy.actor, z), fused.mlp(policy.critic, z).squeeze(-1)
-    return policy.actor(z), policy.critic(z).squeeze(-1)
+    return network(policy.actor, z, config), network(policy.critic, z, config).squeeze(-1)
+
+
+def network(net: torch.nn.Sequential, z: torch.Tensor, config: PPOConfig) -> torch.Tensor:
+    """``net`` (`ActorCritic`'s actor or critic) on normalised features
+    ``z`` [B, D]: through the fused kernels where ``config.fused_mlp``
+    applies (`PPOConfig.fused_mlp`), else ``net`` itself."""
+    if (config.fused_mlp and config.matmul_precision == "bf16" and fused.runs_on(z.device)
+            and fused.fusable(net, z.shape[-1])):
+        return fused.mlp(net, z)
+    return net(z)
 
 
 def adapted_learning_rate(config: PPOConfig, rate: float, kl: float, update: int) -> float:
