@@ -81,7 +81,8 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     assert all(0.0 <= p["validation_success_rate"] <= 1.0 for p in skill["curve"])
     assert out.with_suffix(".png").stat().st_size > 0
     for variant in ("jit/high", "graph/high/lag", "graph/high/lag2", "graph", "graph/serial", "graph/high/serial/lag1",
-                    "graph/bf16/fused/lag1"):
+                    "graph/bf16/fused/lag1",
+                    "graph/bf16/beside/fused", "graph/bf16/beside/beside"):
         usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--paths",
                                 variant], capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert usage.returncode == 2 and f"argument --paths: {variant!r}" in usage.stderr, usage.stderr

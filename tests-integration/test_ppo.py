@@ -24,7 +24,7 @@ from racing_stack import checkpoints
 from racing_stack.interop import to_jax, to_torch, tree_to_torch
 import racing_stack.ppo.train as train_module
 from racing_stack.ppo import LOG_FIELDS, PRESETS, Trainer, finish, make_env, make_validation_env
-from racing_stack.ppo.algorithm import crash_weight
+from racing_stack.ppo.algorithm import advantages, crash_weight
 from racing_stack.ppo.logs import NOT_VALIDATED
 from racing_stack.ppo.losses import adapted_learning_rate
 from racing_stack.ppo.rollout import episodes, returns_bootstrapped, returns_cut
@@ -240,7 +240,7 @@ def test_a_lagged_run_acts_with_the_policy_of_the_update_before(env, tmp_path):
     for u in range(config.updates):
         learner.set_learning_rate(rate)
         batch = {k: v.clone() for k, v in rollout.batch().items()}
-        advantage, returns = learner.advantages(batch)
+        advantage, returns = advantages(batch, config)
         acting, acting_clock = copy.deepcopy(learner.policy), clock
         losses = learner.optimise(batch, advantage, returns)
         if u + 1 < config.updates:

@@ -174,8 +174,8 @@ def variant_config(config: PPOConfig, variant: str) -> PPOConfig:
     parts = variant.split("/")
     flags = parts[2:-1] if serial(variant) else parts[2:]
     lags = [f for f in flags if f.startswith("lag") and f[3:].isdigit()]
-    if (len(parts) < 2 or len(set(flags)) != len(flags) or len(lags) > 1
-            or set(flags) - {"fused", "beside", *lags}):
+    order = [*lags[:1], "fused", "beside"]  # one name a variant: its parts in this order
+    if len(parts) < 2 or flags != [f for f in order if f in flags]:
         raise ValueError("a variant is update_path/matmul_precision[/lagN][/fused][/beside][/serial], "
                          "e.g. graph/bf16/fused")
     return dataclasses.replace(config, update_path=parts[0], matmul_precision=parts[1],

@@ -28,7 +28,8 @@ from racing_stack.ppo.networks import ActorCritic
 from racing_stack.ppo.captured import CapturedUpdate
 from racing_stack.ppo.rollout import captured, returns_bootstrapped, returns_cut
 
-__all__ = ["UPDATE_FIELDS", "CapturedUpdate", "PPOUpdate", "crash_weight", "first_worst", "matmul_precision", "read"]
+__all__ = ["UPDATE_FIELDS", "CapturedUpdate", "PPOUpdate", "advantages", "crash_weight", "first_worst",
+           "matmul_precision", "read"]
 
 #: What `PPOUpdate.optimise` returns, in order.
 UPDATE_FIELDS = (*LOSS_FIELDS, "actor_grad_norm", "critic_grad_norm", "explained_variance", "std_steering",
@@ -128,26 +129,6 @@ class PPOUpdate:
                 group["lr"].fill_(rate)
             else:
                 group["lr"] = rate
-
-    def advantages(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(advantages, returns), [T, E], of a rollout's ``batch``
-        (`Rollout.batch`): GAE by rl_triton, cut where a return ends
-        (`racing_stack.ppo.rollout.returns_cut`), bootstrapped where it is
-        truncated (`racing_stack.ppo.rollout.returns_bootstrapped`) from V
-        of the next slot's input (the terminal observation); the last slot
-        from V of the observation after the rollout. Reset and held slots
-        carry nothing."""
-        buf, cfg = batch, self.config
-        value = buf["value"]
-        cut, truncated = returns_cut(batch), returns_bootstrapped(batch)
-        next_value = torch.cat([value[1:], batch["last_value"][None]], dim=0)
-        bootstrap = torch.where(truncated, next_value, torch.zeros_like(next_value))
-        bootstrap[-1] = torch.where(cut[-1], 0.0, next_value[-1])
-        advantage = rl_triton.compute_gae(
-            buf["reward"].T.contiguous(), value.T.contiguous(), cut.T.contiguous(), truncated.T.contiguous(),
-            gamma=cfg.gamma, lambda_=cfg.gae_lambda, bootstrap_values=bootstrap.T.contiguous()).T
-        advantage = advantage * buf["valid"]
-        return advantage, advantage + value
 
     def optimise(self, buf: dict[str, torch.Tensor], advantage: torch.Tensor,
                  returns: torch.Tensor) -> dict[str, float]:
@@ -352,6 +333,27 @@ class PPOUpdate:
         """`racing_stack.guard.violations` of the parameters of ``policy`` (default: the learner's)
         now (on the device, no wait)."""
         return violations([self.parameters("acting parameter", policy)])
+
+
+def advantages(batch: dict[str, torch.Tensor], config: PPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages, returns), [T, E], of a rollout's ``batch``
+    (`Rollout.batch`): GAE by rl_triton (``config.gamma``,
+    ``config.gae_lambda``), cut where a return ends
+    (`racing_stack.ppo.rollout.returns_cut`), bootstrapped where it is
+    truncated (`racing_stack.ppo.rollout.returns_bootstrapped`) from V
+    of the next slot's input (the terminal observation); the last slot
+    from V of the observation after the rollout. Reset and held slots
+    carry nothing."""
+    value = batch["value"]
+    cut, truncated = returns_cut(batch), returns_bootstrapped(batch)
+    next_value = torch.cat([value[1:], batch["last_value"][None]], dim=0)
+    bootstrap = torch.where(truncated, next_value, torch.zeros_like(next_value))
+    bootstrap[-1] = torch.where(cut[-1], 0.0, next_value[-1])
+    advantage = rl_triton.compute_gae(
+        batch["reward"].T.contiguous(), value.T.contiguous(), cut.T.contiguous(), truncated.T.contiguous(),
+        gamma=config.gamma, lambda_=config.gae_lambda, bootstrap_values=bootstrap.T.contiguous()).T
+    advantage = advantage * batch["valid"]
+    return advantage, advantage + value
 
 
 @contextlib.contextmanager

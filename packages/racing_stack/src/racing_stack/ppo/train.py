@@ -47,7 +47,7 @@ from racing_env.moved import moved_names
 from racing_stack.guard import GuardError
 from racing_stack.interop import Handover, share_gpu
 from racing_stack.ppo import checkpoint
-from racing_stack.ppo.algorithm import PPOUpdate, crash_weight, matmul_precision, read
+from racing_stack.ppo.algorithm import PPOUpdate, advantages, crash_weight, matmul_precision, read
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.logs import LOG_FIELDS, NOT_VALIDATED, add_events, progress_line, start_log
@@ -183,8 +183,8 @@ class Trainer:
         return crash_weight(self.config, self.acting_clock if self.config.policy_lag else self.crash_clock)
 
     def advantages(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(advantages, returns), [T, E], of the last rollout (`PPOUpdate.advantages`)."""
-        return self.learner.advantages(self.rollout.batch())
+        """(advantages, returns), [T, E], of the last rollout (`racing_stack.ppo.algorithm.advantages`)."""
+        return advantages(self.rollout.batch(), self.config)
 
     def optimise(self, advantage: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
         """The update's optimisation on the last rollout (`PPOUpdate.optimise`; with a lag on its kept copy)."""
@@ -310,7 +310,7 @@ class Trainer:
         weight, self.ahead = self.weight, False
         acted = self.acting_parameters()
         batch = self.rollout.batch(keep=bool(cfg.policy_lag))
-        advantage, returns = self.learner.advantages(batch)
+        advantage, returns = advantages(batch, cfg)
         # Every process stops after the same update.
         self.cut = self._deadline is not None and self.group.any(time.perf_counter() >= self._deadline)
         done = self.update + 1
