@@ -17,7 +17,7 @@ from racing_stack.ppo import PRESETS
 from racing_stack.ppo.algorithm import PPOUpdate, matmul_precision
 from racing_stack.ppo.checkpoint import HOW, WRITTEN_BEFORE, resume_problem
 from racing_stack.ppo.distributed import Group
-from racing_stack.ppo.rollout import captured
+from racing_stack.ppo.graphs import captured
 
 CONFIG = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=6, minibatches=3, epochs=2, hidden=(16, 16))
 LOW, HIGH = np.array([-0.6, -8.0], np.float32), np.array([0.6, 4.0], np.float32)
@@ -55,8 +55,8 @@ def test_the_fused_mlp_falls_back_to_autocasts_update_on_the_cpu():
 
 @pytest.mark.parametrize("precision", ["highest", "bf16"])
 def test_the_critics_steps_apart_from_the_actors_update_bit_for_bit(precision):
-    """``critic_beside_rollout``: the actor's steps over every minibatch,
-    then the critic's over the same ones, leave the parameters, the
+    """``critic_beside_rollout``: the critic's steps over every minibatch
+    apart from the actor's over the same ones leave the parameters, the
     optimizer's moments and step counts and the statistics of the joint
     steps, bit for bit; the critic's read the features as the update found
     them, normalised by the statistics it started from."""

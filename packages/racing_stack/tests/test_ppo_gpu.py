@@ -111,25 +111,46 @@ def test_a_pipelined_run_on_the_graph_path_has_the_numbers_of_one_that_reads_fir
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_the_critic_beside_the_rollout_has_the_numbers_of_the_joint_update(tmp_path, fused):
-    """``critic_beside_rollout`` on the graph path, pipelined, bf16 (and
-    the fused MLP): the critic's captured steps replay on a stream of
-    their own, each held back 30 ms before it starts, while the next
-    rollout runs; a critic reading what the rollout writes, or values
-    taken before its steps end, would show as other numbers than the
-    joint update's (rows, buffers, weights, the optimizer's moments)."""
-    trainers, rows, env = {}, {}, make_env(CONFIG)
-    config = dataclasses.replace(CONFIG, update_path="graph", matmul_precision="bf16", updates=5, fused_mlp=fused)
-    cycles = int(torch_sleep_cycles_per_us() * 30_000)
+@pytest.mark.parametrize("fused, held_ms, pipelined, worlds", [(False, 200, True, 256), (True, 200, False, 256),
+                                                               (True, 0, True, 4096)])
+def test_the_critic_beside_the_rollout_has_the_numbers_of_the_joint_update(tmp_path, monkeypatch, fused, held_ms,
+                                                                            pipelined, worlds):
+    """``critic_beside_rollout`` on the graph path, bf16 (and the fused
+    MLP): the critic's captured steps replay on a stream of their own while
+    the next rollout runs (pipelined), or while the host reads the update
+    (not). Held back ``held_ms`` before each replay, longer than a rollout:
+    values taken before the critic's steps end, or an update's statistics
+    read before them, would show as other numbers. Not held back, at 4,096
+    worlds in one minibatch: the critic's and the actor's steps run at once,
+    the weight gradients' products large enough for cuBLAS's workspace,
+    which the two captures must not share. Every case against the joint
+    update's rows, buffers, weights and optimizer moments, bit for bit."""
+    from racing_stack.ppo.graphs import capture_stream
+    from racing_stack.ppo.rollout import CapturedAct
+
+    if jax.default_backend() != "gpu" or not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device for JAX and Torch")
+    trainers, rows, env = {}, {}, make_env(dataclasses.replace(CONFIG, worlds=worlds))
+    config = dataclasses.replace(CONFIG, update_path="graph", matmul_precision="bf16", updates=5, fused_mlp=fused,
+                                 worlds=worlds, minibatches=4 if worlds == 256 else 1)
+    cycles, unfinished = int(torch_sleep_cycles_per_us() * held_ms * 1000), []
+    replay_values = CapturedAct.replay_values
+
+    def values_once_done(act):  # the critic's steps unfinished when the host asks for the values: the wait matters
+        critic = trainers[True].learner.critic
+        unfinished.append(critic.done is not None and not critic.done.query())
+        replay_values(act)
+
+    monkeypatch.setattr(CapturedAct, "replay_values", values_once_done)
     for apart in (True, False):
         trainer = trainers[apart] = Trainer(dataclasses.replace(config, critic_beside_rollout=apart), env,
                                             tmp_path / str(apart))
-        if apart:
-            critic = trainer.learner.critic
-            critic.stream, launch = torch.cuda.Stream(trainer.device), critic.launch
+        trainer.pipelined = pipelined
+        if apart and held_ms:
+            critic, launch = trainer.learner.critic, trainer.learner.critic.launch
 
             def held_back(*args, **kwargs):
+                critic.stream = critic.stream or capture_stream(critic, trainer.device)
                 with torch.cuda.stream(critic.stream):
                     torch.cuda._sleep(cycles)
                 launch(*args, **kwargs)
@@ -137,9 +158,11 @@ def test_the_critic_beside_the_rollout_has_the_numbers_of_the_joint_update(tmp_p
             critic.launch = held_back
         rows[apart] = [{k: v for k, v in trainer._one_update().items() if k not in ("seconds", "transitions_per_s")}
                        for _ in range(4)]
-        assert trainer.ahead
+        assert trainer.ahead == pipelined
     joint, split = trainers[False], trainers[True]
     assert split.learner.critic._graph is not None and split.rollout._act.values_graph is not None
+    if held_ms and pipelined:
+        assert any(unfinished)
     assert json.dumps(rows[True]) == json.dumps(rows[False])
     for key in ("x", "u", "logp", "value", "valid", "reward", "terminated"):
         assert torch.equal(split.buf[key], joint.buf[key]), key

@@ -23,10 +23,11 @@ from racing_stack.guard import Violation, check, violations
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.critic import CriticSteps, part
 from racing_stack.ppo.distributed import Group
-from racing_stack.ppo.losses import LOSS_FIELDS, normalised_advantages, ppo_losses
+from racing_stack.ppo.losses import LOSS_FIELDS, explained_variance, normalised_advantages, ppo_losses
 from racing_stack.ppo.networks import ActorCritic
 from racing_stack.ppo.captured import CapturedUpdate
-from racing_stack.ppo.rollout import captured, returns_bootstrapped, returns_cut
+from racing_stack.ppo.graphs import captured
+from racing_stack.ppo.rollout import returns_bootstrapped, returns_cut
 
 __all__ = ["UPDATE_FIELDS", "CapturedUpdate", "PPOUpdate", "advantages", "crash_weight", "first_worst",
            "matmul_precision", "read"]
@@ -117,13 +118,15 @@ class PPOUpdate:
                     state["step"] = state["step"].to(self.device, torch.float32)
 
     def optimizer_state(self) -> dict[str, Any]:
-        """The optimizer's state dict with its step size a number (as a checkpoint keeps it)."""
+        """The optimizer's state dict, its step size a number (as a checkpoint keeps it), the critic's steps done."""
+        self.settle_critic()
         state = self.optimizer.state_dict()
         state["param_groups"] = [{**g, "lr": float(g["lr"])} for g in state["param_groups"]]
         return state
 
     def set_learning_rate(self, rate: float) -> None:
-        """The step size of the optimizer's next steps."""
+        """The step size of the optimizer's next steps (once the critic's steps in flight have read it)."""
+        self.settle_critic()
         for group in self.optimizer.param_groups:
             if isinstance(group["lr"], torch.Tensor):
                 group["lr"].fill_(rate)
@@ -174,10 +177,16 @@ class PPOUpdate:
         once they are done, with ``config.critic_beside_rollout`` (the
         current stream waits for them; in place); else ``stats`` as it is."""
         if self.critic is not None:
-            fields = torch.tensor([UPDATE_FIELDS.index("value_loss"), UPDATE_FIELDS.index("critic_grad_norm")],
-                                  device=stats.device)
-            stats.index_copy_(0, fields, self.critic.result())
+            value, norm = UPDATE_FIELDS.index("value_loss"), UPDATE_FIELDS.index("critic_grad_norm")
+            result = self.critic.result()
+            stats[value:value + 1].copy_(result[:1])  # slices: an index tensor would be a host copy
+            stats[norm:norm + 1].copy_(result[1:])
         return stats
+
+    def settle_critic(self) -> None:
+        """Make the current stream wait for the critic's steps in flight, if any."""
+        if self.critic is not None:
+            self.critic.wait()
 
     @property
     def critic_done(self) -> torch.cuda.Event | None:
@@ -205,12 +214,7 @@ class PPOUpdate:
                 optimizer.step()
         stats /= cfg.epochs * cfg.minibatches
         group.sum(stats[:len(LOSS_FIELDS)])  # each process's part of the minibatches' means
-        error = (returns - flat["value"]) * mask
-        count, total, wrong = group.sum(torch.stack([mask.sum(), (returns * mask).sum(), error.sum()]))
-        count = count.clamp(min=1.0)
-        spread, unexplained = group.sum(torch.stack([(((returns - total / count) * mask) ** 2).sum(),
-                                                     ((error - wrong / count) ** 2 * mask).sum()])) / count
-        explained = 1.0 - unexplained / spread.clamp(min=1e-12)
+        explained = explained_variance(returns, flat["value"], mask, group)
         policy.normalizer.update(flat["x"], mask, group)
         return torch.cat([stats, explained[None], policy.log_std.detach().exp()])
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from racing_stack.ppo.rollout import capturing, warm_up
+from racing_stack.ppo.graphs import capture_stream, capturing, warm_up
 
 __all__ = ["CapturedUpdate"]
 
@@ -57,7 +57,7 @@ class CapturedUpdate:
                                                  self.returns[i], flat["valid"][i], flat["valid"].sum(),
                                                  flat["logp"][i] if cfg.policy_lag else None))
         self.graph = torch.cuda.CUDAGraph()
-        with capturing(self.graph, device):
+        with capturing(self.graph, device, capture_stream(self, device)):
             self.stats = update.steps(flat, self.advantage, self.returns, parts)
 
     @staticmethod

@@ -128,7 +128,7 @@ class PPOConfig:
             two each) the update runs as without it. What, not how: a
             resume keeps it.
         critic_beside_rollout: the critic's minibatch steps apart from the
-            actor's, after them (`racing_stack.ppo.critic`): the same
+            actor's (`racing_stack.ppo.critic`): the same
             minibatches, losses, clipping and Adam steps as the joint
             update's (the two networks share no parameter), and a
             rollout's values taken after it, slot by slot, by the critic

@@ -12,7 +12,7 @@ minibatches, leave each network the parameters and moments the joint steps
 leave it. The critic reads the features as the update found them,
 normalised by the feature statistics the update started from.
 
-On the graph path (`racing_stack.ppo.rollout.captured`), from the update
+On the graph path (`racing_stack.ppo.graphs.captured`), from the update
 that captures the optimisation on, those inputs are copied on the current
 stream (the next rollout writes the buffers, the actor's steps update the
 statistics) and the critic's steps replay as a CUDA graph of their own on a
@@ -29,7 +29,7 @@ from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.losses import value_losses
 from racing_stack.ppo.networks import ActorCritic, Normalizer
-from racing_stack.ppo.rollout import capturing, warm_up
+from racing_stack.ppo.graphs import capture_stream, capturing, warm_up
 
 __all__ = ["CriticSteps", "part"]
 
@@ -45,7 +45,7 @@ class CriticSteps:
 
     def __init__(self, config: PPOConfig, device: torch.device, group: Group = Group()) -> None:
         self.config, self.device, self.group = config, device, group
-        #: The stream the critic's captured steps replay on (None until the first replay).
+        #: The stream the critic's steps are captured and replay on (`capture_stream`; None until the first capture).
         self.stream: torch.cuda.Stream | None = None
         #: Recorded on `stream` after the last replay (None: nothing in flight beside the current stream).
         self.done: torch.cuda.Event | None = None
@@ -65,17 +65,15 @@ class CriticSteps:
         optimizer holding every moment, one process), replayed on `stream`
         after the inputs are copied. No host read; `result` gives the
         statistics."""
+        self.wait()
         if not beside:
-            self.done = None
             self._stats = self.steps(policy, optimizer, flat["x"], flat["valid"], returns, parts,
                                      policy.normalizer)
             return
-        current = torch.cuda.current_stream(self.device)
         inputs = self._staged(policy, flat, returns, parts)
         if self._graph is None or not self._fits(policy, optimizer, inputs):
             self._capture(policy, optimizer, inputs)
-        self.stream = self.stream or torch.cuda.Stream(self.device)
-        self.stream.wait_stream(current)
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self.stream):
             self._graph.replay()
         self.done = torch.cuda.Event()
@@ -83,11 +81,15 @@ class CriticSteps:
 
     def result(self) -> torch.Tensor:
         """The last launch's statistics, float32 [2] (the mean value loss and
-        the critic's mean gradient norm before clipping), the current stream
-        made to wait for the steps first."""
+        the critic's mean gradient norm before clipping), after `wait`."""
+        self.wait()
+        return self._stats
+
+    def wait(self) -> None:
+        """Make the current stream wait for the critic's steps in flight, if any."""
         if self.done is not None:
             torch.cuda.current_stream(self.device).wait_event(self.done)
-        return self._stats
+            self.done = None
 
     def steps(self, policy: ActorCritic, optimizer: torch.optim.Adam, x: torch.Tensor, valid: torch.Tensor,
               returns: torch.Tensor, parts: list[list[torch.Tensor]], normalizer: Normalizer) -> torch.Tensor:
@@ -148,7 +150,8 @@ class CriticSteps:
         warm_up(self.device, lambda: value_losses(policy, self.config, x[i], returns[i], valid[i], valid.sum(),
                                                   self._normalizer)[0].backward())
         graph = torch.cuda.CUDAGraph()
-        with capturing(graph, self.device):
+        self.stream = self.stream or capture_stream(self, self.device)
+        with capturing(graph, self.device, self.stream):
             self._stats = self.steps(policy, optimizer, x, valid, returns, parts, self._normalizer)
         self._graph, self._held = graph, (policy, optimizer, optimizer.param_groups[0]["lr"],
                                           _pointers(policy, optimizer, inputs))
@@ -166,9 +169,10 @@ def part(optimizer: torch.optim.Adam, params: list[nn.Parameter]) -> torch.optim
     whose step is ``optimizer``'s step of them: the same moments and step
     counts (its state is ``optimizer``'s) and the same settings and step
     size (its group's values are ``optimizer``'s first group's)."""
-    adam = torch.optim.Adam(params)
+    settings = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+    adam = torch.optim.Adam(params, **settings)
     adam.state = optimizer.state
-    adam.param_groups[0].update({k: v for k, v in optimizer.param_groups[0].items() if k != "params"})
+    adam.param_groups[0].update(settings)  # the very step size tensor, which set_learning_rate fills
     return adam
 
 

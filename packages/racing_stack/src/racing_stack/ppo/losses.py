@@ -10,8 +10,8 @@ from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.networks import ActorCritic, Normalizer
 
-__all__ = ["LOSS_FIELDS", "adapted_learning_rate", "network", "normalised_advantages", "outputs", "ppo_losses",
-           "value_losses"]
+__all__ = ["LOSS_FIELDS", "adapted_learning_rate", "explained_variance", "network", "normalised_advantages", "outputs",
+           "ppo_losses", "value_losses"]
 
 #: What `ppo_losses` returns, in order.
 LOSS_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -32,6 +32,19 @@ def normalised_advantages(advantage: torch.Tensor, mask: torch.Tensor, group: Gr
     mean = total / count
     std = (group.sum(((advantage - mean) ** 2 * mask).sum()) / count).sqrt()
     return (advantage - mean) / (std + 1e-8)
+
+
+def explained_variance(returns: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                       group: Group = Group()) -> torch.Tensor:
+    """1 - Var(returns - value) / Var(returns), a scalar, over the rows
+    of ``returns``, ``value`` and ``mask`` [N] where ``mask`` is 1 in
+    every process of ``group`` (the variance of the returns at least 1e-12)."""
+    error = (returns - value) * mask
+    count, total, wrong = group.sum(torch.stack([mask.sum(), (returns * mask).sum(), error.sum()]))
+    count = count.clamp(min=1.0)
+    spread, unexplained = group.sum(torch.stack([(((returns - total / count) * mask) ** 2).sum(),
+                                                 ((error - wrong / count) ** 2 * mask).sum()])) / count
+    return 1.0 - unexplained / spread.clamp(min=1e-12)
 
 
 def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch.Tensor, old_logp: torch.Tensor,

@@ -17,9 +17,7 @@ car would race on, so the finish line is not the end of the value.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import jax
@@ -31,12 +29,12 @@ from racing_env import TerminationReason
 from racing_stack.interop import Handover
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
+from racing_stack.ppo.graphs import capture_stream, captured, capturing, warm_up
 from racing_stack.ppo.networks import ActorCritic
 from racing_stack.features import LocalTrack
 from racing_stack.reward import MARGIN, STALL, Endings, ShapedReward
 
-__all__ = ["CapturedAct", "Clock", "Rollout", "captured", "capturing", "episodes", "returns_bootstrapped",
-           "returns_cut", "warm_up"]
+__all__ = ["CapturedAct", "Clock", "Rollout", "episodes", "returns_bootstrapped", "returns_cut"]
 
 #: The pack's columns after the features (`_after_step`), in order.
 PACK = ("reward", "progress", "lap_time", "speed", "ending", "reason", "terminated", "truncated", "driven", "held")
@@ -50,34 +48,6 @@ class Clock(NamedTuple):
 
     hold: jax.Array
     pending: jax.Array
-
-
-def captured(config: PPOConfig, device: torch.device, group: Group) -> bool:
-    """Whether the policy's work replays captured CUDA graphs
-    (`CapturedAct`, `racing_stack.ppo.algorithm.CapturedStep`):
-    ``config.update_path`` is ``"graph"``, on a CUDA device, in a process
-    training alone (else the eager path)."""
-    return config.update_path == "graph" and device.type == "cuda" and group.size == 1
-
-def warm_up(device: torch.device, step: Callable[[], object]) -> None:
-    """Run ``step`` twice on a side stream of ``device``, ordered after and
-    before the current stream's work: cuBLAS and autograd set themselves
-    up at first use, which a CUDA graph capture must not see."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream(device).wait_stream(side)
-
-
-@contextlib.contextmanager
-def capturing(graph: torch.cuda.CUDAGraph, device: torch.device, pool: Any = None) -> Iterator[None]:
-    """Capture the work inside into ``graph`` on ``device`` (in memory pool
-    ``pool``: None, a new one), thread_local: another thread's CUDA calls
-    (JAX's runtime) do not invalidate the capture."""
-    with torch.cuda.device(device), torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-        yield
 
 
 class Rollout:
@@ -191,7 +161,10 @@ class Rollout:
             if self.last_x is not None:
                 if critic is not None:
                     torch.cuda.current_stream(self.device).wait_event(critic)
-                self.values(policy) if act is None else act.replay_values()
+                if act is None:
+                    self.values(policy)
+                else:
+                    act.replay_values()
 
     def keep(self, policy: ActorCritic, t: int, pack: torch.Tensor) -> None:
         """What rollout step ``t`` keeps of its ``pack`` (`_after_step`'s,
@@ -370,12 +343,12 @@ class CapturedAct:
         self.noise = torch.zeros((cfg.worlds, 2), device=device)
         self.pack = torch.zeros((cfg.worlds, cfg.features.size + len(PACK)), device=device)
         self.action = torch.zeros((cfg.worlds, 2), device=device)
-        self.graphs, pool = [], None
+        self.graphs, pool, stream = [], None, capture_stream(self, device)
         with torch.no_grad():
             warm_up(device, lambda: rollout.act(policy, 0, self.noise))
             for t in range(cfg.steps + 1):
                 graph = torch.cuda.CUDAGraph()
-                with capturing(graph, device, pool):
+                with capturing(graph, device, stream, pool):
                     if t > 0:
                         rollout.keep(policy, t - 1, self.pack)
                     if t < cfg.steps:
@@ -384,7 +357,7 @@ class CapturedAct:
                 self.graphs.append(graph)
             self.values_graph = None if rollout.last_x is None else torch.cuda.CUDAGraph()
             if self.values_graph is not None:
-                with capturing(self.values_graph, device, pool):
+                with capturing(self.values_graph, device, stream, pool):
                     rollout.values(policy)
 
     @staticmethod

@@ -33,7 +33,7 @@ from racing_env.episodes import EpisodeResult, FirstEndings, summarize
 from racing_stack.interop import Handover
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.networks import ActorCritic
-from racing_stack.ppo.rollout import capturing, warm_up
+from racing_stack.ppo.graphs import capture_stream, capturing, warm_up
 from racing_stack.features import LocalTrack
 
 __all__ = ["STALL_S", "VALIDATION_FIELDS", "Selection", "check_noise", "result_row", "score", "standing_starts",
@@ -186,7 +186,7 @@ class CapturedMean:
         with torch.no_grad():
             warm_up(device, lambda: policy.mean_action(self.x))
             self.graph = torch.cuda.CUDAGraph()
-            with capturing(self.graph, device):
+            with capturing(self.graph, device, capture_stream(self, device)):
                 #: The mean action [worlds, 2] the last call wrote (static: read it before the next call).
                 self.mean = policy.mean_action(self.x)
 
