@@ -95,6 +95,25 @@ def test_a_part_of_the_optimizer_steps_its_parameters_as_the_whole_optimizer_wou
         assert torch.equal(whole.optimizer.state[p]["exp_avg"], apart.optimizer.state[q]["exp_avg"])
 
 
+def test_a_part_of_the_optimizer_shares_its_step_size_tensor_and_reads_no_value(monkeypatch):
+    """On a GPU the step size is a device tensor (`PPOUpdate.adopt`): a
+    part shares that very tensor (`set_learning_rate` fills it in place)
+    and is made without reading it on the host (a wait, and a CUDA graph
+    capture's error)."""
+    from racing_stack.ppo.critic import part
+
+    update = PPOUpdate(CONFIG, LOW, HIGH, torch.device("cpu"))
+    rate = update.optimizer.param_groups[0]["lr"] = torch.tensor(0.01)
+
+    def no_read(tensor):
+        raise AssertionError("a tensor was read on the host")
+
+    monkeypatch.setattr(torch.Tensor, "__bool__", no_read)
+    adam = part(update.optimizer, list(update.policy.critic.parameters()))
+    monkeypatch.undo()
+    assert adam.param_groups[0]["lr"] is rate and adam.state is update.optimizer.state
+
+
 def test_the_graph_path_falls_back_to_the_eager_update_on_the_cpu():
     eager, eager_stats = updated(CONFIG)
     graph, graph_stats = updated(dataclasses.replace(CONFIG, update_path="graph"))

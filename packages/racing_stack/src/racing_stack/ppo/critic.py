@@ -170,7 +170,8 @@ def part(optimizer: torch.optim.Adam, params: list[nn.Parameter]) -> torch.optim
     counts (its state is ``optimizer``'s) and the same settings and step
     size (its group's values are ``optimizer``'s first group's)."""
     settings = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
-    adam = torch.optim.Adam(params, **settings)
+    # Made with a number for the step size: Adam checks a tensor's sign on the host (a wait, and no capture).
+    adam = torch.optim.Adam(params, **{**settings, "lr": 0.0})
     adam.state = optimizer.state
     adam.param_groups[0].update(settings)  # the very step size tensor, which set_learning_rate fills
     return adam
