@@ -9,7 +9,8 @@ of its own terms; their gradients are clipped apart; and Adam steps each
 parameter on its own moments, at the update's one step size. So the critic's
 steps over every minibatch, apart from the actor's steps over the same
 minibatches, leave each network the parameters and moments the joint steps
-leave it. The critic reads the features as the update found them,
+leave it (over three or more processes, where the two networks' gradients
+are all-reduced apart, the sums may be taken in another order). The critic reads the features as the update found them,
 normalised by the feature statistics the update started from.
 
 On the graph path (`racing_stack.ppo.graphs.captured`), from the update
