@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from racing_stack.ppo.graphs import capture_stream, capturing, warm_up
+from racing_stack.ppo.graphs import capture_stream, capturing, moments, warm_up
 
 __all__ = ["CapturedUpdate"]
 
@@ -47,7 +47,7 @@ class CapturedUpdate:
                 p.grad = torch.zeros_like(p)
         self._grads = [p.grad for p in update.policy.parameters()]
         self._rates = [g["lr"] for g in update.optimizer.param_groups]
-        self._moments = self._state(update.optimizer)
+        self._moments = moments(update.optimizer)
         for group in update.optimizer.param_groups:
             group["capturable"] = True  # its steps are captured (it was made with its moments: nothing to allocate)
         parts = [list(epoch) for epoch in self.rows]
@@ -64,18 +64,12 @@ class CapturedUpdate:
     def _buffers(flat: dict[str, torch.Tensor]) -> tuple[int, ...]:
         return tuple(flat[k].data_ptr() for k in ("x", "u", "logp", "value", "valid"))
 
-    @staticmethod
-    def _state(optimizer: torch.optim.Adam) -> list[int]:
-        """Where the optimizer's moments and step counts live (a captured step writes there)."""
-        return [v.data_ptr() for state in optimizer.state.values() for v in state.values()
-                if isinstance(v, torch.Tensor)]
-
     def fits(self, update: Any, flat: dict[str, torch.Tensor]) -> bool:
         """Whether this capture steps ``update``'s policy with its optimizer
         (its step size, moments and step counts where they were) over these
         buffers, into the gradients it holds."""
         return (update.policy is self.policy and update.optimizer is self.optimizer
-                and self._buffers(flat) == self._pointers and self._state(update.optimizer) == self._moments
+                and self._buffers(flat) == self._pointers and moments(update.optimizer) == self._moments
                 and all(p.grad is g for p, g in zip(update.policy.parameters(), self._grads))
                 and all(g["lr"] is r for g, r in zip(update.optimizer.param_groups, self._rates)))
 

@@ -10,8 +10,9 @@ parameter on its own moments, at the update's one step size. So the critic's
 steps over every minibatch, apart from the actor's steps over the same
 minibatches, leave each network the parameters and moments the joint steps
 leave it (over three or more processes, where the two networks' gradients
-are all-reduced apart, the sums may be taken in another order). The critic reads the features as the update found them,
-normalised by the feature statistics the update started from.
+are all-reduced apart, the sums may be taken in another order). The critic
+reads the features as the update found them, normalised by the feature
+statistics the update started from.
 
 On the graph path (`racing_stack.ppo.graphs.captured`), from the update
 that captures the optimisation on, those inputs are copied on the current
@@ -30,7 +31,7 @@ from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.losses import value_losses
 from racing_stack.ppo.networks import ActorCritic, Normalizer
-from racing_stack.ppo.graphs import capture_stream, capturing, warm_up
+from racing_stack.ppo.graphs import capture_stream, capturing, moments, warm_up
 
 __all__ = ["CriticSteps", "part"]
 
@@ -124,14 +125,14 @@ class CriticSteps:
         """The critic's inputs copied on the current stream into its own
         buffers (made at the first call): the features, the valid mask,
         the returns, the minibatches' rows and the feature statistics."""
+        rows = torch.stack([torch.stack(epoch) for epoch in parts])
         if self._inputs is None or self._inputs["x"].shape != flat["x"].shape:
             self._inputs = {"x": torch.empty_like(flat["x"]), "valid": torch.empty_like(flat["valid"]),
-                            "returns": torch.empty_like(returns),
-                            "rows": torch.stack([torch.stack(epoch) for epoch in parts])}
+                            "returns": torch.empty_like(returns), "rows": torch.empty_like(rows)}
             self._normalizer = Normalizer(flat["x"].shape[1]).to(self.device)
         inputs = self._inputs
         torch._foreach_copy_([inputs["x"], inputs["valid"], inputs["returns"], inputs["rows"]],
-                             [flat["x"], flat["valid"], returns, torch.stack([torch.stack(e) for e in parts])])
+                             [flat["x"], flat["valid"], returns, rows])
         torch._foreach_copy_(list(self._normalizer.buffers()), list(policy.normalizer.buffers()))
         return inputs
 
@@ -180,9 +181,8 @@ def part(optimizer: torch.optim.Adam, params: list[nn.Parameter]) -> torch.optim
 
 def _pointers(policy: ActorCritic, optimizer: torch.optim.Adam, inputs: dict[str, torch.Tensor]) -> tuple:
     """Where a capture of the critic's steps reads and writes: the
-    critic's moments, step counts and gradients, and the staged inputs."""
-    params = list(policy.critic.parameters())
-    moments = [v.data_ptr() for p in params for v in optimizer.state.get(p, {}).values()
-               if isinstance(v, torch.Tensor)]
-    return (tuple(moments), tuple(p.grad.data_ptr() if p.grad is not None else 0 for p in params),
+    optimizer's moments and step counts, the critic's gradients, and the
+    staged inputs."""
+    return (tuple(moments(optimizer)),
+            tuple(p.grad.data_ptr() if p.grad is not None else 0 for p in policy.critic.parameters()),
             tuple(v.data_ptr() for v in inputs.values()))

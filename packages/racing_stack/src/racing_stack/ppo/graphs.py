@@ -23,7 +23,7 @@ import torch
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 
-__all__ = ["capture_stream", "captured", "capturing", "warm_up"]
+__all__ = ["capture_stream", "captured", "capturing", "moments", "warm_up"]
 
 #: Torch hands out a device's streams of one priority from a pool of 32, in turn.
 _POOL = 32
@@ -70,6 +70,11 @@ def _free_stream(device: torch.device) -> torch.cuda.Stream:
         if stream.cuda_stream not in _HELD:
             return stream
     raise RuntimeError(f"every one of Torch's {_POOL} streams of {device} holds captured graphs")
+
+
+def moments(optimizer: torch.optim.Optimizer) -> list[int]:
+    """Where ``optimizer``'s moments and step counts live (a captured step writes there)."""
+    return [v.data_ptr() for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
 
 
 @contextlib.contextmanager
