@@ -514,6 +514,47 @@ TRACK_READER = """
 """
 
 
+@pytest.mark.parametrize("how", [dict(episodes=7, seed=3), dict(track_indices=[2, 0, 1, 1, 2, 0, 1], seed=5)])
+def test_every_batched_call_gets_the_observation_the_env_gave(tmp_path, mjx_pool_env, monkeypatch, how):
+    """Each ``start`` and ``compute_controls`` call gets, for each world it
+    names, that world's rows of the env's last observation, every field
+    (the track's too, which the Runner reads from the device only when an
+    episode starts), on worlds that change tracks between episodes."""
+    from racing_env import runner
+
+    plugin = make_plugin(tmp_path, "reader", TRACK_READER)
+    given, calls = [], []
+    step, reset = mjx_pool_env.step, mjx_pool_env.reset
+
+    def keep(out):
+        given.append({k: np.array(v) for k, v in out[0].items() if not isinstance(v, str)})
+        return out
+
+    monkeypatch.setattr(mjx_pool_env, "step", lambda *a, **k: keep(step(*a, **k)))
+    monkeypatch.setattr(mjx_pool_env, "reset", lambda *a, **k: keep(reset(*a, **k)))
+    make = runner._batch_controller
+
+    def spied(*args):
+        controller = make(*args)
+        for name in ("start", "compute_controls"):
+            def call(worlds, obs, info, method=getattr(controller, name)):
+                calls.append((len(given), np.array(worlds), {k: np.array(v) for k, v in obs.items()
+                                                             if not isinstance(v, str)}))
+                return method(worlds, obs, info)
+            setattr(controller, name, call)
+        return controller
+
+    monkeypatch.setattr(runner, "_batch_controller", spied)
+    result = run(plugin, mjx_pool_env, batched=True, **how)
+    assert len(result.episodes) == 7 and len({e.track_id for e in result.episodes}) == 3
+    assert len(calls) > 10
+    for seen, worlds, obs in calls:
+        env_obs = given[seen - 1]
+        assert obs.keys() == env_obs.keys()
+        for k, v in obs.items():
+            np.testing.assert_array_equal(v, env_obs[k][worlds], err_msg=k)
+
+
 def test_an_isolated_batched_child_sees_each_track_it_was_sent_once(tmp_path, mjx_pool_env, monkeypatch):
     """Isolated, a world's track fields cross to the batched child with
     its episode's start only, and the child fills them in: the episodes

@@ -58,7 +58,7 @@ import numpy as np
 from racing_env import checks
 from racing_env.controller import BatchController, Controller, checked_action, checked_actions
 from racing_env.episodes import REASONS, EpisodeResult, summarize
-from racing_env.isolation import ChildBatchController, ChildControllers, ControllerFailed, Isolation
+from racing_env.isolation import TRACK_FIELDS, ChildBatchController, ChildControllers, ControllerFailed, Isolation
 from racing_env.plugins import Plugin, PluginError
 from racing_env.render import DrawList, EpisodeView
 from racing_env.types import TRACK_CAPACITY
@@ -410,10 +410,13 @@ def _drive_batched(controller: BatchController, env: VecCarRacingEnv, obs: Mappi
             if worlds[w].error is not None:
                 actions[w] = np.nan
         obs, reward, terminated, truncated, info = env.step(actions)
-        host_obs, host_info = _host(obs), _host(info)
+        host_info = _host(info)
         done = np.asarray(terminated) | np.asarray(truncated)
         before, reason = worlds[0], None
         starting, stepped, started = _sorted_worlds(worlds, pending, started, count)
+        # A world's track changes only when an episode starts: the stepped
+        # worlds' track rows (nearly all of the bytes) are the last read's.
+        host_obs = _host(obs, None if starting else host_obs)
         for w in stepped:
             world = worlds[w]
             world.steps += 1
@@ -511,10 +514,15 @@ class _Frames:
         self.view.show(one, draw.drain(), caption)
 
 
-def _host(tree: Mapping[str, Any]) -> dict[str, Any]:
-    """One device-to-host read of every numeric field."""
-    numeric = {k: v for k, v in tree.items() if not isinstance(v, str)}
+def _host(tree: Mapping[str, Any], kept: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One device-to-host read of every numeric field; with ``kept`` (an
+    earlier read of the same env's observation), its `TRACK_FIELDS` are
+    taken from there instead of read (the worlds on another track since
+    must not be read from it)."""
+    numeric = {k: v for k, v in tree.items() if not isinstance(v, str) and (kept is None or k not in TRACK_FIELDS)}
     host = jax.device_get(numeric)
+    if kept is not None:
+        host.update({k: kept[k] for k in TRACK_FIELDS if k in kept and k in tree})
     return {**{k: np.asarray(v) for k, v in host.items()}, **{k: v for k, v in tree.items() if isinstance(v, str)}}
 
 
