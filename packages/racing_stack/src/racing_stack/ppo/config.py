@@ -342,7 +342,7 @@ def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 #: The CPU preset finishes in minutes (16 worlds, the first 16 Train tracks,
 #: 200-step episodes, 4 Validation tracks); it shows the loop working, it
-#: does not learn a lap. The GPU preset is the full run on an H200 (8,192
+#: does not learn a lap. The GPU preset is the full run on one GPU (8,192
 #: worlds, the update captured as CUDA graphs with bf16 matmuls, the
 #: fastest path that passes the release's gates; the PPO page's recipe and
 #: ledger say why each setting).
