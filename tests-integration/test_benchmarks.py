@@ -480,7 +480,7 @@ def test_the_fused_mlp_benchmark_smoke_compares_through_the_interpreter(tmp_path
 def test_the_batched_evaluation_benchmark_smoke_compares_and_times(tmp_path):
     """The batched-evaluation benchmark's CPU smoke: the release policy
     with this version's controller on a Test track one episode at a time
-    and batched (bit for bit the same episode), then the batched command
+    and batched, twice (bit for bit the same episode each time), then the batched command
     timed in a fresh process; no gate on a CPU."""
     out = tmp_path / "batched.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/batched_eval.py"), "--out", str(out)],
@@ -492,6 +492,9 @@ def test_the_batched_evaluation_benchmark_smoke_compares_and_times(tmp_path):
     assert comparison["episodes"] == 1 and comparison["bitwise_equal"] is True
     assert comparison["outcomes_differing"] == 0
     assert comparison["max_lap_difference_s"] == 0.0 and comparison["max_lap_difference_calls"] == 0
+    repeat = report["repeat"]
+    assert repeat["episodes"] == 1 and repeat["bitwise_equal"] is True and repeat["tracks_whose_laps_differ"] == 0
+    assert set(repeat["seconds"]) == {"batched", "again"}
     assert report["command"]["episodes"] == 1 and report["command"]["seconds"] > 0
     usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/batched_eval.py"), "--plugin",
                             str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
