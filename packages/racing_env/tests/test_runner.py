@@ -514,13 +514,15 @@ TRACK_READER = """
 """
 
 
-@pytest.mark.parametrize("how", [dict(episodes=7, seed=3), dict(track_indices=[2, 0, 1, 1, 2, 0, 1], seed=5)])
-def test_every_batched_call_gets_the_observation_the_env_gave(tmp_path, mjx_pool_env, monkeypatch, how):
+@pytest.mark.parametrize("how, isolated", [(dict(episodes=7, seed=3), False), (dict(episodes=7, seed=3), True),
+                                           (dict(track_indices=[2, 0, 1, 1, 2, 0, 1], seed=5), False)])
+def test_every_batched_call_gets_the_observation_the_env_gave(tmp_path, mjx_pool_env, monkeypatch, how, isolated):
     """Each ``start`` and ``compute_controls`` call gets, for each world it
     names, that world's rows of the env's last observation, every field
     (the track's too, which the Runner reads from the device only when an
-    episode starts), on worlds that change tracks between episodes."""
-    from racing_env import runner
+    episode starts), on worlds that change tracks between episodes, in
+    this process and isolated (what the child's proxy is handed)."""
+    from racing_env import isolation, runner
 
     plugin = make_plugin(tmp_path, "reader", TRACK_READER)
     given, calls = [], []
@@ -530,26 +532,40 @@ def test_every_batched_call_gets_the_observation_the_env_gave(tmp_path, mjx_pool
         given.append({k: np.array(v) for k, v in out[0].items() if not isinstance(v, str)})
         return out
 
+    def seen(worlds, obs):
+        calls.append((len(given), np.array(worlds), {k: np.array(v) for k, v in obs.items() if not isinstance(v, str)}))
+
     monkeypatch.setattr(mjx_pool_env, "step", lambda *a, **k: keep(step(*a, **k)))
     monkeypatch.setattr(mjx_pool_env, "reset", lambda *a, **k: keep(reset(*a, **k)))
-    make = runner._batch_controller
+    if isolated:
+        class Spy(isolation.ChildBatchController):
+            def start(self, worlds, obs, info):
+                seen(worlds, obs)
+                return super().start(worlds, obs, info)
 
-    def spied(*args):
-        controller = make(*args)
-        for name in ("start", "compute_controls"):
-            def call(worlds, obs, info, method=getattr(controller, name)):
-                calls.append((len(given), np.array(worlds), {k: np.array(v) for k, v in obs.items()
-                                                             if not isinstance(v, str)}))
-                return method(worlds, obs, info)
-            setattr(controller, name, call)
-        return controller
+            def compute_controls(self, worlds, obs, info):
+                seen(worlds, obs)
+                return super().compute_controls(worlds, obs, info)
 
-    monkeypatch.setattr(runner, "_batch_controller", spied)
-    result = run(plugin, mjx_pool_env, batched=True, **how)
+        monkeypatch.setattr(runner, "ChildBatchController", Spy)
+    else:
+        make = runner._batch_controller
+
+        def spied(*args):
+            controller = make(*args)
+            for name in ("start", "compute_controls"):
+                def call(worlds, obs, info, method=getattr(controller, name)):
+                    seen(worlds, obs)
+                    return method(worlds, obs, info)
+                setattr(controller, name, call)
+            return controller
+
+        monkeypatch.setattr(runner, "_batch_controller", spied)
+    result = run(plugin, mjx_pool_env, batched=True, isolation=Isolation() if isolated else None, **how)
     assert len(result.episodes) == 7 and len({e.track_id for e in result.episodes}) == 3
     assert len(calls) > 10
-    for seen, worlds, obs in calls:
-        env_obs = given[seen - 1]
+    for count, worlds, obs in calls:
+        env_obs = given[count - 1]
         assert obs.keys() == env_obs.keys()
         for k, v in obs.items():
             np.testing.assert_array_equal(v, env_obs[k][worlds], err_msg=k)

@@ -628,43 +628,52 @@ def test_the_learned_plugin_runs_its_network_in_float64_on_one_cpu_thread(tmp_pa
         torch.set_num_threads(before)
 
 
-def test_a_batched_call_computes_its_features_in_blocks_on_threads_to_the_same_bits():
-    """`batch_features` over 700 rows (each car placed and moving
-    otherwise) on `FEATURE_THREADS` threads: `LocalTrack.host` over all
-    rows at once, bit for bit; below two blocks' rows it computes here."""
+@pytest.mark.parametrize("how", ["gpu preset", "interpolated with a prior"])
+def test_a_batched_call_computes_its_features_in_blocks_on_threads_to_the_same_bits(monkeypatch, how):
+    """`batch_features` over 700 rows (each car on its own scaled copy of
+    the track, with its own count of points, placed and moving otherwise)
+    on `FEATURE_THREADS` threads: `LocalTrack.host` over all rows at once,
+    bit for bit; below two blocks' rows it computes here."""
     from concurrent.futures import ThreadPoolExecutor
 
     from racing_env import LEVEL_0, ProjectConfig, VecCarRacingEnv, level0_track
 
+    from racing_stack.features import LocalTrack
     from racing_stack.learned.controller import FEATURE_BLOCK_ROWS, FEATURE_THREADS, batch_features
     from racing_stack.ppo import PRESETS
+    from racing_stack.prior import PursuitPrior
 
     env = VecCarRacingEnv(1, config=ProjectConfig(), level=LEVEL_0, backend="cpu_reference", track=level0_track())
     obs, _ = env.reset(seed=0)
     rng = np.random.default_rng(5)
     rows = 700
     many = {k: v if isinstance(v, str) else np.repeat(np.asarray(v), rows, axis=0) for k, v in obs.items()}
-    many["position"] = many["position"] + rng.normal(0, 20, (rows, 2)).astype(np.float32)
+    scale = rng.uniform(0.8, 1.25, rows).astype(np.float32)
+    for key in ("centerline", "left_boundary", "right_boundary"):
+        many[key] = many[key] * scale[:, None, None]
+    many["track_length"] = many["track_length"] * scale
+    count = int(many["track_mask"][0].sum())
+    cut = rng.integers(count - 40, count + 1, rows)
+    many["track_mask"] = (np.arange(many["track_mask"].shape[1])[None, :] < cut[:, None]).astype(np.int8)
+    many["position"] = many["position"] * scale[:, None] + rng.normal(0, 3, (rows, 2)).astype(np.float32)
     for key in ("yaw", "yaw_rate", "steering_angle"):
         many[key] = many[key] + rng.normal(0, 1, rows).astype(np.float32)
     many["velocity_body"] = rng.normal(5, 5, (rows, 2)).astype(np.float32)
     previous = rng.normal(0, 1, (rows, 2)).astype(np.float32)
-    features = PRESETS["gpu"].features
+    features = PRESETS["gpu"].features if how == "gpu preset" else LocalTrack(interpolate=True, prior=PursuitPrior())
     whole = features.host(many, previous)
     assert len(np.unique(whole, axis=0)) == rows
+    calls = []
+    host = LocalTrack.host
+    monkeypatch.setattr(LocalTrack, "host", lambda self, o, p: calls.append(len(p)) or host(self, o, p))
     with ThreadPoolExecutor(FEATURE_THREADS) as pool:
-        calls = []
-        host = type(features).host
-        try:
-            type(features).host = lambda self, o, p: calls.append(len(p)) or host(self, o, p)
-            blocked = batch_features(features, many, previous, pool)
-            few = batch_features(features, {k: v[:2 * FEATURE_BLOCK_ROWS - 1] for k, v in many.items()},
-                                 previous[:2 * FEATURE_BLOCK_ROWS - 1], pool)
-        finally:
-            type(features).host = host
+        blocked = batch_features(features, many, previous, pool)
+        few = 2 * FEATURE_BLOCK_ROWS - 1
+        alone = batch_features(features, {k: v if isinstance(v, str) else v[:few] for k, v in many.items()},
+                               previous[:few], pool)
     np.testing.assert_array_equal(blocked, whole)
-    np.testing.assert_array_equal(few, whole[:2 * FEATURE_BLOCK_ROWS - 1])
-    assert calls == [175] * 4 + [2 * FEATURE_BLOCK_ROWS - 1]
+    np.testing.assert_array_equal(alone, whole[:few])
+    assert calls == [175] * 4 + [few]
 
 
 def test_evaluate_batched_runs_in_process(tmp_path, capsys):
