@@ -674,6 +674,8 @@ def test_a_batched_call_computes_its_features_in_blocks_on_threads_to_the_same_b
     np.testing.assert_array_equal(blocked, whole)
     np.testing.assert_array_equal(alone, whole[:few])
     assert calls == [175] * 4 + [few]
+    with ThreadPoolExecutor(FEATURE_THREADS) as pool, pytest.raises(ValueError, match="same shape"):
+        batch_features(features, many, previous[:500], pool)  # as one call over all rows: refused
 
 
 def test_evaluate_batched_runs_in_process(tmp_path, capsys):

@@ -88,10 +88,11 @@ def batch_features(features: LocalTrack, obs: Mapping[str, np.ndarray], previous
     `FEATURE_THREADS` blocks of consecutive rows on ``pool``'s threads
     (NumPy leaves Python's lock while it computes; ``pool`` None: here).
     Each row's features depend on its own fields only: the same bits as
-    one call over all rows."""
+    one call over all rows (rows that do not match ``previous``'s: that
+    call's error)."""
     rows = len(previous)
     blocks = min(FEATURE_THREADS, rows // FEATURE_BLOCK_ROWS)
-    if pool is None or blocks < 2:
+    if pool is None or blocks < 2 or np.shape(obs["position"])[0] != rows:
         return features.host(obs, previous)
     edges = np.linspace(0, rows, blocks + 1).astype(int)
 
