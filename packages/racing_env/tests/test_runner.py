@@ -521,7 +521,9 @@ def test_every_batched_call_gets_the_observation_the_env_gave(tmp_path, mjx_pool
     names, that world's rows of the env's last observation, every field
     (the track's too, which the Runner reads from the device only when an
     episode starts), on worlds that change tracks between episodes, in
-    this process and isolated (what the child's proxy is handed)."""
+    this process and isolated (what the child's proxy is handed: there a
+    call leaves out, as None, exactly the track fields the child keeps,
+    which the Runner then does not gather)."""
     from racing_env import isolation, runner
 
     plugin = make_plugin(tmp_path, "reader", TRACK_READER)
@@ -533,7 +535,8 @@ def test_every_batched_call_gets_the_observation_the_env_gave(tmp_path, mjx_pool
         return out
 
     def seen(worlds, obs):
-        calls.append((len(given), np.array(worlds), {k: np.array(v) for k, v in obs.items() if not isinstance(v, str)}))
+        calls.append((len(given), np.array(worlds),
+                      {k: None if v is None else np.array(v) for k, v in obs.items() if not isinstance(v, str)}))
 
     monkeypatch.setattr(mjx_pool_env, "step", lambda *a, **k: keep(step(*a, **k)))
     monkeypatch.setattr(mjx_pool_env, "reset", lambda *a, **k: keep(reset(*a, **k)))
@@ -564,11 +567,17 @@ def test_every_batched_call_gets_the_observation_the_env_gave(tmp_path, mjx_pool
     result = run(plugin, mjx_pool_env, batched=True, isolation=Isolation() if isolated else None, **how)
     assert len(result.episodes) == 7 and len({e.track_id for e in result.episodes}) == 3
     assert len(calls) > 10
+    left_out = 0
     for count, worlds, obs in calls:
         env_obs = given[count - 1]
         assert obs.keys() == env_obs.keys()
+        missing = {k for k, v in obs.items() if v is None}
+        assert missing in (set(), set(isolation.TRACK_FIELDS) if isolated else set())
+        left_out += bool(missing)
         for k, v in obs.items():
-            np.testing.assert_array_equal(v, env_obs[k][worlds], err_msg=k)
+            if v is not None:
+                np.testing.assert_array_equal(v, env_obs[k][worlds], err_msg=k)
+    assert (left_out > 10) if isolated else left_out == 0
 
 
 def test_an_isolated_batched_child_sees_each_track_it_was_sent_once(tmp_path, mjx_pool_env, monkeypatch):
@@ -597,6 +606,44 @@ def test_an_isolated_batched_child_sees_each_track_it_was_sent_once(tmp_path, mj
     calls = [left for method, left in sent if method == "compute_controls"]
     assert starts and not any(any(left.values()) for left in starts)  # a start sends the whole track
     assert calls and all(all(left.values()) for left in calls)  # every later call leaves it out
+
+
+def test_an_isolated_batched_proxy_takes_left_out_tracks_only_where_its_child_keeps_them(tmp_path, env):
+    """`ChildBatchController.keeps_tracks` says whether a call may leave the
+    track fields out (None): only for worlds whose episodes' tracks the
+    child keeps, in the layout it keeps. Such a call is answered as one
+    with the whole fields; left out elsewhere (a world on another track,
+    or no track ids) it is refused by name, and the child answers on."""
+    from racing_env import isolation
+
+    plugin = make_plugin(tmp_path, "reader", TRACK_READER)
+    rng = np.random.default_rng(8)
+    lines = {k: rng.normal(size=(3, 6, 2)) for k in ("centerline", "left_boundary", "right_boundary")}
+    obs = {"velocity_body": rng.normal(size=(3, 2)), **lines, "track_mask": np.ones((3, 6), bool),
+           "track_length": rng.uniform(100, 200, 3)}
+    info = {"track_id": np.array([4, 2, 6], np.uint32)}
+    there = isolation.ChildBatchController(plugin.directory, challenge_values(env), Isolation(), 3)
+    try:
+        two = np.array([0, 1])
+        assert not there.keeps_tracks(two, obs, {"track_id": info["track_id"][:2]})  # nothing started yet
+        there.start(two, {k: v[:2] for k, v in obs.items()}, {"track_id": info["track_id"][:2]})
+        rows = {k: v[:2] for k, v in obs.items()}
+        assert there.keeps_tracks(two, obs, {"track_id": info["track_id"][:2]})  # every world's fields: their layout
+        assert not there.keeps_tracks(two, rows, {"track_id": np.array([4, 5], np.uint32)})  # world 1 elsewhere
+        assert not there.keeps_tracks(two, {**rows, "centerline": rows["centerline"][:, :5]},
+                                      {"track_id": info["track_id"][:2]})  # another layout
+        whole = there.compute_controls(two, rows, {"track_id": info["track_id"][:2]})
+        left = {**rows, **dict.fromkeys(isolation.TRACK_FIELDS)}
+        np.testing.assert_array_equal(there.compute_controls(two, left, {"track_id": info["track_id"][:2]}), whole)
+        with pytest.raises(ValueError, match=r"worlds \[0, 1\] are None"):
+            there.compute_controls(two, left, {"track_id": np.array([4, 5], np.uint32)})
+        there.start(np.array([2]), {k: v[2:] for k, v in obs.items()}, {"track_id": np.array([6], np.uint32)})
+        with pytest.raises(ValueError, match="keeps no track"):
+            there.compute_controls(np.array([2]), {**{k: v[2:] for k, v in obs.items()},
+                                                   **dict.fromkeys(isolation.TRACK_FIELDS)}, {})
+        np.testing.assert_array_equal(there.compute_controls(two, left, {"track_id": info["track_id"][:2]}), whole)
+    finally:
+        there.close()
 
 
 def test_an_isolated_batched_child_is_sent_whole_tracks_when_their_layout_changes(tmp_path, env, monkeypatch):

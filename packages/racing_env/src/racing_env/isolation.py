@@ -302,7 +302,8 @@ class ChildBatchController(BatchController):
     the fields' shapes and types as the child keeps them), and the child
     fills in each world's rows from what it kept, a fresh copy a call;
     otherwise it sends them whole. The plugin gets the same observation
-    either way.
+    either way. A caller that asks `keeps_tracks` first may pass those
+    fields as None (the Runner does: it gathers no rows the child keeps).
 
     Raises:
         PluginError: the plugin defines no BatchController.
@@ -354,15 +355,29 @@ class ChildBatchController(BatchController):
         if ids is not None and layout is not None:
             self._tracks[np.asarray(worlds, np.int64)] = ids
 
+    def keeps_tracks(self, worlds: np.ndarray, obs: Mapping[str, Any], info: Mapping[str, Any]) -> bool:
+        """Whether the child keeps the track of each of ``worlds`` (int64
+        [K]) that ``info`` (stacked, [K, ...]) names, in the shapes and
+        types of ``obs``'s track fields (a row a world, of these worlds or
+        of all): then a `compute_controls` call for them leaves the fields
+        out, and its caller may pass them as None without gathering them."""
+        return self._layout is not None and _layout(obs) == self._layout and self._kept(worlds, info)
+
+    def _kept(self, worlds: np.ndarray, info: Mapping[str, Any]) -> bool:
+        ids = _track_ids(info, len(worlds))
+        return ids is not None and np.array_equal(self._tracks[np.asarray(worlds, np.int64)], ids)
+
     def compute_controls(self, worlds: np.ndarray, obs: Mapping[str, np.ndarray],
                          info: Mapping[str, Any]) -> np.ndarray:
         lost = [int(w) for w in worlds if int(w) not in self._started]
         if self._child is None or lost:
             raise ControllerFailed(f"worlds {lost} began their episodes in a controller process that failed since")
         sent = dict(obs)
-        ids = _track_ids(info, len(worlds))
-        kept = self._layout is not None and _layout(sent) == self._layout
-        if kept and ids is not None and np.array_equal(self._tracks[np.asarray(worlds, np.int64)], ids):
+        if all(k in sent and sent[k] is None for k in TRACK_FIELDS):  # left out by a caller that asked `keeps_tracks`
+            if self._layout is None or not self._kept(worlds, info):
+                raise ValueError(f"compute_controls: the track fields of worlds {np.asarray(worlds).tolist()} are "
+                                 "None, but the controller's process keeps no track of theirs to fill them in")
+        elif self.keeps_tracks(worlds, sent, info):
             sent.update(dict.fromkeys(TRACK_FIELDS))  # the child's own copy of each world's track fills them in
         value = self._call("compute_controls", (worlds, sent, dict(info)), self._child.isolation.call_timeout_s)
         try:
