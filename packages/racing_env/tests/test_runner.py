@@ -646,6 +646,53 @@ def test_an_isolated_batched_proxy_takes_left_out_tracks_only_where_its_child_ke
         there.close()
 
 
+def test_an_isolated_batched_childs_actions_cross_exactly_and_a_malformed_reply_kills_it(tmp_path, env, monkeypatch):
+    """The batched child's actions cross as their float64 bytes: bit for
+    bit the in-process controller's, extreme values and NaN included (the
+    env ends a NaN's episode, not the crossing); a reply of another length
+    or not hexadecimal is out of protocol: `ControllerFailed`, the child
+    killed."""
+    from racing_env import isolation
+
+    code = """
+    from racing_env.controller import BatchController
+
+    class Odd(BatchController):
+        def start(self, worlds, obs, info):
+            pass
+
+        def compute_controls(self, worlds, obs, info):
+            values = np.array([0.1, -0.0, 1e-310, 1.7976931348623157e308, np.nan, 2.0 / 3.0])
+            return np.stack([values[worlds % 6], np.asarray(obs["speed"], np.float64)], -1)
+
+    class One(Controller):
+        def compute_control(self, obs, info=None):
+            return np.zeros(2)
+"""
+    plugin = make_plugin(tmp_path, "odd", code)
+    challenge = challenge_values(env)
+    here = plugin.load_batch_class()(plugin.config(challenge), 6)
+    there = isolation.ChildBatchController(plugin.directory, challenge, Isolation(), 6)
+    try:
+        worlds = np.arange(6)
+        obs = {"speed": np.float32([0.5, 3.25, -1e-7, 7.0, 1e30, 0.1])}
+        for controller in (here, there):
+            controller.start(worlds, obs, {})
+        got, want = there.compute_controls(worlds, obs, {}), here.compute_controls(worlds, obs, {})
+        assert got.dtype == np.float64 and got.tobytes() == want.astype(np.float64).tobytes()
+        call = isolation._Child.call
+        for reply in ("00" * 16 * 5, "zz" * 16 * 6, [[0.0, 0.0]] * 6):
+            monkeypatch.setattr(isolation._Child, "call", lambda self, method, args, timeout_s, r=reply: (
+                r if method == "compute_controls" else call(self, method, args, timeout_s)))
+            with pytest.raises(isolation.ControllerFailed, match="out of protocol"):
+                there.compute_controls(worlds, obs, {})
+            assert there._child is None  # killed
+            monkeypatch.setattr(isolation._Child, "call", call)
+            there.start(worlds, obs, {})  # a new child
+    finally:
+        there.close()
+
+
 def test_an_isolated_batched_child_is_sent_whole_tracks_when_their_layout_changes(tmp_path, env, monkeypatch):
     """A start whose track fields have another shape makes the child keep
     them anew: the other worlds' tracks are then sent whole, so every

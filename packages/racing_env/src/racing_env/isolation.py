@@ -381,7 +381,7 @@ class ChildBatchController(BatchController):
             sent.update(dict.fromkeys(TRACK_FIELDS))  # the child's own copy of each world's track fills them in
         value = self._call("compute_controls", (worlds, sent, dict(info)), self._child.isolation.call_timeout_s)
         try:
-            return checked_actions(value, len(worlds))
+            return checked_actions(_actions(value, len(worlds)), len(worlds))
         except (TypeError, ValueError):
             self.close()
             raise ControllerFailed("the controller's process answered compute_controls out of protocol") from None
@@ -498,6 +498,16 @@ def _detach(parent: int, reaper: int) -> str | None:
     return guard_signals(parent, (reaper,))
 
 
+def _actions(reply: Any, rows: int) -> np.ndarray:
+    """A batched child's actions for ``rows`` worlds from its reply: the
+    float64 [rows, 2] bytes (little-endian) in hexadecimal, exact, and
+    about ten times faster to write and read than a JSON list of 2,000
+    numbers (1-2 ms of a call). ValueError: not that."""
+    if not isinstance(reply, str) or len(reply) != rows * 32:
+        raise ValueError(f"expected {rows * 32} hexadecimal digits")
+    return np.frombuffer(bytes.fromhex(reply), "<f8").reshape(rows, 2)
+
+
 def _layout(obs: Mapping[str, Any]) -> tuple | None:
     """Each of `TRACK_FIELDS`' shape a row and type in ``obs``, or None where one is missing."""
     if not all(k in obs for k in TRACK_FIELDS):
@@ -587,7 +597,7 @@ def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_
             elif method == "compute_controls":
                 worlds, obs, info = args
                 value = checked_actions(controller.compute_controls(worlds, tracks.fill(worlds, obs), info),
-                                        len(worlds)).tolist()
+                                        len(worlds)).astype("<f8").tobytes().hex()  # `_actions` reads it
             elif method == "render_callback":
                 draw = DrawList()
                 controller.render_callback(draw)
