@@ -13,7 +13,6 @@
 #   make benchmark-ppo         PPO on Level 1 Train, against pure pursuit on Validation and Test (report on a CUDA GPU)
 #   make benchmark-ppo-integrity  PPO's zero-copy rollouts against a host-copy reference (report on a CUDA GPU)
 #   make benchmark-ppo-speed   PPO's transitions/s against the env alone, and its time to skill (report on a CUDA GPU)
-#   make benchmark-fused-mlp   PPO's fused MLP kernels against autocast's bf16 (report on a CUDA GPU)
 #   make benchmark-batched-eval  a learned controller on the Test tracks, batched against one episode at a time
 #   make benchmark-faults  attacks on an evaluation: malicious plugins, kills, full disks (report on the CPU, minutes)
 
@@ -40,7 +39,7 @@ DEV := "ruff>=0.6" "pytest>=8" "pytest-xdist>=3.5" "hypothesis>=6.100" "matplotl
 .DEFAULT_GOAL := help
 
 .PHONY: help lint tests gpu-tests test-rl-triton test-track-gen test-racing-env test-racing-stack \
-        test-integration examples sim materialize-track-pool evaluate train-ppo docs wheels benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity benchmark-ppo-speed benchmark-fused-mlp benchmark-batched-eval benchmark-faults matrix clean
+        test-integration examples sim materialize-track-pool evaluate train-ppo docs wheels benchmark-rl-triton benchmark-track-gen benchmark-racing-env benchmark-track-pool benchmark-ppo benchmark-ppo-integrity benchmark-ppo-speed benchmark-batched-eval benchmark-faults matrix clean
 .PHONY: benchmark-car-envelope benchmark-min-time-laps benchmark-limits
 
 # `make` or `make help`: every target with its line (the `##` comments).
@@ -152,9 +151,6 @@ benchmark-ppo: $(STAMP) ## PPO trained and evaluated against the reference
 
 benchmark-ppo-integrity: $(STAMP) ## PPO's zero-copy rollouts checked against a host-copy reference
 	$(PY) benchmarks/racing_stack/ppo_integrity.py $(ARGS)
-
-benchmark-fused-mlp: $(STAMP) ## PPO's fused MLP kernels against autocast's bf16, one minibatch step
-	$(PY) benchmarks/racing_stack/fused_mlp.py $(ARGS)
 
 benchmark-batched-eval: $(STAMP) ## a learned controller on the Test tracks, batched against one episode at a time
 	$(PY) benchmarks/racing_stack/batched_eval.py $(ARGS)

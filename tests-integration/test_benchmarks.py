@@ -81,8 +81,7 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     assert all(0.0 <= p["validation_success_rate"] <= 1.0 for p in skill["curve"])
     assert out.with_suffix(".png").stat().st_size > 0
     for variant in ("jit/high", "graph/high/lag", "graph/high/lag2", "graph", "graph/serial", "graph/high/serial/lag1",
-                    "graph/bf16/fused/lag1",
-                    "graph/bf16/beside/fused", "graph/bf16/beside/beside"):
+                    "graph/bf16/fused", "graph/bf16/beside/lag1", "graph/bf16/beside/beside"):
         usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--paths",
                                 variant], capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert usage.returncode == 2 and f"argument --paths: {variant!r}" in usage.stderr, usage.stderr
@@ -197,8 +196,10 @@ def test_the_ledger_rows_of_a_committed_round(tmp_path):
     report["validation_edge"] = {"passes": [{"success_rate": 0.996}, {"success_rate": 1.0}], "failed_in_any": 9}
     report["standing_starts"] = {"tracks": 1000, "holding": 11, "median_mps2": 4.0, "lowest": []}
     (tmp_path / "E0.json").write_text(json.dumps(report))
+    (tmp_path / "speed.json").write_text(json.dumps({"protocol": "ppo speed"}))  # a round's other kind of report
     edged = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert edged.returncode == 0, edged.stderr[-2000:]
+    assert "speed.json: not a training report" in edged.stderr and "speed" not in edged.stdout
     assert ("overhead 10.1 %; edge check 99.6 / 100.0 %, 9 tracks failed in any of 3 passes; 11 of 1,000 standing "
             "starts hold the car") in edged.stdout
     empty = subprocess.run([sys.executable, str(script), str(tmp_path / "none")], capture_output=True, text=True,
@@ -456,34 +457,78 @@ def test_the_batched_comparison_counts_lap_differences_in_env_calls():
     assert 0.02 < c["max_lap_difference_s"] < 0.0201 and c["bitwise_equal"] is None
 
 
-def test_the_fused_mlp_benchmark_smoke_compares_through_the_interpreter(tmp_path):
-    """The fused-MLP benchmark's CPU smoke: both ways on a few rows through
-    Triton's interpreter, their outputs and gradients compared; no time,
-    no gate on a CPU."""
-    out = tmp_path / "fused.json"
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/fused_mlp.py"), "--rows", "70",
-                          "--repeats", "1", "--out", str(out)], capture_output=True, text=True, timeout=300,
-                         cwd=tmp_path)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    report = json.loads(out.read_text())
-    assert report["environment"]["interpreter"] is True and report["gates"] == [] and report["passed"] is None
-    (measured,) = report["measured"]
-    assert measured["rows"] == 70 and measured["autocast_ms"] is None and measured["fused_ms"] is None
-    assert 0 < measured["output_max_difference"] <= 0.05  # bfloat16's rounding of autocast's outputs, no more
-    assert len(measured["gradient_relative_difference"]) == 12  # 3 layers x (weight, bias) x 2 networks
-    assert all(0 < d <= 0.05 for d in measured["gradient_relative_difference"].values())
-    usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/fused_mlp.py"), "--publish"],
-                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert usage.returncode == 2 and "--publish needs a CUDA GPU" in usage.stderr
+def test_the_batched_shadow_counts_every_action_the_per_episode_controller_would_not_give():
+    """The benchmark's shadow: each world's row also through a Controller
+    made at its episode's start; a differing action (in any bit, NaN
+    against a number too) is counted, one that forgets its state at a
+    start is caught at the next episode, and the plugin loader is
+    restored even when the run raises."""
+    import importlib.util
+
+    from racing_env import BatchController, Controller
+    from racing_env.plugins import Plugin
+
+    spec = importlib.util.spec_from_file_location("batched_eval", ROOT / "benchmarks/racing_stack/batched_eval.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    class Batch(BatchController):
+        forgets = False
+
+        def __init__(self, config, worlds):
+            super().__init__(config, worlds)
+            self.calls = np.zeros(worlds)
+
+        def start(self, worlds, obs, info):
+            if not self.forgets:
+                self.calls[worlds] = 0
+
+        def compute_controls(self, worlds, obs, info):
+            self.calls[worlds] += 1
+            return np.stack([obs["x"] * self.calls[worlds], obs["x"]], -1)
+
+    class One(Controller):
+        def __init__(self, obs, info, config):
+            super().__init__(obs, info, config)
+            self.calls = 0
+
+        def compute_control(self, obs, info=None):
+            self.calls += 1
+            odd = {3: 1e-9, 4: np.nan}.get(self.calls, 0.0) if obs["x"] == 2.0 else 0.0
+            return np.array([obs["x"] * self.calls, obs["x"] + odd])
+
+    tally = {"rows": 0, "differing": 0, "max_abs": 0.0}
+    shadow = bench.shadowed(Batch, One, tally)({}, 2)
+    worlds, obs = np.array([0, 1]), {"x": np.array([1.0, 2.0])}
+    shadow.start(worlds, obs, {})
+    for _ in range(4):
+        shadow.compute_controls(worlds, obs, {})
+    assert tally["rows"] == 8 and tally["differing"] == 2 and tally["max_abs"] == np.inf  # calls 3 and 4 of world 1
+
+    Batch.forgets = True
+    tally = {"rows": 0, "differing": 0, "max_abs": 0.0}
+    shadow = bench.shadowed(Batch, One, tally)({}, 1)
+    for _ in range(2):  # two episodes of two calls on world 0
+        shadow.start(np.array([0]), {"x": np.array([1.0])}, {})
+        for _ in range(2):
+            shadow.compute_controls(np.array([0]), {"x": np.array([1.0])}, {})
+    assert tally["rows"] == 4 and tally["differing"] == 2 and tally["max_abs"] == 2.0  # the second episode's
+
+    original = Plugin._classes
+    with pytest.raises(RuntimeError, match="a failed run"):
+        with bench.shadowing(tally):
+            assert Plugin._classes is not original
+            raise RuntimeError("a failed run")
+    assert Plugin._classes is original
 
 
 def test_the_batched_evaluation_benchmark_smoke_compares_and_times(tmp_path):
     """The batched-evaluation benchmark's CPU smoke: the release policy
     with this version's controller, the batched command timed twice in a
-    fresh process, then on a Test track batched with every row's action
-    also from its episode's Controller (bit for bit the same), one episode
-    at a time and batched again (bit for bit the same episode each time);
-    no gate on a CPU."""
+    fresh process, then on two Test tracks batched (one world, two waves)
+    with every row's action also from its episode's Controller (bit for bit
+    the same), one episode at a time and batched again: bit for bit the
+    same episodes each time, and the isolated command's; no gate on a CPU."""
     out = tmp_path / "batched.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/batched_eval.py"), "--out", str(out)],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
@@ -491,17 +536,18 @@ def test_the_batched_evaluation_benchmark_smoke_compares_and_times(tmp_path):
     report = json.loads(out.read_text())
     assert report["device"] == "cpu" and report["gates"] == [] and report["passed"] is False
     comparison = report["comparison"]
-    assert comparison["episodes"] == 1 and comparison["bitwise_equal"] is True
+    assert comparison["episodes"] == 2 and comparison["bitwise_equal"] is True
     assert comparison["outcomes_differing"] == 0
     assert comparison["max_lap_difference_s"] == 0.0 and comparison["max_lap_difference_calls"] == 0
     actions = report["actions"]
-    assert actions["episodes"] == 1 and actions["rows"] > 100 and actions["differing"] == 0
-    assert actions["max_abs"] == 0.0
-    repeat = report["repeat"]
-    assert repeat["episodes"] == 1 and repeat["bitwise_equal"] is True and repeat["tracks_whose_laps_differ"] == 0
-    assert set(repeat["seconds"]) == {"shadowed", "batched"}
+    assert actions["episodes"] == 2 and actions["rows"] > 200 and actions["differing"] == 0
+    assert actions["max_abs"] == 0.0 and actions["controller_errors"] == 0
+    for name, other in (("repeat", "shadowed"), ("isolated", "command")):
+        again = report[name]
+        assert again["episodes"] == 2 and again["bitwise_equal"] is True and again["tracks_whose_laps_differ"] == 0
+        assert set(again["seconds"]) == {other, "batched"}
     command = report["command"]
-    assert command["episodes"] == 1 and command["seconds"] > 0 and command["seconds_first"] > 0
+    assert command["episodes"] == 2 and command["seconds"] > 0 and command["seconds_first"] > 0
     usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/batched_eval.py"), "--plugin",
                             str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert usage.returncode == 2 and "argument --plugin" in usage.stderr

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from racing_stack.ppo import PRESETS
+from racing_stack.ppo.checkpoint import RETIRED
 from racing_stack.ppo.config import flat
 
 
@@ -32,7 +34,7 @@ def settings(config: dict[str, Any]) -> str:
     """The report's settings that differ from the GPU preset's, ``name=value; ...``
     (a table the preset leaves out, as ``features.prior``, shows as
     ``name={}`` and then its fields that differ from their defaults)."""
-    mine = flat(config)
+    mine = {k: v for k, v in flat(config).items() if not (k in RETIRED and v is False)}  # off: as none ran
     preset = flat(json.loads(json.dumps(PRESETS["gpu"].to_json())))  # as a report holds it: tuples as lists
     tables = sorted(name for name, value in preset.items()
                     if value is None and any(key.startswith(name + ".") for key in mine))
@@ -79,11 +81,14 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--round", default="?", help="the round column's label")
     args = parser.parse_args()
-    reports = sorted(args.folder.glob("*.json"))
+    reports = {path: json.loads(path.read_text()) for path in sorted(args.folder.glob("*.json"))}
     if not reports:
         parser.error(f"folder: no reports (*.json) in {args.folder}")
-    for path in reports:
-        print(row(path.stem, json.loads(path.read_text()), args.round))
+    for path, report in reports.items():
+        if isinstance(report, dict) and "config" in report:
+            print(row(path.stem, report, args.round))
+        else:  # a round's other reports (speed, evaluation): no training row
+            print(f"{path.name}: not a training report (no config), left out", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -566,6 +566,7 @@ def test_every_batched_call_gets_the_observation_the_env_gave(tmp_path, mjx_pool
         monkeypatch.setattr(runner, "_batch_controller", spied)
     result = run(plugin, mjx_pool_env, batched=True, isolation=Isolation() if isolated else None, **how)
     assert len(result.episodes) == 7 and len({e.track_id for e in result.episodes}) == 3
+    assert all(e.error is None for e in result.episodes)  # no call refused on the way
     assert len(calls) > 10
     left_out = 0
     for count, worlds, obs in calls:
@@ -613,7 +614,8 @@ def test_an_isolated_batched_proxy_takes_left_out_tracks_only_where_its_child_ke
     track fields out (None): only for worlds whose episodes' tracks the
     child keeps, in the layout it keeps. Such a call is answered as one
     with the whole fields; left out elsewhere (a world on another track,
-    or no track ids) it is refused by name, and the child answers on."""
+    no track ids, only some of the fields) it is refused by name, and the
+    child answers on; a new child keeps nothing until its own starts."""
     from racing_env import isolation
 
     plugin = make_plugin(tmp_path, "reader", TRACK_READER)
@@ -635,13 +637,20 @@ def test_an_isolated_batched_proxy_takes_left_out_tracks_only_where_its_child_ke
         whole = there.compute_controls(two, rows, {"track_id": info["track_id"][:2]})
         left = {**rows, **dict.fromkeys(isolation.TRACK_FIELDS)}
         np.testing.assert_array_equal(there.compute_controls(two, left, {"track_id": info["track_id"][:2]}), whole)
-        with pytest.raises(ValueError, match=r"worlds \[0, 1\] are None"):
+        with pytest.raises(ValueError, match=r"of worlds \[0, 1\] are None"):
             there.compute_controls(two, left, {"track_id": np.array([4, 5], np.uint32)})
+        with pytest.raises(ValueError, match="or only some are None"):  # a part left out: never filled from memory
+            there.compute_controls(two, {**rows, "centerline": None}, {"track_id": info["track_id"][:2]})
         there.start(np.array([2]), {k: v[2:] for k, v in obs.items()}, {"track_id": np.array([6], np.uint32)})
         with pytest.raises(ValueError, match="keeps no track"):
             there.compute_controls(np.array([2]), {**{k: v[2:] for k, v in obs.items()},
                                                    **dict.fromkeys(isolation.TRACK_FIELDS)}, {})
         np.testing.assert_array_equal(there.compute_controls(two, left, {"track_id": info["track_id"][:2]}), whole)
+        there.close()  # a new child keeps nothing until its starts
+        assert not there.keeps_tracks(two, obs, {"track_id": info["track_id"][:2]})
+        there.start(np.array([1]), {k: v[1:2] for k, v in obs.items()}, {"track_id": info["track_id"][1:2]})
+        assert there.keeps_tracks(np.array([1]), obs, {"track_id": info["track_id"][1:2]})
+        assert not there.keeps_tracks(two, obs, {"track_id": info["track_id"][:2]})
     finally:
         there.close()
 

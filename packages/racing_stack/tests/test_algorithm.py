@@ -6,7 +6,6 @@ resume may change."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,8 @@ import torch
 
 from racing_stack.ppo import PRESETS
 from racing_stack.ppo.algorithm import PPOUpdate, matmul_precision
-from racing_stack.ppo.checkpoint import HOW, WRITTEN_BEFORE, resume_problem
+from racing_stack.checkpoints import CorruptFile
+from racing_stack.ppo.checkpoint import HOW, RETIRED, WRITTEN_BEFORE, resume_problem
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.graphs import captured
 
@@ -40,17 +40,6 @@ def updated(config) -> tuple[PPOUpdate, dict[str, float]]:
         buf, advantage, returns = rollout_buffers(config, seed)
         stats = update.optimise(buf, advantage, returns)
     return update, stats
-
-
-@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET", "0") == "1",
-                    reason="under Triton's interpreter the fused kernels run on the CPU")
-def test_the_fused_mlp_falls_back_to_autocasts_update_on_the_cpu():
-    bf16 = dataclasses.replace(CONFIG, matmul_precision="bf16")
-    plain, plain_stats = updated(bf16)
-    fused, fused_stats = updated(dataclasses.replace(bf16, fused_mlp=True))
-    assert fused_stats == plain_stats
-    for (name, a), (_, b) in zip(plain.policy.state_dict().items(), fused.policy.state_dict().items()):
-        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
 
 
 @pytest.mark.parametrize("precision", ["highest", "bf16"])
@@ -207,6 +196,18 @@ def test_a_checkpoint_written_before_the_newer_settings_resumes_as_its_run_ran(t
         resume_problem(dataclasses.replace(CONFIG, matmul_precision="high"), older, path)
     with pytest.raises(ValueError, match=r"lacks the settings \['gamma'\]"):
         resume_problem(CONFIG, {k: v for k, v in older.items() if k != "gamma"}, path)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_checkpoint_of_a_retired_setting_resumes_without_it(tmp_path: Path, fused):
+    """A checkpoint written with the fused MLP setting (removed: `RETIRED`)
+    resumes, on or off, as any other setting of how its run ran; an
+    unknown setting is still refused as damage."""
+    path = tmp_path / "checkpoint.pt"
+    assert RETIRED == ("fused_mlp",) and not hasattr(CONFIG, "fused_mlp")
+    resume_problem(CONFIG, {**CONFIG.to_json(), "fused_mlp": fused}, path)
+    with pytest.raises(CorruptFile, match="not a valid configuration"):
+        resume_problem(CONFIG, {**CONFIG.to_json(), "fused_kernels": fused}, path)
 
 
 def test_the_optimizer_state_keeps_its_step_size_a_number():

@@ -64,24 +64,6 @@ def test_the_graph_path_updates_bitwise_as_the_eager_path(config):
     assert_same_update(eager, graph)
 
 
-def test_the_fused_mlp_on_the_graph_path_updates_bitwise_as_on_the_eager_path():
-    fused = dataclasses.replace(BIG, matmul_precision="bf16", fused_mlp=True)
-    eager, eager_stats = optimised(fused)
-    graph, graph_stats = optimised(dataclasses.replace(fused, update_path="graph"))
-    assert graph._captured is not None
-    assert graph_stats == eager_stats
-    assert_same_update(eager, graph)
-
-
-def test_the_fused_mlp_changes_the_bf16_numbers_a_little():
-    bf16 = dataclasses.replace(BIG, matmul_precision="bf16")
-    plain, a = optimised(bf16, seeds=(1,))
-    fused, b = optimised(dataclasses.replace(bf16, fused_mlp=True), seeds=(1,))
-    assert a != b
-    for key in ("policy_loss", "value_loss", "entropy"):
-        assert b[0][key] == pytest.approx(a[0][key], rel=2e-2, abs=1e-3), key
-
-
 def test_a_new_policy_is_captured_again():
     config = dataclasses.replace(CONFIG, update_path="graph")
     update, _ = optimised(config, seeds=(1, 2))

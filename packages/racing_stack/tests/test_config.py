@@ -231,7 +231,9 @@ def test_a_network_of_more_than_max_weights_is_refused():
 
 
 @pytest.mark.parametrize("value", [1, 0, "True", None, np.bool_(True)])
-def test_fused_mlp_must_be_a_bool(value):
-    with pytest.raises(TypeError, match="fused_mlp must be a bool"):
-        dataclasses.replace(BASE, fused_mlp=value)
-    assert BASE.override(["fused_mlp=True"]).fused_mlp is True and BASE.fused_mlp is False
+def test_critic_beside_rollout_must_be_a_bool(value):
+    with pytest.raises(TypeError, match="critic_beside_rollout must be a bool"):
+        dataclasses.replace(BASE, critic_beside_rollout=value)
+    assert BASE.override(["critic_beside_rollout=True"]).critic_beside_rollout is True
+    with pytest.raises(ValueError, match="fused_mlp"):  # removed: an unknown setting, refused by name
+        BASE.override(["fused_mlp=True"])

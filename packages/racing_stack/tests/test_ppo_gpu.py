@@ -111,27 +111,26 @@ def test_a_pipelined_run_on_the_graph_path_has_the_numbers_of_one_that_reads_fir
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("fused, held_ms, pipelined, worlds", [(False, 200, True, 256), (True, 200, False, 256),
-                                                               (True, 0, True, 4096)])
-def test_the_critic_beside_the_rollout_has_the_numbers_of_the_joint_update(tmp_path, monkeypatch, fused, held_ms,
-                                                                            pipelined, worlds):
-    """``critic_beside_rollout`` on the graph path, bf16 (and the fused
-    MLP): the critic's captured steps replay on a stream of their own while
-    the next rollout runs (pipelined), or while the host reads the update
-    (not). Held back ``held_ms`` before each replay, longer than a rollout:
-    values taken before the critic's steps end, or an update's statistics
-    read before them, would show as other numbers. Not held back, at 4,096
-    worlds in one minibatch: the critic's and the actor's steps run at once,
-    the weight gradients' products large enough for cuBLAS's workspace,
-    which the two captures must not share. Every case against the joint
-    update's rows, buffers, weights and optimizer moments, bit for bit."""
+@pytest.mark.parametrize("held_ms, pipelined, worlds", [(200, True, 256), (200, False, 256), (0, True, 4096)])
+def test_the_critic_beside_the_rollout_has_the_numbers_of_the_joint_update(tmp_path, monkeypatch, held_ms, pipelined,
+                                                                            worlds):
+    """``critic_beside_rollout`` on the graph path, bf16: the critic's
+    captured steps replay on a stream of their own while the next rollout
+    runs (pipelined), or while the host reads the update (not). Held back
+    ``held_ms`` before each replay, longer than a rollout: values taken
+    before the critic's steps end, or an update's statistics read before
+    them, would show as other numbers. Not held back, at 4,096 worlds in
+    one minibatch: the critic's and the actor's steps run at once, the
+    weight gradients' products large enough for cuBLAS's workspace, which
+    the two captures must not share. Every case against the joint update's
+    rows, buffers, weights and optimizer moments, bit for bit."""
     from racing_stack.ppo.graphs import capture_stream
     from racing_stack.ppo.rollout import CapturedAct
 
     if jax.default_backend() != "gpu" or not torch.cuda.is_available():
         pytest.skip("needs a CUDA device for JAX and Torch")
     trainers, rows, env = {}, {}, make_env(dataclasses.replace(CONFIG, worlds=worlds))
-    config = dataclasses.replace(CONFIG, update_path="graph", matmul_precision="bf16", updates=5, fused_mlp=fused,
+    config = dataclasses.replace(CONFIG, update_path="graph", matmul_precision="bf16", updates=5,
                                  worlds=worlds, minibatches=4 if worlds == 256 else 1)
     cycles, unfinished = int(torch_sleep_cycles_per_us() * held_ms * 1000), []
     replay_values = CapturedAct.replay_values

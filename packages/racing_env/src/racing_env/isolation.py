@@ -7,8 +7,9 @@ which has the `Controller` interface: the Runner's episode accounting is
 the same code in both modes. The parent sends each call's arguments (the
 public observation, the public info fields, the step's action and reward:
 NumPy arrays and plain Python values, pickled); the child answers in JSON
-only (the action as two numbers, the draw commands as lists), which the
-parent parses without running any code of the child's and checks again
+only (the action as two numbers, a batched call's actions as their
+float64 bytes in one hexadecimal string, the draw commands as lists),
+which the parent parses without running any code of the child's and checks again
 (the action as `checked_action` does, every draw command through
 `racing_env.render.DrawList`). The Runner, the env and the results stay in
 the parent.
@@ -373,10 +374,12 @@ class ChildBatchController(BatchController):
         if self._child is None or lost:
             raise ControllerFailed(f"worlds {lost} began their episodes in a controller process that failed since")
         sent = dict(obs)
-        if all(k in sent and sent[k] is None for k in TRACK_FIELDS):  # left out by a caller that asked `keeps_tracks`
-            if self._layout is None or not self._kept(worlds, info):
-                raise ValueError(f"compute_controls: the track fields of worlds {np.asarray(worlds).tolist()} are "
-                                 "None, but the controller's process keeps no track of theirs to fill them in")
+        left_out = [k for k in TRACK_FIELDS if k in sent and sent[k] is None]
+        if left_out:  # by a caller that asked `keeps_tracks`: all of them, for worlds whose tracks the child keeps
+            if len(left_out) < len(TRACK_FIELDS) or self._layout is None or not self._kept(worlds, info):
+                raise ValueError(f"compute_controls: the track fields {left_out} of worlds "
+                                 f"{np.asarray(worlds).tolist()} are None, but the controller's process keeps no "
+                                 "track of theirs to fill them in (or only some are None)")
         elif self.keeps_tracks(worlds, sent, info):
             sent.update(dict.fromkeys(TRACK_FIELDS))  # the child's own copy of each world's track fills them in
         value = self._call("compute_controls", (worlds, sent, dict(info)), self._child.isolation.call_timeout_s)

@@ -25,8 +25,8 @@ from racing_stack.ppo.networks import ActorCritic
 from racing_stack.ppo.rollout import Rollout
 from racing_stack.ppo.validation import VALIDATION_FIELDS
 
-__all__ = ["CHECKPOINT_FIELDS", "HOW", "WRITTEN_BEFORE", "Resumed", "checked", "read", "restore", "resume_problem",
-           "resumed", "trainer_state", "whole_config", "worlds_state", "write"]
+__all__ = ["CHECKPOINT_FIELDS", "HOW", "RETIRED", "WRITTEN_BEFORE", "Resumed", "checked", "read", "restore",
+           "resume_problem", "resumed", "trainer_state", "whole_config", "worlds_state", "write"]
 
 #: The fields of a checkpoint.
 CHECKPOINT_FIELDS = {"config", "update", "policy", "acting", "best", "optimizer", "learning_rate", "crash_clock",
@@ -35,8 +35,12 @@ CHECKPOINT_FIELDS = {"config", "update", "policy", "acting", "best", "optimizer"
 #: Settings of how an update runs, not of what it computes: a resume may change them.
 HOW = ("update_path", "critic_beside_rollout")
 #: Settings added after checkpoints were first written, each with the value that runs as those runs did.
-WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest", "policy_lag": 0, "fused_mlp": False,
+WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest", "policy_lag": 0,
                   "critic_beside_rollout": False}
+#: Settings of how an update ran that this version no longer has: a checkpoint's are dropped
+#: (``fused_mlp``: the update's MLPs as fused kernels, other roundings of autocast's bf16 maths,
+#: removed after racing-stack 0.3.0; a run that had them resumes on autocast's).
+RETIRED = ("fused_mlp",)
 
 
 class Resumed(NamedTuple):
@@ -68,12 +72,13 @@ def resume_problem(config: PPOConfig, theirs: dict[str, Any], path: Path) -> Non
     """Refuse to continue the run of checkpoint ``path`` (its config as
     JSON) with ``config``: only ``updates`` may differ, and only grow, and
     the settings of how the update runs (`HOW`). A setting the checkpoint
-    was written before takes the value its run had (`WRITTEN_BEFORE`).
+    was written before takes the value its run had (`WRITTEN_BEFORE`); one
+    this version no longer has is dropped (`RETIRED`).
 
     Raises:
         ValueError: naming the settings that are missing or differ, or the updates.
     """
-    theirs = {**WRITTEN_BEFORE, **theirs}
+    theirs = {**WRITTEN_BEFORE, **{k: v for k, v in theirs.items() if k not in RETIRED}}
     missing = sorted({f.name for f in dataclasses.fields(PPOConfig)} - set(theirs))
     if missing:
         raise ValueError(f"the checkpoint {path} was written by an older racing_stack: it lacks the settings "

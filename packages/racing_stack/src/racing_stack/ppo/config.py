@@ -116,17 +116,6 @@ class PPOConfig:
             against the policy update u + 1 starts from, each row weighted
             by that policy's probability over the acting one's. What, not
             how: a resume keeps it.
-        fused_mlp: with ``matmul_precision`` ``"bf16"``, the update's
-            actor and critic MLPs as fused Triton kernels on a CUDA device
-            (`racing_stack.ppo.fused`: a forward and a backward kernel a
-            network and minibatch, the biases, tanh and its derivative
-            inside the matrix products' kernels, the hidden activations
-            written once in bfloat16): other roundings than autocast's (the
-            output layer and the bias gradients in float32), so other
-            numbers. Elsewhere (other precisions, the CPU, other
-            network shapes: two tanh hidden layers of 16-256, a power of
-            two each) the update runs as without it. What, not how: a
-            resume keeps it.
         critic_beside_rollout: the critic's minibatch steps apart from the
             actor's (`racing_stack.ppo.critic`): the same
             minibatches, losses, clipping and Adam steps as the joint
@@ -174,7 +163,6 @@ class PPOConfig:
     update_path: str = "eager"
     matmul_precision: str = "highest"
     policy_lag: int = 0
-    fused_mlp: bool = False
     critic_beside_rollout: bool = False
 
     def __post_init__(self) -> None:
@@ -192,9 +180,8 @@ class PPOConfig:
             if value not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {checks.shown(value)}")
             object.__setattr__(self, name, str(value))
-        for name in ("fused_mlp", "critic_beside_rollout"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {checks.shown(getattr(self, name))}")
+        if not isinstance(self.critic_beside_rollout, bool):
+            raise TypeError(f"critic_beside_rollout must be a bool, got {checks.shown(self.critic_beside_rollout)}")
         object.__setattr__(self, "policy_lag", checks.integer_in(self.policy_lag, "policy_lag", 0, len(POLICY_LAGS)))
         if self.critic_beside_rollout and self.policy_lag:
             raise ValueError("critic_beside_rollout needs policy_lag 0: a lagged rollout's values would come "

@@ -5,13 +5,12 @@ from __future__ import annotations
 import torch
 
 from racing_env import checks
-from racing_stack.ppo import fused
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.networks import ActorCritic, Normalizer
 
-__all__ = ["LOSS_FIELDS", "adapted_learning_rate", "explained_variance", "network", "normalised_advantages", "outputs",
-           "ppo_losses", "value_losses"]
+__all__ = ["LOSS_FIELDS", "adapted_learning_rate", "explained_variance", "normalised_advantages", "ppo_losses",
+           "value_losses"]
 
 #: What `ppo_losses` returns, in order.
 LOSS_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -94,7 +93,7 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
         _check_rows(x.shape[0], proximal_logp=proximal_logp)
     w = (mask.sum() if count is None else count).clamp(min=1.0)
     z = policy.normalizer(x)
-    mean = network(policy.actor, z, config)
+    mean = policy.actor(z)
     dist = torch.distributions.Normal(mean, policy.log_std.exp(), validate_args=False)
     logp = dist.log_prob(u).sum(-1)
     log_ratio = logp - (old_logp if proximal_logp is None else proximal_logp)
@@ -106,7 +105,7 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
     policy_loss = -(surrogate * mask).sum() / w
     entropy = (dist.entropy().sum(-1) * mask).sum() / w
     if critic:
-        value_loss = _value_loss(network(policy.critic, z, config).squeeze(-1), returns, mask, w)
+        value_loss = _value_loss(policy.critic(z).squeeze(-1), returns, mask, w)
         loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
     else:
         value_loss, loss = torch.zeros_like(policy_loss), policy_loss - config.entropy_coef * entropy
@@ -132,7 +131,7 @@ def value_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, return
     _check_rows(x.shape[0], returns=returns, mask=mask)
     w = (mask.sum() if count is None else count).clamp(min=1.0)
     z = (policy.normalizer if normalizer is None else normalizer)(x)
-    value_loss = _value_loss(network(policy.critic, z, config).squeeze(-1), returns, mask, w)
+    value_loss = _value_loss(policy.critic(z).squeeze(-1), returns, mask, w)
     return config.value_coef * value_loss, value_loss.detach()
 
 
@@ -140,24 +139,6 @@ def _value_loss(value: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, 
     """The mean squared error of ``value`` [B] against ``returns`` [B]
     over the rows where ``mask`` is 1 (``w`` of them)."""
     return (((value - returns) ** 2) * mask).sum() / w
-
-
-def outputs(policy: ActorCritic, x: torch.Tensor, config: PPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """The policy's mean normalised action [B, 2] and the value [B] of
-    features ``x`` [B, D], the features normalised once, each network as
-    `network` computes it."""
-    z = policy.normalizer(x)
-    return network(policy.actor, z, config), network(policy.critic, z, config).squeeze(-1)
-
-
-def network(net: torch.nn.Sequential, z: torch.Tensor, config: PPOConfig) -> torch.Tensor:
-    """``net`` (`ActorCritic`'s actor or critic) on normalised features
-    ``z`` [B, D]: through the fused kernels where ``config.fused_mlp``
-    applies (`PPOConfig.fused_mlp`), else ``net`` itself."""
-    if (config.fused_mlp and config.matmul_precision == "bf16" and fused.runs_on(z.device)
-            and fused.fusable(net, z.shape[-1])):
-        return fused.mlp(net, z)
-    return net(z)
 
 
 def adapted_learning_rate(config: PPOConfig, rate: float, kl: float, update: int) -> float:
