@@ -29,7 +29,7 @@ def test_the_table_is_the_names_in_their_order():
 
 def test_the_protocol_declares_what_the_env_calls():
     assert METHODS == ["__init__", "by_world", "core_data", "device_bytes_per_world", "fields", "positions",
-                       "reset", "restore", "step", "velocities"]
+                       "preload", "reset", "restore", "step", "velocities"]
     assert set(Backend.__annotations__) == {*CLASS_ATTRIBUTES, "physics", "home"}
 
 
@@ -74,3 +74,22 @@ def test_the_names_import_without_jax_or_mujoco():
             "print(sorted(m for m in ('jax', 'mujoco', 'warp') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_preloading_a_backend_imports_its_engine_quietly_and_builds_nothing():
+    """``preload``: in a fresh process, ``mjx_warp``'s imports MuJoCo Warp
+    (quietly: Warp's banner stays off stdout) without initialising Warp's
+    runtime or touching a device; ``cpu_reference``'s is nothing more than
+    the module's own imports."""
+    code = (
+        "import sys\n"
+        "from racing_env.backends import backend_type\n"
+        "backend_type('cpu_reference').preload()\n"
+        "engine = 'mujoco.mjx.third_party.mujoco_warp'\n"
+        "before = engine in sys.modules\n"
+        "backend_type('mjx_warp').preload()\n"
+        "import warp\n"
+        "print('engine', before, engine in sys.modules, 'runtime', warp._src.context.runtime is None)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout == "engine False True runtime True\n", run.stdout

@@ -713,3 +713,36 @@ def test_an_isolated_batched_evaluation_drives_a_world_a_track(monkeypatch):
     with pytest.raises(Built):
         evaluate.evaluate(level=1, split="test", batched=True)
     assert worlds == [evaluate.ISOLATED_WORLDS, 40, 40, 40, 1000] and evaluate.ISOLATED_WORLDS == 16  # Test: 1,000
+
+
+def test_an_isolated_plugins_check_runs_beside_the_engines_import_and_comes_first(monkeypatch):
+    """Isolated, the plugin's check in a child process overlaps the
+    backend's imports (`preload`), and a plugin its check refuses is
+    refused before any env is built."""
+    from racing_env import isolation
+    from racing_env.backends import MjxWarpBackend
+    from racing_env.plugins import PluginError
+
+    from racing_stack import levels
+
+    spans = {}
+
+    def timed(name, error=None):
+        def work(*args):
+            spans[name] = [time.monotonic()]
+            time.sleep(0.5)
+            spans[name].append(time.monotonic())
+            if error is not None:
+                raise error
+        return work
+
+    def no_env(*args, **kwargs):
+        raise AssertionError("an env was built before the check")
+
+    monkeypatch.setattr(isolation, "check_plugin", timed("check", PluginError("refused by its check")))
+    monkeypatch.setattr(MjxWarpBackend, "preload", staticmethod(timed("preload")))
+    monkeypatch.setattr(levels, "level_env", no_env)
+    with pytest.raises(PluginError, match="refused by its check"):
+        evaluate.evaluate(backend="mjx_warp", tracks=1, isolate=True)
+    (check_start, check_end), (import_start, import_end) = spans["check"], spans["preload"]
+    assert check_start < import_end and import_start < check_end  # at once, not one after the other

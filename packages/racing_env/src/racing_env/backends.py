@@ -63,6 +63,11 @@ class Backend(Protocol):
         """Bytes of physics data one world holds on the device (None: the
         physics lives on the host), for the env's footprint check."""
 
+    @staticmethod
+    def preload() -> None:
+        """Import ahead what building the backend imports, and nothing else
+        (``evaluate`` does while a child process checks the plugin)."""
+
     def reset(self, params: core.EnvParams, root: jax.Array, world: jax.Array, episode: jax.Array,
               rows: jax.Array, explicit: jax.Array) -> tuple[EnvState, dict[str, jax.Array], dict[str, jax.Array]]:
         """Restart every world, physics included (the arguments as
@@ -137,6 +142,10 @@ class MjxWarpBackend:
     def device_bytes_per_world(config: ProjectConfig) -> int | None:
         return MjxWarpPhysics.bytes_per_world(config)
 
+    @staticmethod
+    def preload() -> None:
+        MjxWarpPhysics.preload()
+
     def reset(self, params: core.EnvParams, root: jax.Array, world: jax.Array, episode: jax.Array,
               rows: jax.Array, explicit: jax.Array) -> tuple[EnvState, dict[str, jax.Array], dict[str, jax.Array]]:
         self.data, state, obs, info = self._reset(params, self.physics, self.data, root, world, episode, rows,
@@ -192,6 +201,10 @@ class CpuReferenceBackend:
     @staticmethod
     def device_bytes_per_world(config: ProjectConfig) -> int | None:
         return None
+
+    @staticmethod
+    def preload() -> None:  # MuJoCo's C library is imported with the physics module
+        pass
 
     def reset(self, params: core.EnvParams, root: jax.Array, world: jax.Array, episode: jax.Array,
               rows: jax.Array, explicit: jax.Array) -> tuple[EnvState, dict[str, jax.Array], dict[str, jax.Array]]:

@@ -158,6 +158,14 @@ class MjxWarpPhysics:
         )
 
     @staticmethod
+    def preload() -> None:
+        """Import the engine as building this physics does (Warp, quietly,
+        then MuJoCo Warp: seconds on a first import), and nothing else: a
+        caller waiting on other work meanwhile overlaps the two."""
+        warp()
+        from mujoco.mjx.third_party import mujoco_warp  # noqa: F401
+
+    @staticmethod
     def bytes_per_world(config: ProjectConfig) -> int:
         """Device bytes one more world adds to the Warp-side MuJoCo data
         (measured on a one- and a two-world data on the backend's device;

@@ -62,6 +62,7 @@ import contextlib
 import dataclasses
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,7 +134,7 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     import jax.numpy as jnp
     from racing_env import LEVEL_0, LEVEL_1, level0_track
     from racing_env.backends import backend_type
-    from racing_env.isolation import Isolation, check_plugin
+    from racing_env.isolation import Isolation
     from racing_env.plugins import PURSUIT, load_plugin
     from racing_env.runner import RunInterrupted, run
 
@@ -153,7 +154,7 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     isolation = (isolation or Isolation()) if isolate else None
     plugin = load_plugin(controller or PURSUIT, import_code=not isolate)
     if isolation is not None:
-        check_plugin(plugin.directory, isolation)
+        _check_beside_imports(plugin.directory, isolation, backend_type(backend))
     if level == 0:
         source, total, rows = {"track": level0_track()}, episodes, None
     else:
@@ -188,6 +189,36 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     if stopped is not None:
         raise Interrupted(out) from stopped
     return out
+
+
+def _check_beside_imports(directory: Path, isolation, backend) -> None:
+    """`racing_env.isolation.check_plugin` in a thread while this one
+    imports the backend's engine (``backend.preload()``: about 5 s each of
+    a learned plugin's check and MuJoCo Warp's import on an H100 host), so
+    that the two overlap; nothing is built before the check has passed.
+
+    Raises:
+        PluginError: as `check_plugin`.
+    """
+    from racing_env.isolation import check_plugin
+
+    outcome: list[BaseException | None] = []
+
+    def check() -> None:
+        try:
+            check_plugin(directory, isolation)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append(error)
+        else:
+            outcome.append(None)
+
+    # A daemon: a Ctrl-C here does not wait for the check (its child dies with this process).
+    thread = threading.Thread(target=check, name="plugin check", daemon=True)
+    thread.start()
+    backend.preload()
+    thread.join()
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 def episodes_file(out: Path) -> Path:
