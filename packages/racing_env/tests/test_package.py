@@ -9,7 +9,7 @@ import racing_env
 
 
 def test_version():
-    assert racing_env.__version__ == "0.2.1"
+    assert racing_env.__version__ == "0.3.0"
 
 
 def test_declared_dependencies_import():

@@ -16,7 +16,7 @@ except PackageNotFoundError:  # a source tree on the path, not installed
 #: Distribution name -> the exact version known to work with the others.
 PINS: dict[str, str] = {
     "track-gen": "0.1.4",
-    "racing-env": "0.2.1",
+    "racing-env": "0.3.0",
     "rl-triton": "0.1.0",
 }
 

@@ -39,7 +39,7 @@ WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest", "policy
                   "critic_beside_rollout": False}
 #: Settings of how an update ran that this version no longer has: a checkpoint's are dropped
 #: (``fused_mlp``: the update's MLPs as fused kernels, other roundings of autocast's bf16 maths,
-#: removed after racing-stack 0.3.0; a run that had them resumes on autocast's).
+#: removed in racing-stack 0.4.0; a run that had them resumes on autocast's).
 RETIRED = ("fused_mlp",)
 
 
