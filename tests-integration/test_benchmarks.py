@@ -196,10 +196,13 @@ def test_the_ledger_rows_of_a_committed_round(tmp_path):
     report["validation_edge"] = {"passes": [{"success_rate": 0.996}, {"success_rate": 1.0}], "failed_in_any": 9}
     report["standing_starts"] = {"tracks": 1000, "holding": 11, "median_mps2": 4.0, "lowest": []}
     (tmp_path / "E0.json").write_text(json.dumps(report))
-    (tmp_path / "speed.json").write_text(json.dumps({"protocol": "ppo speed"}))  # a round's other kind of report
+    # A round's other kinds of report: a speed report (its settings, no training) and an evaluation's.
+    (tmp_path / "speed.json").write_text(json.dumps({"protocol": "PPO speed", "config": report["config"]}))
+    (tmp_path / "eval.json").write_text(json.dumps({"protocol": "batched evaluation"}))
     edged = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert edged.returncode == 0, edged.stderr[-2000:]
-    assert "speed.json: not a training report" in edged.stderr and "speed" not in edged.stdout
+    for name in ("speed", "eval"):
+        assert f"{name}.json: not a training report" in edged.stderr and f"| {name} |" not in edged.stdout
     assert ("overhead 10.1 %; edge check 99.6 / 100.0 %, 9 tracks failed in any of 3 passes; 11 of 1,000 standing "
             "starts hold the car") in edged.stdout
     empty = subprocess.run([sys.executable, str(script), str(tmp_path / "none")], capture_output=True, text=True,
@@ -551,6 +554,9 @@ def test_the_batched_evaluation_benchmark_smoke_compares_and_times(tmp_path):
     usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/batched_eval.py"), "--plugin",
                             str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert usage.returncode == 2 and "argument --plugin" in usage.stderr
+    fewer = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/batched_eval.py"), "--tracks", "1",
+                            "--compare", "2"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert fewer.returncode == 2 and "argument --tracks" in fewer.stderr and "must hold the compared" in fewer.stderr
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the attacks read /proc")

@@ -223,6 +223,8 @@ def main() -> None:
     backend = "mjx_warp" if gpu else "cpu_reference"
     tracks, compare = (args.tracks or 1000, args.compare or GPU_COMPARE) if gpu else \
         (args.tracks or 2, args.compare or 2)
+    if tracks < compare:  # the command's episodes on the compared tracks are compared too
+        parser.error(f"argument --tracks: the command's tracks ({tracks}) must hold the compared ones ({compare})")
     folder = "benchmarks/results/" if args.publish else "benchmarks/out/"
     out = args.out or ROOT / (folder + ("batched_eval.json" if gpu else "batched_eval_cpu.json"))
     check_outputs(parser, {"--out": out}, {"--out": {".json"}})

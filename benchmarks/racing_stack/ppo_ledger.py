@@ -85,10 +85,10 @@ def main() -> None:
     if not reports:
         parser.error(f"folder: no reports (*.json) in {args.folder}")
     for path, report in reports.items():
-        if isinstance(report, dict) and "config" in report:
+        if isinstance(report, dict) and "config" in report and "training" in report:
             print(row(path.stem, report, args.round))
         else:  # a round's other reports (speed, evaluation): no training row
-            print(f"{path.name}: not a training report (no config), left out", file=sys.stderr)
+            print(f"{path.name}: not a training report, left out", file=sys.stderr)
 
 
 if __name__ == "__main__":

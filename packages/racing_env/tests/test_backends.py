@@ -78,9 +78,10 @@ def test_the_names_import_without_jax_or_mujoco():
 
 def test_preloading_a_backend_imports_its_engine_quietly_and_builds_nothing():
     """``preload``: in a fresh process, ``mjx_warp``'s imports MuJoCo Warp
-    (quietly: Warp's banner stays off stdout) without initialising Warp's
-    runtime or touching a device; ``cpu_reference``'s is nothing more than
-    the module's own imports."""
+    through the env's quiet Warp (its log level lowered, so that the banner
+    stays off stdout when Warp initialises later) without initialising
+    Warp's runtime or touching a device; ``cpu_reference``'s is nothing
+    more than the module's own imports."""
     code = (
         "import sys\n"
         "from racing_env.backends import backend_type\n"
@@ -89,7 +90,8 @@ def test_preloading_a_backend_imports_its_engine_quietly_and_builds_nothing():
         "before = engine in sys.modules\n"
         "backend_type('mjx_warp').preload()\n"
         "import warp\n"
-        "print('engine', before, engine in sys.modules, 'runtime', warp._src.context.runtime is None)\n")
+        "print('engine', before, engine in sys.modules, 'runtime', warp._src.context.runtime is None,\n"
+        "      'quiet', warp.config.log_level == warp.LOG_WARNING)\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout == "engine False True runtime True\n", run.stdout
+    assert run.stdout == "engine False True runtime True quiet True\n", run.stdout

@@ -212,7 +212,10 @@ def _check_beside_imports(directory: Path, isolation, backend) -> None:
         else:
             outcome.append(None)
 
-    # A daemon: a Ctrl-C here does not wait for the check (its child dies with this process).
+    # A daemon: a Ctrl-C (or a failed import) here does not wait for the check, whose child
+    # `check_plugin` closes when the check ends, or the run's reaper kills at this process's exit.
+    # The child is the thread's: it must not outlive the check (its parent-death signal follows
+    # the thread that started it).
     thread = threading.Thread(target=check, name="plugin check", daemon=True)
     thread.start()
     backend.preload()
