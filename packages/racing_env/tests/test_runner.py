@@ -609,6 +609,14 @@ def test_an_isolated_batched_child_sees_each_track_it_was_sent_once(tmp_path, mj
     assert calls and all(all(left.values()) for left in calls)  # every later call leaves it out
 
 
+def track_rows(rng: np.random.Generator, rows: int, points: int) -> dict[str, np.ndarray]:
+    """A stacked observation of ``rows`` worlds: a velocity and random track
+    fields of ``points`` points each (what `TRACK_READER` reads)."""
+    lines = {k: rng.normal(size=(rows, points, 2)) for k in ("centerline", "left_boundary", "right_boundary")}
+    return {"velocity_body": rng.normal(size=(rows, 2)), **lines, "track_mask": np.ones((rows, points), bool),
+            "track_length": rng.uniform(100, 200, rows)}
+
+
 def test_an_isolated_batched_proxy_takes_left_out_tracks_only_where_its_child_keeps_them(tmp_path, env):
     """`ChildBatchController.keeps_tracks` says whether a call may leave the
     track fields out (None): only for worlds whose episodes' tracks the
@@ -620,9 +628,7 @@ def test_an_isolated_batched_proxy_takes_left_out_tracks_only_where_its_child_ke
 
     plugin = make_plugin(tmp_path, "reader", TRACK_READER)
     rng = np.random.default_rng(8)
-    lines = {k: rng.normal(size=(3, 6, 2)) for k in ("centerline", "left_boundary", "right_boundary")}
-    obs = {"velocity_body": rng.normal(size=(3, 2)), **lines, "track_mask": np.ones((3, 6), bool),
-           "track_length": rng.uniform(100, 200, 3)}
+    obs = track_rows(rng, 3, 6)
     info = {"track_id": np.array([4, 2, 6], np.uint32)}
     there = isolation.ChildBatchController(plugin.directory, challenge_values(env), Isolation(), 3)
     try:
@@ -712,11 +718,6 @@ def test_an_isolated_batched_child_is_sent_whole_tracks_when_their_layout_change
     plugin = make_plugin(tmp_path, "reader", TRACK_READER)
     rng = np.random.default_rng(4)
 
-    def obs_of(rows, points):
-        lines = {k: rng.normal(size=(rows, points, 2)) for k in ("centerline", "left_boundary", "right_boundary")}
-        return {"velocity_body": rng.normal(size=(rows, 2)), **lines, "track_mask": np.ones((rows, points), bool),
-                "track_length": rng.uniform(100, 200, rows)}
-
     challenge = challenge_values(env)
     here = plugin.load_batch_class()(plugin.config(challenge), 2)
     there = isolation.ChildBatchController(plugin.directory, challenge, Isolation(), 2)
@@ -729,7 +730,7 @@ def test_an_isolated_batched_child_is_sent_whole_tracks_when_their_layout_change
 
     monkeypatch.setattr(isolation._Child, "call", spy)
     try:
-        first = obs_of(2, 8)
+        first = track_rows(rng, 2, 8)
         info = {"track_id": np.array([7, 9], np.uint32)}
         for controller in (here, there):
             controller.start(np.array([0, 1]), first, info)
@@ -738,7 +739,7 @@ def test_an_isolated_batched_child_is_sent_whole_tracks_when_their_layout_change
                                       here.compute_controls(np.array([0, 1]), step, info))
         assert sent[-1]  # the tracks stayed in the child
         for points, track in ((12, 3), (8, 5)):  # world 1 begins on a track of another layout, then of the first
-            other = obs_of(1, points)
+            other = track_rows(rng, 1, points)
             for controller in (here, there):
                 controller.start(np.array([1]), other, {"track_id": np.array([track], np.uint32)})
         world0 = {k: v[:1] for k, v in step.items()}
