@@ -177,6 +177,34 @@ def test_a_bf16_update_rounds_the_matmuls_but_keeps_the_float32_state():
                if k != "step")
 
 
+@pytest.mark.parametrize("precision", ["highest", "bf16"])
+def test_a_compiled_update_computes_the_eager_update_within_its_roundings(precision):
+    """``compiled``: the minibatch losses go through ``torch.compile`` (its
+    frames counted by Torch), and two updates later the parameters, the
+    optimizer's moments and the statistics are the eager update's within
+    the roundings of fused kernels (float32: summation orders; bf16: the
+    fused passes keep float32 where autocast rounds to bfloat16)."""
+    from torch._dynamo.utils import counters
+
+    config = dataclasses.replace(CONFIG, matmul_precision=precision)
+    eager, eager_stats = updated(config)
+    before = counters["stats"]["unique_graphs"]
+    compiled, stats = updated(dataclasses.replace(config, compiled=True))
+    assert counters["stats"]["unique_graphs"] > before
+    tolerance = {"rtol": 1e-4, "atol": 1e-5} if precision == "highest" else {"rtol": 0.05, "atol": 2e-3}
+    for key, value in eager_stats.items():
+        assert stats[key] == pytest.approx(value, rel=tolerance["rtol"] * 10, abs=tolerance["atol"] * 10), key
+    for (name, a), (_, b) in zip(eager.policy.state_dict().items(), compiled.policy.state_dict().items()):
+        assert a.dtype == b.dtype, name
+        torch.testing.assert_close(b, a, **tolerance, msg=name)
+    for p, q in zip(eager.policy.parameters(), compiled.policy.parameters()):
+        for key in ("exp_avg", "exp_avg_sq"):  # within 2 % of each moment's largest
+            value = eager.optimizer.state[p][key]
+            assert (compiled.optimizer.state[q][key] - value).abs().max() <= 0.02 * value.abs().max(), key
+    with pytest.raises(TypeError, match="compiled must be a bool"):
+        dataclasses.replace(config, compiled=1)
+
+
 def test_a_resume_may_change_how_an_update_runs_but_not_what_it_computes(tmp_path: Path):
     path = tmp_path / "checkpoint.pt"
     written = CONFIG.to_json()

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -29,8 +30,8 @@ from racing_stack.ppo.captured import CapturedUpdate
 from racing_stack.ppo.graphs import captured
 from racing_stack.ppo.rollout import returns_bootstrapped, returns_cut
 
-__all__ = ["UPDATE_FIELDS", "CapturedUpdate", "PPOUpdate", "advantages", "crash_weight", "first_worst",
-           "matmul_precision", "read"]
+__all__ = ["UPDATE_FIELDS", "CapturedUpdate", "PPOUpdate", "advantages", "compiled_losses", "crash_weight",
+           "first_worst", "matmul_precision", "read"]
 
 #: What `PPOUpdate.optimise` returns, in order.
 UPDATE_FIELDS = (*LOSS_FIELDS, "actor_grad_norm", "critic_grad_norm", "explained_variance", "std_steering",
@@ -63,6 +64,7 @@ class PPOUpdate:
         self.generator = torch.Generator(device)
         self.generator.manual_seed(config.seed)
         self._captured: CapturedUpdate | None = None
+        self._losses = compiled_losses() if config.compiled else ppo_losses
         self._acting = copy.deepcopy(self.policy) if config.policy_lag else None
         #: With ``config.critic_beside_rollout``, the critic's steps (else None).
         self.critic = CriticSteps(config, device, group) if config.critic_beside_rollout else None
@@ -243,7 +245,7 @@ class PPOUpdate:
         fields 0: `racing_stack.ppo.critic.CriticSteps` takes its part).
         No host read."""
         cfg, policy, joint = self.config, self.policy, self.critic is None
-        loss, losses = ppo_losses(policy, cfg, x, u, logp, advantage, returns, mask, count, proximal_logp, joint)
+        loss, losses = self._losses(policy, cfg, x, u, logp, advantage, returns, mask, count, proximal_logp, joint)
         loss.backward()
         params = list(policy.parameters()) if joint else policy.actor_parameters()
         self.group.sum_gradients(params)
@@ -358,6 +360,14 @@ def advantages(batch: dict[str, torch.Tensor], config: PPOConfig) -> tuple[torch
         gamma=config.gamma, lambda_=config.gae_lambda, bootstrap_values=bootstrap.T.contiguous()).T
     advantage = advantage * batch["valid"]
     return advantage, advantage + value
+
+
+@functools.cache
+def compiled_losses() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """`racing_stack.ppo.losses.ppo_losses` through ``torch.compile``
+    (`PPOConfig.compiled`; one wrapper a process, compiled at its first
+    call for each config, shape and device, as Torch's guards decide)."""
+    return torch.compile(ppo_losses, dynamic=False)
 
 
 @contextlib.contextmanager

@@ -116,6 +116,13 @@ class PPOConfig:
             against the policy update u + 1 starts from, each row weighted
             by that policy's probability over the acting one's. What, not
             how: a resume keeps it.
+        compiled: a minibatch's forward pass and loss, and with them its
+            backward pass, through ``torch.compile`` (Inductor: the
+            elementwise passes between the matmuls fused into a few
+            kernels, which keep float32 inside where autocast rounds each
+            pass's output to bfloat16: other roundings, so other numbers).
+            Compiled at the first update (seconds to a minute, in the
+            first update's time). What, not how: a resume keeps it.
         critic_beside_rollout: the critic's minibatch steps apart from the
             actor's (`racing_stack.ppo.critic`): the same
             minibatches, losses, clipping and Adam steps as the joint
@@ -163,6 +170,7 @@ class PPOConfig:
     update_path: str = "eager"
     matmul_precision: str = "highest"
     policy_lag: int = 0
+    compiled: bool = False
     critic_beside_rollout: bool = False
 
     def __post_init__(self) -> None:
@@ -180,8 +188,9 @@ class PPOConfig:
             if value not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {checks.shown(value)}")
             object.__setattr__(self, name, str(value))
-        if not isinstance(self.critic_beside_rollout, bool):
-            raise TypeError(f"critic_beside_rollout must be a bool, got {checks.shown(self.critic_beside_rollout)}")
+        for name in ("compiled", "critic_beside_rollout"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {checks.shown(getattr(self, name))}")
         object.__setattr__(self, "policy_lag", checks.integer_in(self.policy_lag, "policy_lag", 0, len(POLICY_LAGS)))
         if self.critic_beside_rollout and self.policy_lag:
             raise ValueError("critic_beside_rollout needs policy_lag 0: a lagged rollout's values would come "
