@@ -324,37 +324,6 @@ def test_a_pipelined_run_launches_the_next_rollout_first_with_the_numbers_of_one
     assert json.dumps(lag_rows(first + resumed.run(resume=True))) == json.dumps(lag_rows(rows))
 
 
-def test_the_critics_steps_apart_and_the_values_after_the_rollout_are_the_joint_runs_bit_for_bit(env, validation,
-                                                                                                   tmp_path):
-    """``critic_beside_rollout``: the critic's steps apart from the
-    actor's and each rollout's values taken after it, slot by slot, give
-    the joint run's rows, buffers, weights and optimizer state bit for
-    bit, pipelined or not; a resume may switch it (a setting of how)."""
-    config = dataclasses.replace(TINY, updates=5, checkpoint_every=3, validate_every=4)
-    runs = {}
-    for apart in (False, True):
-        trainer = Trainer(dataclasses.replace(config, critic_beside_rollout=apart), env, tmp_path / str(apart),
-                          validation=validation)
-        runs[apart] = trainer, trainer.run()
-    (joint, rows), (split, split_rows) = runs[False], runs[True]
-    assert split.rollout.last_x is not None and joint.rollout.last_x is None
-    assert json.dumps(lag_rows(split_rows)) == json.dumps(lag_rows(rows))
-    assert rows[-1]["value_loss"] > 0 and rows[-1]["critic_grad_norm"] > 0
-    for key in ("x", "u", "logp", "value", "valid", "reward"):
-        assert torch.equal(split.buf[key], joint.buf[key]), key
-    assert torch.equal(split.rollout.last_value, joint.rollout.last_value)
-    for key, value in joint.policy.state_dict().items():
-        assert torch.equal(split.policy.state_dict()[key], value), key
-    for p, q in zip(joint.policy.parameters(), split.policy.parameters()):
-        for key, value in joint.optimizer.state[p].items():
-            assert torch.equal(split.optimizer.state[q][key], value), key
-    cut = Trainer(dataclasses.replace(config, critic_beside_rollout=True), env, tmp_path / "cut",
-                  validation=validation)
-    first = cut.run(seconds=0.0)
-    resumed = Trainer(config, env, tmp_path / "cut", validation=validation)
-    assert json.dumps(lag_rows(first + resumed.run(resume=True))) == json.dumps(lag_rows(rows))
-
-
 @pytest.mark.parametrize("lag", [0, 1])
 def test_each_row_times_one_rollout_and_one_optimisation_wherever_the_rollout_was_collected(env, validation, lag,
                                                                                             tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ ALLOWED = {"track_gen": set(), "rl_triton": set(), "racing_env": set(),
            "racing_stack": {"track_gen", "rl_triton", "racing_env"}}
 #: The learning code: it trains a policy and knows nothing of plugins or of running them.
 LEARN = ("racing_stack.ppo.algorithm", "racing_stack.ppo.captured", "racing_stack.ppo.checkpoint",
-         "racing_stack.ppo.config", "racing_stack.ppo.critic", "racing_stack.ppo.distributed", "racing_stack.ppo.envs",
+         "racing_stack.ppo.config", "racing_stack.ppo.distributed", "racing_stack.ppo.envs",
          "racing_stack.ppo.graphs", "racing_stack.ppo.logs", "racing_stack.ppo.losses",
          "racing_stack.ppo.networks", "racing_stack.ppo.rollout", "racing_stack.ppo.train",
          "racing_stack.ppo.validation")

@@ -11,9 +11,8 @@ trainer keeps, where an update's time goes, and how soon a policy laps.
      same with the training's reward and feature wrappers after every
      step (one jitted call, as a rollout makes it): the rate the trainer
      is held to, in this process, on these worlds;
-   - each ``--paths`` variant (``update_path/matmul_precision[/lagN][/compiled][/beside]``,
-     N the `PPOConfig.policy_lag`, compiled: `PPOConfig.compiled`, beside:
-     `PPOConfig.critic_beside_rollout`): a
+   - each ``--paths`` variant (``update_path/matmul_precision[/lagN][/compiled]``,
+     N the `PPOConfig.policy_lag`, compiled: `PPOConfig.compiled`): a
      trainer on that env, ``--warmup-updates`` updates (the first two
      compile and capture; more take the run past the start, whose worlds
      are mostly held braked), then ``--updates`` updates timed end to end
@@ -163,10 +162,9 @@ def replayed_rate(env, config: PPOConfig, start: dict[str, np.ndarray], actions:
 
 
 def variant_config(config: PPOConfig, variant: str) -> PPOConfig:
-    """``config`` on a variant ``update_path/matmul_precision[/lagN][/compiled][/beside][/serial]``
+    """``config`` on a variant ``update_path/matmul_precision[/lagN][/compiled][/serial]``
     (N: `PPOConfig.policy_lag`; ``compiled``: `PPOConfig.compiled`;
-    ``beside``: `PPOConfig.critic_beside_rollout`; ``serial``: `serial`'s,
-    not a setting).
+    ``serial``: `serial`'s, not a setting).
 
     Raises:
         ValueError: a variant of other parts, or one the config refuses.
@@ -174,13 +172,12 @@ def variant_config(config: PPOConfig, variant: str) -> PPOConfig:
     parts = variant.split("/")
     flags = parts[2:-1] if serial(variant) else parts[2:]
     lags = [f for f in flags if f.startswith("lag") and f[3:].isdigit()]
-    order = [*lags[:1], "compiled", "beside"]  # one name a variant: its parts in this order
+    order = [*lags[:1], "compiled"]  # one name a variant: its parts in this order
     if len(parts) < 2 or flags != [f for f in order if f in flags]:
-        raise ValueError("a variant is update_path/matmul_precision[/lagN][/compiled][/beside][/serial], "
+        raise ValueError("a variant is update_path/matmul_precision[/lagN][/compiled][/serial], "
                          "e.g. graph/bf16/compiled")
     return dataclasses.replace(config, update_path=parts[0], matmul_precision=parts[1],
-                               policy_lag=int(lags[0][3:]) if lags else 0, compiled="compiled" in flags,
-                               critic_beside_rollout="beside" in flags)
+                               policy_lag=int(lags[0][3:]) if lags else 0, compiled="compiled" in flags)
 
 
 def serial(variant: str) -> bool:
@@ -455,7 +452,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worlds", type=int, nargs="*", default=[8192, 65536])
     parser.add_argument("--paths", nargs="+", default=["eager/highest", "graph/highest", "eager/high", "graph/high"],
-                        help="update_path/matmul_precision[/lagN][/compiled][/beside][/serial] variants (serial: the "
+                        help="update_path/matmul_precision[/lagN][/compiled][/serial] variants (serial: the "
                              "next rollout launched after an update's results are read)")
     parser.add_argument("--updates", type=int, default=8, help="timed updates a variant")
     parser.add_argument("--warmup-updates", type=int, default=2,

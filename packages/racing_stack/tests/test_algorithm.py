@@ -42,67 +42,6 @@ def updated(config) -> tuple[PPOUpdate, dict[str, float]]:
     return update, stats
 
 
-@pytest.mark.parametrize("precision", ["highest", "bf16"])
-def test_the_critics_steps_apart_from_the_actors_update_bit_for_bit(precision):
-    """``critic_beside_rollout``: the critic's steps over every minibatch
-    apart from the actor's over the same ones leave the parameters, the
-    optimizer's moments and step counts and the statistics of the joint
-    steps, bit for bit; the critic's read the features as the update found
-    them, normalised by the statistics it started from."""
-    config = dataclasses.replace(CONFIG, matmul_precision=precision)
-    joint, joint_stats = updated(config)
-    apart, apart_stats = updated(dataclasses.replace(config, critic_beside_rollout=True))
-    assert apart.critic is not None and joint.critic is None and apart.critic_done is None
-    assert apart_stats == joint_stats and apart_stats["value_loss"] > 0 and apart_stats["critic_grad_norm"] > 0
-    for (name, a), (_, b) in zip(joint.policy.state_dict().items(), apart.policy.state_dict().items()):
-        assert torch.equal(a, b), name
-    assert joint.optimizer.state_dict()["param_groups"] == apart.optimizer.state_dict()["param_groups"]
-    for p, q in zip(joint.policy.parameters(), apart.policy.parameters()):
-        for key, value in joint.optimizer.state[p].items():
-            assert torch.equal(apart.optimizer.state[q][key], value), key
-    with pytest.raises(ValueError, match="critic_beside_rollout needs policy_lag 0"):
-        dataclasses.replace(config, critic_beside_rollout=True, policy_lag=1)
-
-
-def test_a_part_of_the_optimizer_steps_its_parameters_as_the_whole_optimizer_would():
-    """`racing_stack.ppo.critic.part`: stepping the actor's part, then the
-    critic's, is the whole Adam's step (its moments, counts and step size)."""
-    from racing_stack.ppo.critic import part
-
-    whole, apart, before = (PPOUpdate(CONFIG, LOW, HIGH, torch.device("cpu")) for _ in range(3))
-    for update in (whole, apart):
-        for p in update.policy.parameters():
-            p.grad = torch.ones_like(p)
-    apart.set_learning_rate(0.25)
-    whole.set_learning_rate(0.25)
-    whole.optimizer.step()
-    part(apart.optimizer, apart.policy.actor_parameters()).step()
-    assert set(apart.optimizer.state) == set(apart.policy.actor_parameters())  # the critic's not stepped yet
-    part(apart.optimizer, list(apart.policy.critic.parameters())).step()
-    for p, q, r in zip(whole.policy.parameters(), apart.policy.parameters(), before.policy.parameters()):
-        assert torch.equal(p, q) and not torch.equal(q, r)
-        assert torch.equal(whole.optimizer.state[p]["exp_avg"], apart.optimizer.state[q]["exp_avg"])
-
-
-def test_a_part_of_the_optimizer_shares_its_step_size_tensor_and_reads_no_value(monkeypatch):
-    """On a GPU the step size is a device tensor (`PPOUpdate.adopt`): a
-    part shares that very tensor (`set_learning_rate` fills it in place)
-    and is made without reading it on the host (a wait, and a CUDA graph
-    capture's error)."""
-    from racing_stack.ppo.critic import part
-
-    update = PPOUpdate(CONFIG, LOW, HIGH, torch.device("cpu"))
-    rate = update.optimizer.param_groups[0]["lr"] = torch.tensor(0.01)
-
-    def no_read(tensor):
-        raise AssertionError("a tensor was read on the host")
-
-    monkeypatch.setattr(torch.Tensor, "__bool__", no_read)
-    adam = part(update.optimizer, list(update.policy.critic.parameters()))
-    monkeypatch.undo()
-    assert adam.param_groups[0]["lr"] is rate and adam.state is update.optimizer.state
-
-
 def test_the_graph_path_falls_back_to_the_eager_update_on_the_cpu():
     eager, eager_stats = updated(CONFIG)
     graph, graph_stats = updated(dataclasses.replace(CONFIG, update_path="graph"))
@@ -201,16 +140,13 @@ def test_a_compiled_update_computes_the_eager_update_within_its_roundings(precis
         for key in ("exp_avg", "exp_avg_sq"):  # within 2 % of each moment's largest
             value = eager.optimizer.state[p][key]
             assert (compiled.optimizer.state[q][key] - value).abs().max() <= 0.02 * value.abs().max(), key
-    with pytest.raises(TypeError, match="compiled must be a bool"):
-        dataclasses.replace(config, compiled=1)
 
 
 def test_a_resume_may_change_how_an_update_runs_but_not_what_it_computes(tmp_path: Path):
     path = tmp_path / "checkpoint.pt"
     written = CONFIG.to_json()
-    assert HOW == ("update_path", "critic_beside_rollout")
+    assert HOW == ("update_path",)
     resume_problem(dataclasses.replace(CONFIG, update_path="graph"), written, path)
-    resume_problem(dataclasses.replace(CONFIG, critic_beside_rollout=True), written, path)
     with pytest.raises(ValueError, match=r"trained with other settings: \['matmul_precision'\]"):
         resume_problem(dataclasses.replace(CONFIG, matmul_precision="high"), written, path)
 
@@ -226,16 +162,18 @@ def test_a_checkpoint_written_before_the_newer_settings_resumes_as_its_run_ran(t
         resume_problem(CONFIG, {k: v for k, v in older.items() if k != "gamma"}, path)
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_a_checkpoint_of_a_retired_setting_resumes_without_it(tmp_path: Path, fused):
-    """A checkpoint written with the fused MLP setting (removed: `RETIRED`)
-    resumes, on or off, as any other setting of how its run ran; an
-    unknown setting is still refused as damage."""
+@pytest.mark.parametrize("retired", ["fused_mlp", "critic_beside_rollout"])
+@pytest.mark.parametrize("value", [False, True])
+def test_a_checkpoint_of_a_retired_setting_resumes_without_it(tmp_path: Path, retired, value):
+    """A checkpoint written with a removed setting (`RETIRED`: the fused
+    MLP, the critic's steps apart) resumes, on or off, as any other
+    setting of how its run ran; an unknown setting is still refused as
+    damage."""
     path = tmp_path / "checkpoint.pt"
-    assert RETIRED == ("fused_mlp",) and not hasattr(CONFIG, "fused_mlp")
-    resume_problem(CONFIG, {**CONFIG.to_json(), "fused_mlp": fused}, path)
+    assert RETIRED == ("fused_mlp", "critic_beside_rollout") and not hasattr(CONFIG, retired)
+    resume_problem(CONFIG, {**CONFIG.to_json(), retired: value}, path)
     with pytest.raises(CorruptFile, match="not a valid configuration"):
-        resume_problem(CONFIG, {**CONFIG.to_json(), "fused_kernels": fused}, path)
+        resume_problem(CONFIG, {**CONFIG.to_json(), "fused_kernels": value}, path)
 
 
 def test_the_optimizer_state_keeps_its_step_size_a_number():

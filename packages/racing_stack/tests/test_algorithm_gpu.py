@@ -1,7 +1,7 @@
 """The captured update on a CUDA device: the ``"graph"`` path's updates
 (the first eager, which makes the optimizer's moments, the later ones one
 replay each) are bitwise the eager ones (the same kernels on the same
-data, the step size changed between them), it is captured again for a new
+data, the step size changed between them; compiled too), it is captured again for a new
 policy and optimizer, and TF32 (``matmul_precision="high"``) changes the
 numbers a little, not the update."""
 
@@ -53,7 +53,8 @@ def assert_same_update(a: PPOUpdate, b: PPOUpdate) -> None:
             torch.testing.assert_close(x[key], y[key], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("config", [CONFIG, BIG], ids=["small", "preset network"])
+@pytest.mark.parametrize("config", [CONFIG, BIG, dataclasses.replace(BIG, matmul_precision="bf16", compiled=True)],
+                         ids=["small", "preset network", "compiled bf16"])
 def test_the_graph_path_updates_bitwise_as_the_eager_path(config):
     eager, eager_stats = optimised(config)
     graph, graph_stats = optimised(dataclasses.replace(config, update_path="graph"))

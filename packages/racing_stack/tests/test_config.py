@@ -231,9 +231,10 @@ def test_a_network_of_more_than_max_weights_is_refused():
 
 
 @pytest.mark.parametrize("value", [1, 0, "True", None, np.bool_(True)])
-def test_critic_beside_rollout_must_be_a_bool(value):
-    with pytest.raises(TypeError, match="critic_beside_rollout must be a bool"):
-        dataclasses.replace(BASE, critic_beside_rollout=value)
-    assert BASE.override(["critic_beside_rollout=True"]).critic_beside_rollout is True
-    with pytest.raises(ValueError, match="fused_mlp"):  # removed: an unknown setting, refused by name
-        BASE.override(["fused_mlp=True"])
+def test_compiled_must_be_a_bool(value):
+    with pytest.raises(TypeError, match="compiled must be a bool"):
+        dataclasses.replace(BASE, compiled=value)
+    assert BASE.override(["compiled=True"]).compiled is True
+    for removed in ("fused_mlp", "critic_beside_rollout"):  # an unknown setting, refused by name
+        with pytest.raises(ValueError, match=removed):
+            BASE.override([f"{removed}=True"])

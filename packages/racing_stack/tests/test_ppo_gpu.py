@@ -111,68 +111,6 @@ def test_a_pipelined_run_on_the_graph_path_has_the_numbers_of_one_that_reads_fir
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("held_ms, pipelined, worlds", [(200, True, 256), (200, False, 256), (0, True, 4096)])
-def test_the_critic_beside_the_rollout_has_the_numbers_of_the_joint_update(tmp_path, monkeypatch, held_ms, pipelined,
-                                                                            worlds):
-    """``critic_beside_rollout`` on the graph path, bf16: the critic's
-    captured steps replay on a stream of their own while the next rollout
-    runs (pipelined), or while the host reads the update (not). Held back
-    ``held_ms`` before each replay, longer than a rollout: values taken
-    before the critic's steps end, or an update's statistics read before
-    them, would show as other numbers. Not held back, at 4,096 worlds in
-    one minibatch: the critic's and the actor's steps run at once, the
-    weight gradients' products large enough for cuBLAS's workspace, which
-    the two captures must not share. Every case against the joint update's
-    rows, buffers, weights and optimizer moments, bit for bit."""
-    from racing_stack.ppo.graphs import capture_stream
-    from racing_stack.ppo.rollout import CapturedAct
-
-    if jax.default_backend() != "gpu" or not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device for JAX and Torch")
-    trainers, rows, env = {}, {}, make_env(dataclasses.replace(CONFIG, worlds=worlds))
-    config = dataclasses.replace(CONFIG, update_path="graph", matmul_precision="bf16", updates=5,
-                                 worlds=worlds, minibatches=4 if worlds == 256 else 1)
-    cycles, unfinished = int(torch_sleep_cycles_per_us() * held_ms * 1000), []
-    replay_values = CapturedAct.replay_values
-
-    def values_once_done(act):  # the critic's steps unfinished when the host asks for the values: the wait matters
-        critic = trainers[True].learner.critic
-        unfinished.append(critic.done is not None and not critic.done.query())
-        replay_values(act)
-
-    monkeypatch.setattr(CapturedAct, "replay_values", values_once_done)
-    for apart in (True, False):
-        trainer = trainers[apart] = Trainer(dataclasses.replace(config, critic_beside_rollout=apart), env,
-                                            tmp_path / str(apart))
-        trainer.pipelined = pipelined
-        if apart and held_ms:
-            critic, launch = trainer.learner.critic, trainer.learner.critic.launch
-
-            def held_back(*args, **kwargs):
-                critic.stream = critic.stream or capture_stream(critic, trainer.device)
-                with torch.cuda.stream(critic.stream):
-                    torch.cuda._sleep(cycles)
-                launch(*args, **kwargs)
-
-            critic.launch = held_back
-        rows[apart] = [{k: v for k, v in trainer._one_update().items() if k not in ("seconds", "transitions_per_s")}
-                       for _ in range(4)]
-        assert trainer.ahead == pipelined
-    joint, split = trainers[False], trainers[True]
-    assert split.learner.critic._graph is not None and split.rollout._act.values_graph is not None
-    if held_ms and pipelined:
-        assert any(unfinished)
-    assert json.dumps(rows[True]) == json.dumps(rows[False])
-    for key in ("x", "u", "logp", "value", "valid", "reward", "terminated"):
-        assert torch.equal(split.buf[key], joint.buf[key]), key
-    assert torch.equal(split.rollout.last_value, joint.rollout.last_value)
-    for (name, a), (_, b) in zip(joint.policy.state_dict().items(), split.policy.state_dict().items()):
-        assert torch.equal(a, b), name
-    for p, q in zip(joint.policy.parameters(), split.policy.parameters()):
-        for key, value in joint.optimizer.state[p].items():
-            assert torch.equal(split.optimizer.state[q][key], value), key
-
-
 @pytest.mark.parametrize("precision", ["high", "bf16"])
 def test_a_lagged_run_collects_beside_its_update_with_the_numbers_of_one_after_it(tmp_path, precision):
     """``policy_lag=1``: on the graph path the next rollout runs on its own

@@ -22,7 +22,6 @@ from torch import nn
 import rl_triton
 from racing_stack.guard import Violation, check, violations
 from racing_stack.ppo.config import PPOConfig
-from racing_stack.ppo.critic import CriticSteps, part
 from racing_stack.ppo.distributed import Group
 from racing_stack.ppo.losses import LOSS_FIELDS, explained_variance, normalised_advantages, ppo_losses
 from racing_stack.ppo.networks import ActorCritic
@@ -66,8 +65,6 @@ class PPOUpdate:
         self._captured: CapturedUpdate | None = None
         self._losses = compiled_losses() if config.compiled else ppo_losses
         self._acting = copy.deepcopy(self.policy) if config.policy_lag else None
-        #: With ``config.critic_beside_rollout``, the critic's steps (else None).
-        self.critic = CriticSteps(config, device, group) if config.critic_beside_rollout else None
         #: On CUDA, the event `follow` last recorded.
         self.followed: torch.cuda.Event | None = None
 
@@ -120,15 +117,13 @@ class PPOUpdate:
                     state["step"] = state["step"].to(self.device, torch.float32)
 
     def optimizer_state(self) -> dict[str, Any]:
-        """The optimizer's state dict, its step size a number (as a checkpoint keeps it), the critic's steps done."""
-        self.settle_critic()
+        """The optimizer's state dict, its step size a number (as a checkpoint keeps it)."""
         state = self.optimizer.state_dict()
         state["param_groups"] = [{**g, "lr": float(g["lr"])} for g in state["param_groups"]]
         return state
 
     def set_learning_rate(self, rate: float) -> None:
-        """The step size of the optimizer's next steps (once the critic's steps in flight have read it)."""
-        self.settle_critic()
+        """The step size of the optimizer's next steps."""
         for group in self.optimizer.param_groups:
             if isinstance(group["lr"], torch.Tensor):
                 group["lr"].fill_(rate)
@@ -137,8 +132,8 @@ class PPOUpdate:
 
     def optimise(self, buf: dict[str, torch.Tensor], advantage: torch.Tensor,
                  returns: torch.Tensor) -> dict[str, float]:
-        """`launch`, `settle` and `read` in one."""
-        return read(self.settle(self.launch(buf, advantage, returns)))
+        """`launch` and `read` in one."""
+        return read(self.launch(buf, advantage, returns))
 
     def launch(self, buf: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
         """``epochs`` x ``minibatches`` clipped PPO steps over a rollout's
@@ -155,11 +150,6 @@ class PPOUpdate:
         moments (after the first update), the whole optimisation replays
         one `CapturedUpdate`: one launch where the eager path launches some
         200 kernels a minibatch and the optimizer's step after each.
-
-        With ``config.critic_beside_rollout`` the critic's steps run apart
-        (`racing_stack.ppo.critic.CriticSteps`), on the graph path beside
-        what follows on the current stream: `settle` takes their fields
-        into the result.
         """
         cfg = self.config
         n = cfg.steps * cfg.worlds
@@ -167,33 +157,9 @@ class PPOUpdate:
         parts = [self._minibatches() for _ in range(cfg.epochs)]
         with matmul_precision(cfg.matmul_precision, self.device):
             whole = self.graphed and all(p in self.optimizer.state for p in self.policy.parameters())
-            update = self._capture(flat) if whole else None  # before the critic's steps: a capture zeroes gradients
-            if self.critic is not None:
-                self.critic.launch(self.policy, self.optimizer, flat, returns.reshape(n), parts, beside=whole)
-            if update is not None:
-                return update.replay(advantage.reshape(n), returns.reshape(n), parts)
+            if whole:
+                return self._capture(flat).replay(advantage.reshape(n), returns.reshape(n), parts)
             return self.steps(flat, advantage.reshape(n), returns.reshape(n), parts)
-
-    def settle(self, stats: torch.Tensor) -> torch.Tensor:
-        """``stats`` (`launch`'s) with the critic's steps' fields taken in,
-        once they are done, with ``config.critic_beside_rollout`` (the
-        current stream waits for them; in place); else ``stats`` as it is."""
-        if self.critic is not None:
-            value, norm = UPDATE_FIELDS.index("value_loss"), UPDATE_FIELDS.index("critic_grad_norm")
-            result = self.critic.result()
-            stats[value:value + 1].copy_(result[:1])  # slices: an index tensor would be a host copy
-            stats[norm:norm + 1].copy_(result[1:])
-        return stats
-
-    def settle_critic(self) -> None:
-        """Make the current stream wait for the critic's steps in flight, if any."""
-        if self.critic is not None:
-            self.critic.wait()
-
-    @property
-    def critic_done(self) -> torch.cuda.Event | None:
-        """With the critic's steps in flight beside the current stream, the event they record when done."""
-        return None if self.critic is None else self.critic.done
 
     def steps(self, flat: dict[str, torch.Tensor], advantage: torch.Tensor, returns: torch.Tensor,
               parts: list[list[torch.Tensor]]) -> torch.Tensor:
@@ -201,8 +167,7 @@ class PPOUpdate:
         the rollout's ``flat`` buffers [N, ...], its ``advantage`` and
         ``returns`` [N], and each epoch's minibatches' rows ``parts``
         (`_minibatches`). No host read, no allocation kept between calls."""
-        cfg, policy, group = self.config, self.policy, self.group
-        optimizer = self.optimizer if self.critic is None else part(self.optimizer, policy.actor_parameters())
+        cfg, policy, group, optimizer = self.config, self.policy, self.group, self.optimizer
         mask = flat["valid"]
         adv = normalised_advantages(advantage, mask, group)
         stats = torch.zeros(len(LOSS_FIELDS) + 2, device=self.device)
@@ -240,18 +205,13 @@ class PPOUpdate:
         its gradients added to the parameters' (summed over the processes)
         and clipped, the actor's and the critic's apart, to
         ``max_grad_norm``. Returns float32 [7]: the detached `LOSS_FIELDS`
-        and the two gradient norms before clipping. With
-        ``config.critic_beside_rollout``, the actor's alone (the critic's
-        fields 0: `racing_stack.ppo.critic.CriticSteps` takes its part).
-        No host read."""
-        cfg, policy, joint = self.config, self.policy, self.critic is None
-        loss, losses = self._losses(policy, cfg, x, u, logp, advantage, returns, mask, count, proximal_logp, joint)
+        and the two gradient norms before clipping. No host read."""
+        cfg, policy = self.config, self.policy
+        loss, losses = self._losses(policy, cfg, x, u, logp, advantage, returns, mask, count, proximal_logp)
         loss.backward()
-        params = list(policy.parameters()) if joint else policy.actor_parameters()
-        self.group.sum_gradients(params)
+        self.group.sum_gradients(list(policy.parameters()))
         actor = nn.utils.clip_grad_norm_(policy.actor_parameters(), cfg.max_grad_norm)
-        critic = (nn.utils.clip_grad_norm_(list(policy.critic.parameters()), cfg.max_grad_norm) if joint
-                  else torch.zeros_like(actor))
+        critic = nn.utils.clip_grad_norm_(list(policy.critic.parameters()), cfg.max_grad_norm)
         return torch.cat([losses, torch.stack([actor, critic]).detach()])
 
     def _capture(self, flat: dict[str, torch.Tensor]) -> CapturedUpdate:
@@ -291,8 +251,7 @@ class PPOUpdate:
         named. One small read of the device (`racing_stack.guard`):
         ``checked``, `checks` of the same arguments taken earlier (before
         the next rollout writes the buffers again), or None: taken now; the
-        updated parameters are always read now (the critic's steps may run
-        beside the next rollout: `settle` first).
+        updated parameters are always read now.
 
         Raises:
             GuardError: naming the update, the first bad field and its worst

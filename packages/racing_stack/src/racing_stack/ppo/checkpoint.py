@@ -33,14 +33,16 @@ CHECKPOINT_FIELDS = {"config", "update", "policy", "acting", "best", "optimizer"
                      "generator", "rollout", "env", "obs"}
 
 #: Settings of how an update runs, not of what it computes: a resume may change them.
-HOW = ("update_path", "critic_beside_rollout")
+HOW = ("update_path",)
 #: Settings added after checkpoints were first written, each with the value that runs as those runs did.
 WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest", "policy_lag": 0,
-                  "compiled": False, "critic_beside_rollout": False}
+                  "compiled": False}
 #: Settings of how an update ran that this version no longer has: a checkpoint's are dropped
 #: (``fused_mlp``: the update's MLPs as fused kernels, other roundings of autocast's bf16 maths,
-#: removed in racing-stack 0.4.0; a run that had them resumes on autocast's).
-RETIRED = ("fused_mlp",)
+#: removed in racing-stack 0.4.0; a run that had them resumes on autocast's.
+#: ``critic_beside_rollout``: the critic's steps apart from the actor's, the same numbers, removed
+#: after racing-stack 0.4.0).
+RETIRED = ("fused_mlp", "critic_beside_rollout")
 
 
 class Resumed(NamedTuple):

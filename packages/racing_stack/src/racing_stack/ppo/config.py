@@ -123,16 +123,6 @@ class PPOConfig:
             pass's output to bfloat16: other roundings, so other numbers).
             Compiled at the first update (seconds to a minute, in the
             first update's time). What, not how: a resume keeps it.
-        critic_beside_rollout: the critic's minibatch steps apart from the
-            actor's (`racing_stack.ppo.critic`): the same
-            minibatches, losses, clipping and Adam steps as the joint
-            update's (the two networks share no parameter), and a
-            rollout's values taken after it, slot by slot, by the critic
-            the joint update would have driven it with: the same numbers
-            in another order. On the ``"graph"`` path the critic's steps
-            run beside the next rollout (a stream of their own), which
-            waits only for the actor's. Needs ``policy_lag`` 0. How, not
-            what: a run may resume with it changed.
     """
 
     worlds: int = 8192
@@ -171,7 +161,6 @@ class PPOConfig:
     matmul_precision: str = "highest"
     policy_lag: int = 0
     compiled: bool = False
-    critic_beside_rollout: bool = False
 
     def __post_init__(self) -> None:
         for name in ("worlds", "steps", "updates", "epochs", "minibatches", "max_episode_steps",
@@ -188,13 +177,9 @@ class PPOConfig:
             if value not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {checks.shown(value)}")
             object.__setattr__(self, name, str(value))
-        for name in ("compiled", "critic_beside_rollout"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {checks.shown(getattr(self, name))}")
+        if not isinstance(self.compiled, bool):
+            raise TypeError(f"compiled must be a bool, got {checks.shown(self.compiled)}")
         object.__setattr__(self, "policy_lag", checks.integer_in(self.policy_lag, "policy_lag", 0, len(POLICY_LAGS)))
-        if self.critic_beside_rollout and self.policy_lag:
-            raise ValueError("critic_beside_rollout needs policy_lag 0: a lagged rollout's values would come "
-                             "from the acting copy's critic")
         if (self.worlds * self.steps) % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide worlds x steps "
                              f"({self.worlds * self.steps})")

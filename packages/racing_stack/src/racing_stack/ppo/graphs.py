@@ -1,12 +1,12 @@
 """CUDA graph capture for the trainer: which runs capture, the warm-up a
 capture needs, and the stream each family of graphs is captured on.
 
-Each object that captures graphs (a rollout's steps, an optimisation, the
-critic's steps beside the next rollout, a validation's mean action) takes a
+Each object that captures graphs (a rollout's steps, an optimisation, a
+validation's mean action) takes a
 CUDA stream of its own to capture on (`capture_stream`): Torch keys cuBLAS's
 workspace by stream, and a captured matrix product keeps the workspace's
 address, so graphs captured on one stream share one workspace. Two of them
-replaying at once (the critic's steps beside the actor's) would write each
+replaying at once (a lagged rollout's steps beside the optimisation) would write each
 other's partial sums, and destroying one graph frees the workspace the
 others captured on that stream still use.
 """

@@ -7,10 +7,9 @@ import torch
 from racing_env import checks
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
-from racing_stack.ppo.networks import ActorCritic, Normalizer
+from racing_stack.ppo.networks import ActorCritic
 
-__all__ = ["LOSS_FIELDS", "adapted_learning_rate", "explained_variance", "normalised_advantages", "ppo_losses",
-           "value_losses"]
+__all__ = ["LOSS_FIELDS", "adapted_learning_rate", "explained_variance", "normalised_advantages", "ppo_losses"]
 
 #: What `ppo_losses` returns, in order.
 LOSS_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -48,8 +47,8 @@ def explained_variance(returns: torch.Tensor, value: torch.Tensor, mask: torch.T
 
 def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch.Tensor, old_logp: torch.Tensor,
                advantage: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               count: torch.Tensor | None = None, proximal_logp: torch.Tensor | None = None,
-               critic: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+               count: torch.Tensor | None = None,
+               proximal_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The clipped PPO loss of one minibatch, every term a mean over the
     rows where ``mask`` is 1 (``count``: their number in the whole
     minibatch, when this is one process's part of it; the parts' losses
@@ -65,11 +64,6 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
     acted, not clipped). The trust region stays around the policy being
     improved, whatever policy collected the data; with ``proximal_logp``
     equal to ``old_logp`` it is PPO's own loss.
-
-    Without the ``critic`` the loss is the actor's terms alone (the value
-    loss's field 0): the two networks share no parameter, so each one's
-    gradients are those of the whole loss (`value_losses` gives the
-    critic's; `PPOConfig.critic_beside_rollout`).
 
     Args:
         x: features [B, D]. u: the normalised actions taken [B, 2].
@@ -104,41 +98,13 @@ def ppo_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, u: torch
         surrogate = surrogate * torch.where(mask > 0, proximal_logp - old_logp, 0.0).exp()
     policy_loss = -(surrogate * mask).sum() / w
     entropy = (dist.entropy().sum(-1) * mask).sum() / w
-    if critic:
-        value_loss = _value_loss(policy.critic(z).squeeze(-1), returns, mask, w)
-        loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
-    else:
-        value_loss, loss = torch.zeros_like(policy_loss), policy_loss - config.entropy_coef * entropy
+    value_loss = (((policy.critic(z).squeeze(-1) - returns) ** 2) * mask).sum() / w
+    loss = policy_loss + config.value_coef * value_loss - config.entropy_coef * entropy
     with torch.no_grad():
         kl = (((ratio - 1) - log_ratio) * mask).sum() / w
         clip_fraction = (((ratio - 1).abs() > config.clip).float() * mask).sum() / w
         stats = torch.stack([policy_loss, value_loss, entropy, kl, clip_fraction]).detach()
     return loss, stats
-
-
-def value_losses(policy: ActorCritic, config: PPOConfig, x: torch.Tensor, returns: torch.Tensor,
-                 mask: torch.Tensor, count: torch.Tensor | None = None,
-                 normalizer: Normalizer | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The critic's part of `ppo_losses` (its arguments'): (``value_coef``
-    x the value loss, a scalar; the value loss, detached), the features
-    normalised by ``normalizer`` (default: the policy's).
-
-    Raises:
-        ValueError: ``x`` not [B, D], or ``returns`` or ``mask`` not [B].
-    """
-    if x.dim() != 2:
-        raise ValueError(f"x must be [B, D], got {list(x.shape)}")
-    _check_rows(x.shape[0], returns=returns, mask=mask)
-    w = (mask.sum() if count is None else count).clamp(min=1.0)
-    z = (policy.normalizer if normalizer is None else normalizer)(x)
-    value_loss = _value_loss(policy.critic(z).squeeze(-1), returns, mask, w)
-    return config.value_coef * value_loss, value_loss.detach()
-
-
-def _value_loss(value: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The mean squared error of ``value`` [B] against ``returns`` [B]
-    over the rows where ``mask`` is 1 (``w`` of them)."""
-    return (((value - returns) ** 2) * mask).sum() / w
 
 
 def adapted_learning_rate(config: PPOConfig, rate: float, kl: float, update: int) -> float:

@@ -202,17 +202,16 @@ class ActorCritic(nn.Module):
         # No argument validation: it would wait for the GPU at every step.
         return torch.distributions.Normal(self.actor(self.normalizer(x)), self.log_std.exp(), validate_args=False)
 
-    def act(self, x: torch.Tensor, noise: torch.Tensor,
-            value: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def act(self, x: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A rollout step's policy work, the features normalised once: the
         normalised action ``u = mean + std * noise`` [E, 2] (``noise``
         [E, 2] standard normal), its log probability under `distribution`
         [E] (summed over the two dimensions; (u - mean) / std is the noise)
-        and V(x) [E] (None without ``value``)."""
+        and V(x) [E]."""
         z = self.normalizer(x)
         u = torch.addcmul(self.actor(z), self.log_std.exp(), noise)
         logp = -0.5 * noise.square().sum(-1) - (self.log_std.sum() + math.log(2.0 * math.pi))
-        return u, logp, self.critic(z).squeeze(-1) if value else None
+        return u, logp, self.critic(z).squeeze(-1)
 
     def env_action(self, u: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The env's action (float32 [..., 2], physical units) of normalised

@@ -85,8 +85,6 @@ class Rollout:
         obs, _ = env.reset(seed=config.seed)
         self.obs = obs
         self.last_value = torch.zeros(e, **z)
-        #: With ``config.critic_beside_rollout``, the features after the last step [E, D] (`values` reads them).
-        self.last_x = torch.zeros((e, d), **z) if config.critic_beside_rollout else None
         self._act: CapturedAct | None = None
         self._kept: dict[str, torch.Tensor] | None = None
         hold = group.share(torch.randint(0, config.stagger_steps + 1, (e * group.size,), generator=generator,
@@ -103,22 +101,19 @@ class Rollout:
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def collect(self, policy: ActorCritic, generator: torch.Generator, crash_weight: float = 1.0,
-                after: torch.cuda.Event | None = None, critic: torch.cuda.Event | None = None) -> None:
+                after: torch.cuda.Event | None = None) -> None:
         """One rollout into the buffers, on the device: each step crosses the
         action to JAX and the step's outputs back to Torch in one pack with
         the next call's features (one jitted function makes it), then
         fences (`racing_stack.interop.Handover`). ``crash_weight``: the share of
-        the crash and slide costs paid (`ShapedReward`). With
-        ``config.critic_beside_rollout`` the values come after the steps
-        (`values`), once the critic's steps are done (``critic``: the event
-        they record, when they run beside the rollout).
+        the crash and slide costs paid (`ShapedReward`).
 
         On a CUDA device Torch's work runs on `stream`, after the current
         stream's work (or only after the event ``after``: an update
         launched since then runs beside the rollout), and the current
         stream waits for the rollout."""
         if self.stream is None:
-            self._collect(policy, generator, crash_weight, critic)
+            self._collect(policy, generator, crash_weight)
             return
         current = torch.cuda.current_stream(self.device)
         if after is None:
@@ -126,11 +121,10 @@ class Rollout:
         else:
             self.stream.wait_event(after)
         with torch.cuda.stream(self.stream):
-            self._collect(policy, generator, crash_weight, critic)
+            self._collect(policy, generator, crash_weight)
         current.wait_stream(self.stream)
 
-    def _collect(self, policy: ActorCritic, generator: torch.Generator, crash_weight: float,
-                 critic: torch.cuda.Event | None) -> None:
+    def _collect(self, policy: ActorCritic, generator: torch.Generator, crash_weight: float) -> None:
         env, buf, cfg, cross = self.env, self.buf, self.config, self.crossing
         weight = jax.device_put(np.float32(crash_weight))  # once a rollout: no transfer inside the loop
         features = cfg.features(self.obs, self.previous_action)
@@ -158,13 +152,6 @@ class Rollout:
                 self.obs = obs
             if act is not None:
                 act.replay_tail()
-            if self.last_x is not None:
-                if critic is not None:
-                    torch.cuda.current_stream(self.device).wait_event(critic)
-                if act is None:
-                    self.values(policy)
-                else:
-                    act.replay_values()
 
     def keep(self, policy: ActorCritic, t: int, pack: torch.Tensor) -> None:
         """What rollout step ``t`` keeps of its ``pack`` (`_after_step`'s,
@@ -179,9 +166,7 @@ class Rollout:
         torch.ne(pack[:, d + 6:d + 8].T, 0, out=self.done[t])
         self.buf["valid"][t] = pack[:, d + 8]
         torch.ne(pack[:, d + 9], 0, out=self.held)  # in place: a captured step reads it
-        if last and self.last_x is not None:
-            self.last_x.copy_(pack[:, :d])
-        elif last:
+        if last:
             self.last_value.copy_(policy.value(pack[:, :d]))  # in place: an update may read the kept copy
         else:
             self.buf["x"][t + 1] = pack[:, :d]
@@ -194,20 +179,9 @@ class Rollout:
         where the world is held). No host read."""
         buf = self.buf
         x = buf["x"][t]
-        u, buf["logp"][t], value = policy.act(x, noise, self.last_x is None)
-        if value is not None:
-            buf["value"][t] = value
+        u, buf["logp"][t], buf["value"][t] = policy.act(x, noise)
         buf["u"][t] = u
         return torch.where(self.held[:, None], self.brake, policy.env_action(u, x))
-
-    def values(self, policy: ActorCritic) -> None:
-        """With ``config.critic_beside_rollout``, V of the rollout's features
-        into the buffers' "value" [T, E], slot by slot (the shapes a step's
-        own value has: the same numbers), and of the features after the
-        last step into `last_value`. No host read."""
-        for t in range(self.config.steps):
-            self.buf["value"][t] = policy.value(self.buf["x"][t])
-        self.last_value.copy_(policy.value(self.last_x))
 
     def _captured_act(self, policy: ActorCritic, features: jax.Array) -> CapturedAct:
         """This rollout's `CapturedAct` of ``policy``, captured anew for
@@ -321,7 +295,7 @@ class CapturedAct:
     memory pool for all, replayed in order): from the second step on,
     `Rollout.keep` of the previous step's pack (copied into `pack` before
     the replay), then `Rollout.act`; the tail graph keeps the last step's
-    pack (then, beside the critic, `values_graph`: `Rollout.values`).
+    pack.
     They read the noise (drawn into `noise` before each replay),
     whether each world is held and the buffers (updated in place), and the
     policy's parameters and feature statistics (updated in place by the
@@ -355,15 +329,11 @@ class CapturedAct:
                         self.action.copy_(rollout.act(policy, t, self.noise))
                 pool = graph.pool()
                 self.graphs.append(graph)
-            self.values_graph = None if rollout.last_x is None else torch.cuda.CUDAGraph()
-            if self.values_graph is not None:
-                with capturing(self.values_graph, device, stream, pool):
-                    rollout.values(policy)
 
     @staticmethod
     def _buffers(rollout: Rollout) -> tuple[int, ...]:
         state = [rollout.held, rollout.brake, rollout.floats, rollout.ints, rollout.done,
-                 rollout.last_value, *([] if rollout.last_x is None else [rollout.last_x]), *rollout.buf.values()]
+                 rollout.last_value, *rollout.buf.values()]
         return tuple(t.data_ptr() for t in state)
 
     def fits(self, rollout: Rollout, policy: ActorCritic) -> bool:
@@ -378,10 +348,6 @@ class CapturedAct:
     def replay_tail(self) -> None:
         """`Rollout.keep` of the last step's pack."""
         self.graphs[-1].replay()
-
-    def replay_values(self) -> None:
-        """`Rollout.values` (with ``config.critic_beside_rollout``)."""
-        self.values_graph.replay()
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))

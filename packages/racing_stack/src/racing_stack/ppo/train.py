@@ -172,10 +172,10 @@ class Trainer:
     def collect(self, after: torch.cuda.Event | None = None, weight: float | None = None) -> None:
         """One rollout of `PPOUpdate.acting` into the buffers (`racing_stack.ppo.rollout.Rollout.collect`,
         which says what ``after`` is), paying the crash and slide costs' share ``weight`` (None:
-        `crash_weight`), at ``config.matmul_precision``; its values after the critic's steps in flight, if any."""
+        `crash_weight`), at ``config.matmul_precision``."""
         weight = self.crash_weight() if weight is None else weight
         with matmul_precision(self.config.matmul_precision, self.device):
-            self.rollout.collect(self.learner.acting, self.generator, weight, after, self.learner.critic_done)
+            self.rollout.collect(self.learner.acting, self.generator, weight, after)
 
     def crash_weight(self) -> float:
         """The share of the crash and slide costs the next rollout pays (`racing_stack.ppo.algorithm.crash_weight`
@@ -329,7 +329,7 @@ class Trainer:
                 cfg, self.crash_clock + int(cfg.warms_up(early["success_rate"])))
             start, self._launched, self.ahead = self._launched, time.perf_counter(), True
             self.collect(self.learner.followed if lagged else None, self.weight)
-        losses = read(self.learner.settle(stats))
+        losses = read(stats)
         self.guard(advantage, returns, losses, acted, batch, checked)
         stats = episodes(batch, self.group) if early is None else early
         self.rate = adapted_learning_rate(self.config, rate, losses["approx_kl"], self.update)
