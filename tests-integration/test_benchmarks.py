@@ -43,7 +43,7 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     out = tmp_path / "speed.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--profile", "--out",
                           str(out), "--paths", "eager/highest", "graph/high/lag1", "eager/highest/serial",
-                          "--skill-path", "eager/high/lag1",
+                          "eager/highest/compiled", "--skill-path", "eager/high/lag1",
                           "--trace", str(tmp_path / "trace.json"), "--warmup-updates", "3"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
@@ -51,10 +51,14 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     assert report["device"] == "cpu" and report["passed"] is False and report["gates"] == []
     (throughput,) = report["throughput"]
     assert set(throughput["env"]) == {"env", "env_with_wrappers"} and min(throughput["env"].values()) > 0
-    assert set(throughput["variants"]) == {"eager/highest", "graph/high/lag1", "eager/highest/serial"}
-    # Reading an update's results before the next rollout is launched changes none of its numbers.
-    pipelined, serial = (throughput["variants"][v]["last_losses"] for v in ("eager/highest", "eager/highest/serial"))
+    assert set(throughput["variants"]) == {"eager/highest", "graph/high/lag1", "eager/highest/serial",
+                                           "eager/highest/compiled"}
+    # Reading an update's results before the next rollout is launched changes none of its numbers; the compiled
+    # update changes their roundings alone.
+    pipelined, serial, compiled = (throughput["variants"][v]["last_losses"]
+                                   for v in ("eager/highest", "eager/highest/serial", "eager/highest/compiled"))
     assert json.dumps(pipelined) == json.dumps(serial)
+    assert compiled == pytest.approx(pipelined, rel=1e-3, abs=1e-6)
     for variant in throughput["variants"].values():
         assert variant["median_transitions_per_s"] > 0 and variant["ratio_to_env_with_wrappers"] > 0
         assert variant["warmup_updates"] == 3 and variant["env_replayed_transitions_per_s"] > 0
@@ -65,7 +69,7 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
         assert set(variant["profile"]) == {"optimise", "rollout", "update"}
         assert variant["profile"]["optimise"]["host_ms"] > 0 and variant["profile"]["update"]["wall_ms"] > 0
         assert variant["profile"]["update"]["device_busy_ms"] == 0.0  # no device on a CPU
-    for variant in ("eager_highest", "graph_high_lag1", "eager_highest_serial"):
+    for variant in ("eager_highest", "graph_high_lag1", "eager_highest_serial", "eager_highest_compiled"):
         assert "traceEvents" in json.loads((tmp_path / f"trace_4_{variant}.json").read_text())
     (skill,) = report["skill"]
     assert skill["worlds"] == 4 and skill["training_s"] > 0 and skill["curve"]  # validated on the way
