@@ -325,8 +325,12 @@ def advantages(batch: dict[str, torch.Tensor], config: PPOConfig) -> tuple[torch
 def compiled_losses() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """`racing_stack.ppo.losses.ppo_losses` through ``torch.compile``
     (`PPOConfig.compiled`; one wrapper a process, compiled at its first
-    call for each config, shape and device, as Torch's guards decide)."""
-    return torch.compile(ppo_losses, dynamic=False)
+    call for each config and device, as Torch's guards decide). Shapes
+    are Torch's automatic choice: static while a run's minibatches keep
+    one size (one process), and made dynamic at the first other size
+    (each process's share of a minibatch under ``torchrun``) rather than
+    compiled again for each."""
+    return torch.compile(ppo_losses)
 
 
 @contextlib.contextmanager
