@@ -584,3 +584,24 @@ def test_the_fault_benchmark_quick_set_holds_every_gate(tmp_path):
     usage = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/faults.py"), "--quick",
                             "--publish"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert usage.returncode == 2 and "--publish takes the full set" in usage.stderr
+
+
+def test_the_committed_batched_report_meets_its_gates_on_its_own_numbers():
+    """``benchmarks/results/batched_eval.json`` (the runner page's
+    numbers): a GPU's report of the release plugin, every gate passed,
+    and each gate's value the one its data gives: no action of a
+    compared row differing, no outcome differing, the command on all
+    1,000 Test tracks within 60 s warm, every track lapped."""
+    report = json.loads((ROOT / "benchmarks/results/batched_eval.json").read_text())
+    assert report["passed"] is True and report["device"] != "cpu" and report["backend"] == "mjx_warp"
+    assert report["plugin"] == "benchmarks/results/ppo_level1/plugin"
+    gates = {g["name"].split(",")[0]: g for g in report["gates"]}
+    assert len(gates) == 3 and all(g["passed"] for g in gates.values())
+    actions, comparison, command = report["actions"], report["comparison"], report["command"]
+    assert gates["actions differing from the per-episode controller's on the same observations"]["value"] == \
+        actions["differing"] == 0 and actions["rows"] > 0 and actions["controller_errors"] == 0
+    assert actions["episodes"] == comparison["episodes"] == report["compared_tracks"] == 20
+    assert gates["outcomes differing"]["value"] == comparison["outcomes_differing"] == 0
+    assert report["repeat"]["outcomes_differing"] == report["isolated"]["outcomes_differing"] == 0
+    assert gates["evaluate --batched on 1000 Test tracks"]["value"] == round(command["seconds"], 1) <= 60.0
+    assert command["episodes"] == report["command_tracks"] == 1000 and command["success_rate"] == 1.0

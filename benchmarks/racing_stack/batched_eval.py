@@ -230,7 +230,9 @@ def main() -> None:
     check_outputs(parser, {"--out": out}, {"--out": {".json"}})
     report: dict[str, Any] = {"protocol": "batched evaluation", "environment": environment(),
                               "device": torch.cuda.get_device_name() if gpu else "cpu",
-                              "source_sha256": source_hashes(__file__), "plugin": str(args.plugin),
+                              "source_sha256": source_hashes(__file__),
+                              "plugin": str(args.plugin.relative_to(ROOT) if args.plugin.is_relative_to(ROOT)
+                                            else args.plugin),
                               "backend": backend, "compared_tracks": compare, "command_tracks": tracks}
     materialize_prefix("test", max(tracks, compare))  # the pool in the cache, apart from every timing
     with tempfile.TemporaryDirectory() as scratch:
