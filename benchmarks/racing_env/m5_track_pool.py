@@ -91,7 +91,8 @@ from protocol import (  # noqa: E402
 )
 
 from racing_env import BENCHMARK_VERSION, LEVEL_1, Level, ProjectConfig, TrackPool, VecCarRacingEnv, seeds  # noqa: E402
-from racing_env.plugins import CHALLENGE_KEYS, challenge_values, load_plugin  # noqa: E402
+from racing_env.plugins import CHALLENGE_KEYS, load_plugin  # noqa: E402
+from racing_env.runner import challenge_values  # noqa: E402
 from racing_env.runner import run  # noqa: E402
 from racing_env.types import INFO_FIELDS, OBSERVATION_FIELDS  # noqa: E402
 from racing_stack import pools  # noqa: E402
@@ -148,7 +149,7 @@ def load_train_pool(size: int | None) -> tuple[TrackPool, dict[str, Any]]:
         "split": "train",
         "tracks": len(pool),
         "rows_verified_against_manifest": len(pool),
-        "manifest": str(manifest_path.relative_to(ROOT)),
+        "manifest": str(manifest_path.relative_to(ROOT) if manifest_path.is_relative_to(ROOT) else manifest_path),
         "manifest_sha256": hashlib.sha256(manifest_path.read_bytes()).hexdigest(),
         "manifest_benchmark_version": manifest["benchmark_version"],
         "pool_benchmark_version": pool.benchmark_version,
