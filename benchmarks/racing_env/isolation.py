@@ -39,8 +39,7 @@ from protocol import environment, gate, source_hashes  # noqa: E402
 from racing_env import Level, ProjectConfig, VecCarRacingEnv, level0_track  # noqa: E402
 from racing_env.isolation import ChildControllers, Isolation  # noqa: E402
 from racing_env.plugins import PURSUIT, load_plugin  # noqa: E402
-from racing_env.runner import challenge_values  # noqa: E402
-from racing_env.runner import MAX_CALLERS, _each, run  # noqa: E402
+from racing_env.runner import MAX_CALLERS, _each, challenge_values, run  # noqa: E402
 
 #: The most the isolated mode may add to a control step (s).
 GATE_OVERHEAD_S = 1e-3

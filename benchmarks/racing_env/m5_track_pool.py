@@ -92,8 +92,7 @@ from protocol import (  # noqa: E402
 
 from racing_env import BENCHMARK_VERSION, LEVEL_1, Level, ProjectConfig, TrackPool, VecCarRacingEnv, seeds  # noqa: E402
 from racing_env.plugins import CHALLENGE_KEYS, load_plugin  # noqa: E402
-from racing_env.runner import challenge_values  # noqa: E402
-from racing_env.runner import run  # noqa: E402
+from racing_env.runner import challenge_values, run  # noqa: E402
 from racing_env.types import INFO_FIELDS, OBSERVATION_FIELDS  # noqa: E402
 from racing_stack import pools  # noqa: E402
 
