@@ -132,15 +132,17 @@ benchmark-racing-env: $(STAMP) ## the M4 environment protocol
 benchmark-track-pool: $(STAMP) ## the M5 TrackPool protocol
 	$(PY) benchmarks/racing_env/m5_track_pool.py
 
-# ARGS="--short" for the tests' schedule (seconds, written to benchmarks/out/).
+# ARGS="--short" for the tests' schedule (seconds), "--publish" for the committed report.
 benchmark-car-envelope: $(STAMP) ## the car's envelope (lateral, forward, braking, g-g), measured
 	$(PY) benchmarks/racing_env/car_envelope.py $(ARGS)
 
-# ARGS="--check" recomputes and compares with the committed report; "--tracks 20" a quick prefix.
+# ARGS="--check" recomputes and compares with the committed report; "--tracks 20" a quick prefix;
+# "--publish" writes the committed report.
 benchmark-min-time-laps: $(STAMP) ## T_lim, a lap at the limit, on every Validation and Test track
 	$(PY) benchmarks/racing_env/min_time_laps.py $(ARGS)
 
-# ARGS="--tracks 20" a quick prefix; "--backend mjx_warp --worlds 64" on a GPU machine.
+# ARGS="--tracks 20" a quick prefix; "--backend mjx_warp --worlds 64" on a GPU machine; "--publish" for the
+# committed report.
 benchmark-limits: $(STAMP) ## the leaderboard: each controller's laps over T_lim on the Test tracks
 	$(PY) benchmarks/racing_env/limits.py $(ARGS)
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from racing_env.config import ProjectConfig
 from racing_env.envelope import FULL_SCHEDULE, SHORT_SCHEDULE, Envelope, config_hash
@@ -28,6 +29,16 @@ def test_the_short_run_writes_its_report_and_picture(tmp_path):
     np.testing.assert_array_equal(envelope.speeds_mps, SHORT_SCHEDULE.speeds_mps)
     assert all(len(h) == 64 for h in report["source_sha256"].values())
     assert report["measure_wall_s"] > 0 and out.with_suffix(".png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--publish", "--short"], "argument --publish: the committed report is the full schedule"),
+    (["--publish", "--out", "x.json"], "argument --out: not allowed with argument --publish"),
+])
+def test_only_a_full_run_publishes(tmp_path, flags, message):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_env/car_envelope.py"), *flags],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
 
 
 def test_the_committed_report_is_the_full_schedule_of_todays_car():

@@ -45,11 +45,18 @@ def test_the_plugin_computes_the_committed_lap_at_a_tracks_start():
 
 
 def test_the_leaderboard_smoke_drives_every_phase(tmp_path):
-    out = tmp_path / "limits.json"
+    """Without ``--out`` a run writes ``benchmarks/out/``: only ``--publish``
+    changes the committed report and its picture."""
+    committed = {path: path.read_bytes() for path in (ROOT / "benchmarks/results/limits.json",
+                                                       ROOT / "benchmarks/results/limits.png")}
+    out = ROOT / "benchmarks/out/limits.json"
+    out.unlink(missing_ok=True)
     run = subprocess.run([sys.executable, str(SCRIPT), "--tracks", "2", "--honest-tracks", "1", "--workers", "2",
-                          "--controllers", "raceline", "pure_pursuit", "--out", str(out)],
+                          "--controllers", "raceline", "pure_pursuit"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "wrote benchmarks/out/limits.json" in run.stderr + run.stdout
+    assert all(path.read_bytes() == body for path, body in committed.items())
     report = json.loads(out.read_text())
     assert set(report["controllers"]) == {"raceline", "pure_pursuit"}
     assert set(report["honest"]) == {"raceline", "pure_pursuit", "raceline_at_the_limit"}
@@ -80,6 +87,8 @@ def test_the_leaderboard_smoke_drives_every_phase(tmp_path):
     (["--worlds", "4"], "argument --worlds: cpu_reference runs one world"),
     (["--controllers", "raceline_at_the_limit"], "argument --controllers: invalid choice"),
     (["--out", "x.txt"], "argument --out: must end in .json"),
+    (["--publish", "--tracks", "20"], "argument --publish: the committed leaderboard is every controller"),
+    (["--publish", "--out", "x.json"], "argument --out: not allowed with argument --publish"),
 ])
 def test_usage_errors_are_refused_by_name(tmp_path, flags, message):
     run = subprocess.run([sys.executable, str(SCRIPT), *flags], capture_output=True, text=True, timeout=300,

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from racing_env.config import ProjectConfig
 from racing_env.envelope import config_hash
 from racing_env.raceline import LineSettings
@@ -52,3 +54,13 @@ def test_a_recomputation_of_the_first_tracks_agrees(tmp_path):
                          cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "the committed report holds" in run.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--publish", "--tracks", "2"], "argument --publish: the committed report is every track"),
+    (["--publish", "--out", "x.json"], "argument --out: not allowed with argument --publish"),
+])
+def test_only_a_whole_run_publishes(tmp_path, flags, message):
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_env/min_time_laps.py"), *flags],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]

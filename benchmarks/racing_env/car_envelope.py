@@ -3,16 +3,17 @@ lateral and combined accelerations the MuJoCo car holds at each speed
 (`racing_env.envelope.measure_envelope`: MuJoCo C in float64, the env's
 ``dt``, substeps and action mapping, on the flat ground plane).
 
-    python benchmarks/racing_env/car_envelope.py [--short] [--out FILE]
+    python benchmarks/racing_env/car_envelope.py [--short] [--out FILE | --publish]
 
 Writes a JSON report (environment, versions, source hashes, the car's
 config and its hash, the schedule, the measured tables and the g-g
 polygons, wall time) and its picture beside it (the same name, ``.png``):
 the lateral limit against speed, the forward and braking limits against
 speed at each heading, the g-g polygons. The default is the full schedule
-on one CPU core, written to ``benchmarks/results/car_envelope.json`` (the
-committed report); ``--short`` is the tests' schedule, written to
-``benchmarks/out/car_envelope_short.json``.
+on one CPU core, written to ``benchmarks/out/car_envelope.json``;
+``--publish`` writes it as the committed report,
+``benchmarks/results/car_envelope.json``; ``--short`` is the tests'
+schedule, written to ``benchmarks/out/car_envelope_short.json``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from protocol import ROOT, environment, logger, process_seconds, source_hashes  # noqa: E402
+from protocol import (ROOT, add_report_arguments, environment, logger, process_seconds,  # noqa: E402
+                      report_path, shown, source_hashes)
 
 from racing_env import car  # noqa: E402
 from racing_env.config import ProjectConfig  # noqa: E402
@@ -114,12 +116,12 @@ def draw(envelope: Envelope, tyres: dict[str, Any], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--short", action="store_true", help="the tests' short schedule (seconds)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="the report (default benchmarks/results/car_envelope.json, "
-                             "with --short benchmarks/out/car_envelope_short.json)")
+    add_report_arguments(parser, "car_envelope")
     args = parser.parse_args()
-    out = args.out or ROOT / ("benchmarks/out/car_envelope_short.json" if args.short
-                              else "benchmarks/results/car_envelope.json")
+    if args.publish and args.short:
+        parser.error("argument --publish: the committed report is the full schedule; drop --short")
+    out = args.out or (ROOT / "benchmarks/out/car_envelope_short.json" if args.short
+                       else report_path(args, "car_envelope"))
     log = logger("car_envelope")
     config = ProjectConfig()
     schedule = SHORT_SCHEDULE if args.short else FULL_SCHEDULE
@@ -148,7 +150,7 @@ def main() -> int:
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
-    log(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out} ({measure_s:.0f} s of measuring)")
+    log(f"wrote {shown(out)} ({measure_s:.0f} s of measuring)")
     try:
         draw(envelope, tyres, out.with_suffix(".png"))
         log(f"drew {out.with_suffix('.png').name}")

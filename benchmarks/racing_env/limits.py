@@ -3,7 +3,7 @@ PPO plugin through the Runner on Level 1's Test tracks, each lap over that
 track's lap at the limit (``benchmarks/results/min_time_laps.json``).
 
     python benchmarks/racing_env/limits.py [--tracks 1000] [--honest-tracks 50] [--workers W]
-        [--backend cpu_reference|mjx_warp] [--worlds N] [--controllers NAME ...] [--out FILE]
+        [--backend cpu_reference|mjx_warp] [--worlds N] [--controllers NAME ...] [--out FILE | --publish]
 
 The controllers (`CONTROLLERS`): pure pursuit (the reference plugin), pure
 pursuit at the hand-tuned gains of the PPO benchmark's prior
@@ -36,8 +36,9 @@ Gates:
 3. The whole run, one command, takes <= 15 minutes (``command_wall_s``,
    on the machine that ran it: ``cpus`` and ``workers`` say which).
 
-Writes ``benchmarks/results/limits.json`` (``--out`` elsewhere) and a
-picture beside it (``.png``): the first Test track with the racing line
+Writes ``benchmarks/out/limits.json`` (``--out`` elsewhere; ``--publish``
+the committed ``benchmarks/results/limits.json``, the whole leaderboard
+only) and a picture beside it (``.png``): the first Test track with the racing line
 coloured by speed and each controller's path, and the distribution of
 lap / T_lim per controller.
 """
@@ -63,11 +64,11 @@ from racing_env.config import ProjectConfig
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks/racing_stack"))
 
-from protocol import environment, gate, logger, process_seconds, source_hashes  # noqa: E402
+from protocol import (add_report_arguments, environment, gate, logger, process_seconds, report_path,  # noqa: E402
+                      shown, source_hashes)
 
 from racing_stack._files import save_figure, write_atomic  # noqa: E402
 
-REPORT = ROOT / "benchmarks/results/limits.json"
 LAPS = ROOT / "benchmarks/results/min_time_laps.json"
 PPO_PLUGIN = ROOT / "benchmarks/results/ppo_level1/plugin"
 #: The racing line at its most aggressive: the profile's own speeds and the action's full drive.
@@ -288,12 +289,16 @@ def main() -> None:
     parser.add_argument("--worlds", type=int, default=1, help="worlds a process on mjx_warp (default 1)")
     parser.add_argument("--controllers", nargs="+", choices=LEADERBOARD, default=list(LEADERBOARD),
                         help="the leaderboard's controllers (default all)")
-    parser.add_argument("--out", type=Path, default=REPORT, help="the report (default benchmarks/results/limits.json)")
+    add_report_arguments(parser, "limits")
     args = parser.parse_args()
     for flag, value, top in (("--tracks", args.tracks, 1000), ("--honest-tracks", args.honest_tracks, 1000),
                              ("--workers", args.workers, 256), ("--worlds", args.worlds, 1000)):
         if not 1 <= value <= top:
             parser.error(f"argument {flag}: must be in [1, {top}], got {value}")
+    if args.publish and (args.tracks, args.honest_tracks, args.controllers) != (1000, 50, list(LEADERBOARD)):
+        parser.error("argument --publish: the committed leaderboard is every controller on all 1,000 Test tracks "
+                     "and 50 Validation tracks; drop --tracks, --honest-tracks and --controllers")
+    args.out = report_path(args, "limits")
     if args.out.suffix != ".json":
         parser.error(f"argument --out: must end in .json, got {args.out}")
     if args.backend == "cpu_reference" and args.worlds != 1:
@@ -325,8 +330,7 @@ def main() -> None:
                   "of": "lap_over_t_lim: the lap over T_lim from rest (t_lim_standing_s), as an episode drives "
                         "it; lap_over_flying_t_lim: over the flying lap (t_lim_s)"},
         "cpus": os.cpu_count(), "workers": args.workers,
-        "controllers": {name: {"plugin": str(controllers()[name][0].relative_to(ROOT))
-                               if controllers()[name][0].is_relative_to(ROOT) else controllers()[name][0].name,
+        "controllers": {name: {"plugin": shown(controllers()[name][0]),
                                "overrides": controllers()[name][1],
                                "test": summarize(episodes[name, "test"], limits["test"])}
                         for name in args.controllers},
@@ -370,7 +374,7 @@ def main() -> None:
             f"lap / T_lim {test['lap_over_t_lim']}")
     for g in report["gates"]:
         log(f"  {'PASS' if g['passed'] else 'FAIL'} {g['name']}: {g['value']} (gate {g['threshold']})")
-    log(f"wrote {args.out} ({'passed' if report['passed'] else 'not passed'})")
+    log(f"wrote {shown(args.out)} ({'passed' if report['passed'] else 'not passed'})")
 
 
 def write(report: dict[str, Any], args: argparse.Namespace) -> None:

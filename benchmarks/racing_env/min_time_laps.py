@@ -2,9 +2,10 @@
 racing line and the speed profile of `racing_env.raceline.min_time_lap`
 under the car's committed envelope (``benchmarks/results/car_envelope.json``).
 
-    python benchmarks/racing_env/min_time_laps.py [--check] [--tracks N] [--workers W] [--out FILE]
+    python benchmarks/racing_env/min_time_laps.py [--check] [--tracks N] [--workers W] [--out FILE | --publish]
 
-Writes ``benchmarks/results/min_time_laps.json``: per track its id, the
+Writes ``benchmarks/out/min_time_laps.json`` (``--publish``: the committed
+``benchmarks/results/min_time_laps.json``): per track its id, the
 geometry hash of its arrays (the pool manifest's), T_lim (the flying lap),
 the standing lap (from rest at the start, as an episode drives it), the
 line's length, the length weight of the fastest line and the clearance the
@@ -339,10 +340,15 @@ def main() -> int:
     parser.add_argument("--tracks", type=int, default=None, help="the first N tracks of each split (default all)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: the CPUs)")
     parser.add_argument("--rtol", type=float, default=1e-4, help="--check's relative tolerance (default 1e-4)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="the report (default benchmarks/results/min_time_laps.json; with --tracks "
-                             "benchmarks/out/min_time_laps_N.json)")
+    outputs = parser.add_mutually_exclusive_group()
+    outputs.add_argument("--out", type=Path, default=None,
+                         help="the report (default benchmarks/out/min_time_laps.json; with --tracks "
+                              "benchmarks/out/min_time_laps_N.json)")
+    outputs.add_argument("--publish", action="store_true",
+                         help="write the committed report, benchmarks/results/min_time_laps.json (every track)")
     args = parser.parse_args()
+    if args.publish and (args.tracks is not None or args.check):
+        parser.error("argument --publish: the committed report is every track, not checked; drop --tracks and --check")
     if args.tracks is not None and args.tracks < 1:
         parser.error(f"--tracks must be >= 1, got {args.tracks}")
     if args.workers < 1:
@@ -356,7 +362,8 @@ def main() -> int:
             log(f"MISMATCH {problem}")
         log("the committed report holds" if not problems else f"{len(problems)} mismatches")
         return 1 if problems else 0
-    out = args.out or (REPORT if args.tracks is None else ROOT / f"benchmarks/out/min_time_laps_{args.tracks}.json")
+    out = args.out or (REPORT if args.publish else
+                       ROOT / f"benchmarks/out/min_time_laps{'' if args.tracks is None else f'_{args.tracks}'}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dumps(dict(report, splits={k: dict(v) for k, v in report["splits"].items()})))
     log(f"wrote {out}")

@@ -6,6 +6,7 @@ that replays them, the health run, the transfer guards and the gates.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import platform
@@ -317,6 +318,28 @@ def process_seconds() -> float | None:
         return uptime_s - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, the start time in ticks
     except (OSError, IndexError, ValueError):
         return None
+
+
+def shown(path: Path) -> str:
+    """How a report or a log line names ``path``: relative to the repository
+    when inside it (the same on every machine), else whole."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def add_report_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    """``--out FILE`` or ``--publish``: a run writes ``benchmarks/out/NAME.json``
+    (ignored) unless told otherwise; only ``--publish`` writes the committed
+    ``benchmarks/results/NAME.json`` (`report_path`)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--out", type=Path, default=None, help=f"the report (default benchmarks/out/{name}.json)")
+    group.add_argument("--publish", action="store_true",
+                       help=f"write the committed report, benchmarks/results/{name}.json, and its picture")
+
+
+def report_path(args: argparse.Namespace, name: str) -> Path:
+    """The report file of `add_report_arguments`' flags."""
+    return args.out or ROOT / ("benchmarks/results" if args.publish else "benchmarks/out") / f"{name}.json"
 
 
 def gate(name: str, value: Any, threshold: Any, passed: bool) -> dict[str, Any]:
