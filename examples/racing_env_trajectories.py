@@ -45,13 +45,20 @@ def drive(env: VecCarRacingEnv, row: int, speed: float, seconds: float):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=None, help="the picture (default examples/out/racing_env_trajectories.png)")
-    parser.add_argument("--publish", action="store_true", help="write the docs' picture, docs/assets/")
-    parser.add_argument("--seconds", type=float, default=60.0, help="the longest episode, s (> 0)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    outputs = parser.add_mutually_exclusive_group()
+    outputs.add_argument("--out", default=None, help="the picture (default examples/out/racing_env_trajectories.png)")
+    outputs.add_argument("--publish", action="store_true", help="write the docs' picture, docs/assets/")
+    parser.add_argument("--seconds", type=float, default=60.0, help="the longest episode, s (> 0, default 60)")
     args = parser.parse_args()
     if not args.seconds > 0:
         parser.error("--seconds must be > 0")
+    folder = Path("docs/assets" if args.publish else "examples/out")
+    out = Path(args.out) if args.out else folder / "racing_env_trajectories.png"
+    try:  # before any work: a folder that cannot be made is a usage error
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"argument --out: cannot make the folder {str(out.parent)!r} ({error.strerror or error})")
     course = Course.track(presets.track(num_envs=len(SPEEDS), device="cpu"), seeds=42)
     pool = pool_from_course(course, level_id=1, split="picture")
     level = Level(level_id=1, name="picture", max_episode_steps=int(args.seconds * 50) + 10)
@@ -73,9 +80,6 @@ def main() -> None:
         ax.axis("off")
         print(f"row {row}: {speed} m/s, {reason}, progress {progress:.3f}, {len(path) - 1} steps")
     fig.tight_layout()
-    folder = Path("docs/assets" if args.publish else "examples/out")
-    out = Path(args.out) if args.out else folder / "racing_env_trajectories.png"
-    out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
 

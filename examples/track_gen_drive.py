@@ -24,16 +24,22 @@ from track_gen.pipeline import presets
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=None, help="folder for the pictures (default examples/out)")
-    parser.add_argument("--publish", action="store_true", help="write the docs' pictures, docs/assets/")
-    parser.add_argument("--steps", type=int, default=240, help="steps to drive (>= 1)")
-    parser.add_argument("--envs", type=int, default=4, help="agents, one course each (>= 1)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    outputs = parser.add_mutually_exclusive_group()
+    outputs.add_argument("--out", default=None, help="folder for the pictures (default examples/out)")
+    outputs.add_argument("--publish", action="store_true", help="write the docs' pictures, docs/assets/")
+    parser.add_argument("--steps", type=int, default=240, help="steps to drive (>= 1, default 240)")
+    parser.add_argument("--envs", type=int, default=4, help="agents, one course each (>= 1, default 4)")
     parser.add_argument("--verbose", action="store_true",
                         help="let Warp print its banner, its module loads and its no-driver line")
     args = parser.parse_args()
     if args.steps < 1 or args.envs < 1:
         parser.error("--steps and --envs must be >= 1")
+    out = Path(args.out or ("docs/assets" if args.publish else "examples/out"))
+    try:  # before any work: a folder that cannot be made is a usage error
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"argument --out: cannot make the folder {str(out)!r} ({error.strerror or error})")
     if args.verbose:  # importing track_gen lowered Warp's default level; a level set now is the user's
         wp.config.log_level = wp.LOG_INFO
     import matplotlib

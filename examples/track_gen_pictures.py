@@ -30,15 +30,19 @@ def rates(course: Course) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--num-envs", type=int, default=4096, help="courses per setting (>= 1)")
-    parser.add_argument("--out", default=None, help="folder for the pictures (default examples/out)")
-    parser.add_argument("--publish", action="store_true", help="write the docs' pictures, docs/assets/")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--num-envs", type=int, default=4096, help="courses per setting (>= 1, default 4096)")
+    outputs = parser.add_mutually_exclusive_group()
+    outputs.add_argument("--out", default=None, help="folder for the pictures (default examples/out)")
+    outputs.add_argument("--publish", action="store_true", help="write the docs' pictures, docs/assets/")
     args = parser.parse_args()
     if args.num_envs < 1:
         parser.error("--num-envs must be >= 1")
     out = Path(args.out or ("docs/assets" if args.publish else "examples/out"))
-    out.mkdir(parents=True, exist_ok=True)
+    try:  # before any work: a folder that cannot be made is a usage error
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        parser.error(f"argument --out: cannot make the folder {str(out)!r} ({error.strerror or error})")
     settings = {
         "defaults": {},
         "radius_jitter=0.35": {"radius_jitter": 0.35},

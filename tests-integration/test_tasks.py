@@ -1,8 +1,12 @@
 """Every pixi task has a pip-path twin: a Makefile target of the same name."""
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).parents[1]
 
@@ -185,3 +189,21 @@ def test_make_examples_runs_every_example():
     assert [line.split()[1] for line in recipe.splitlines()] == [c.split()[1] for c in pixi.split(" && ")]
     readme = (ROOT / "README.md").read_text()
     assert "`pixi run examples`" in readme and "`make examples`" in readme
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "examples").glob("*.py")))
+def test_each_example_refuses_an_out_it_cannot_write_by_name_before_any_work(example, tmp_path):
+    """``--out`` under a file (or naming one, for a folder) is a usage error
+    naming it, at once; ``--help`` gives the whole first paragraph and each
+    number's default."""
+    (tmp_path / "file").write_text("")
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / example), "--out", str(tmp_path / "file" / "x.png")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 2 and "error: argument --out: cannot make the folder" in run.stderr, run.stderr[-2000:]
+    assert run.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    helped = subprocess.run([sys.executable, str(ROOT / "examples" / example), "--help"], capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path).stdout
+    first = (ROOT / "examples" / example).read_text().split('"""')[1].split("\n\n")[0]
+    assert " ".join(first.split()) in " ".join(helped.split())
+    bounds = re.findall(r"\((?:>|>=) [^)]*\)", " ".join(helped.split()))  # a number's help: its range...
+    assert bounds and all(", default " in bound for bound in bounds), bounds  # ...and its default

@@ -78,7 +78,6 @@ import numpy as np  # noqa: E402
 import warp as wp  # noqa: E402
 from protocol import (  # noqa: E402
     ACTION_BATCHES,
-    ROOT,
     CaptureCounter,
     EnvStepper,
     VramSampler,
@@ -86,6 +85,7 @@ from protocol import (  # noqa: E402
     gate,
     health_run,
     logger,
+    shown,
     source_hashes,
     transfer_guards,
 )
@@ -148,7 +148,7 @@ def load_train_pool(size: int | None) -> tuple[TrackPool, dict[str, Any]]:
         "split": "train",
         "tracks": len(pool),
         "rows_verified_against_manifest": len(pool),
-        "manifest": str(manifest_path.relative_to(ROOT) if manifest_path.is_relative_to(ROOT) else manifest_path),
+        "manifest": shown(manifest_path),
         "manifest_sha256": hashlib.sha256(manifest_path.read_bytes()).hexdigest(),
         "manifest_benchmark_version": manifest["benchmark_version"],
         "pool_benchmark_version": pool.benchmark_version,

@@ -76,7 +76,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "racing_env"))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from protocol import environment, gate, logger, source_hashes  # noqa: E402
+from protocol import environment, gate, logger, shown, source_hashes  # noqa: E402
 
 from racing_env.plugins import Plugin  # noqa: E402
 from racing_stack import evaluate  # noqa: E402
@@ -231,8 +231,7 @@ def main() -> None:
     report: dict[str, Any] = {"protocol": "batched evaluation", "environment": environment(),
                               "device": torch.cuda.get_device_name() if gpu else "cpu",
                               "source_sha256": source_hashes(__file__),
-                              "plugin": str(args.plugin.relative_to(ROOT) if args.plugin.is_relative_to(ROOT)
-                                            else args.plugin),
+                              "plugin": shown(args.plugin),
                               "backend": backend, "compared_tracks": compare, "command_tracks": tracks}
     materialize_prefix("test", max(tracks, compare))  # the pool in the cache, apart from every timing
     with tempfile.TemporaryDirectory() as scratch:

@@ -1,5 +1,5 @@
-"""What ``evaluate`` and ``sim`` tell a user: each option's default in
-``--help``, an option of the other Level refused by name, one line when a
+"""What ``evaluate``, ``sim``, ``train-ppo`` and ``materialize-track-pool``
+tell a user: each option's help and default in ``--help``, an option of the other Level refused by name, one line when a
 GPU backend would run on the CPU, one line when a pool is built, and the
 plugin's name (not its folder's) in the picture. Nothing here runs an
 episode."""
@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import pytest
 
-from racing_stack import _cli, evaluate, sim
+from racing_stack import _cli, evaluate, pools, sim
+from racing_stack.ppo import cli as train_ppo
 
 #: The options whose ``--help`` entry must give their default.
 DEFAULTS = {
     evaluate.main: ["--controller", "--level", "--split", "--tracks", "--episodes", "--backend", "--worlds", "--seed",
                     "--isolate", "--call-timeout", "--start-timeout", "--memory-limit", "--record-fps"],
     sim.main: ["--backend", "--controller", "--seed", "--record-fps"],
+    train_ppo.main: ["--preset", "--out"],
+    pools.main: ["--splits", "--cache"],
 }
 
 
@@ -35,15 +38,17 @@ def _help_entries(main, capsys) -> dict[str, str]:
     return entries
 
 
-@pytest.mark.parametrize("main", DEFAULTS, ids=["evaluate", "sim"])
+@pytest.mark.parametrize("main", DEFAULTS, ids=["evaluate", "sim", "train-ppo", "materialize-track-pool"])
 def test_help_gives_every_options_default(main, capsys):
     entries = _help_entries(main, capsys)
     missing = [flag for flag in DEFAULTS[main] if "default" not in entries[flag]]
     assert not missing, {flag: entries[flag] for flag in missing}
     if main is evaluate.main:
         assert "(default validation)" in entries["--split"] and "mjx_warp (default;" in entries["--backend"]
-    else:
+    elif main is sim.main:
         assert "cpu_reference (default;" in entries["--backend"]
+    bare = [entry for entry in entries.values() if len(entry.split()) < 4]  # a flag and its metavar, no help
+    assert not bare, bare
 
 
 @pytest.mark.parametrize("argv, said", [

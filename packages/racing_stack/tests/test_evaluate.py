@@ -75,16 +75,17 @@ def test_the_command_line_writes_the_result_and_draws_it(first_two, tmp_path, ca
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--level", "1", "--split", "nope"], "split must be one of"),
-    (["--tracks", "1001"], "tracks must be in [1, 1000]"),
-    (["--controller", "/nonexistent/plugin"], "nonexistent"),
-    (["--split", "train", "--tracks", "10001"], "tracks must be in [1, 10000]"),
+    (["--level", "1", "--split", "nope"], "argument --split: must be one of train, validation, test, got 'nope'"),
+    (["--split", "test", "--tracks", "1001"], "argument --tracks: the test split holds 1000 tracks, got 1001"),
+    (["--controller", "/nonexistent/plugin"],
+     "argument --controller: plugin directory /nonexistent/plugin does not exist"),
+    (["--split", "train", "--tracks", "10001"], "argument --tracks: the train split holds 10000 tracks, got 10001"),
 ])
-def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsys):
-    monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
-    assert evaluate.main(["--backend", "cpu_reference", *argv]) == 2
-    assert message in capsys.readouterr().err
-    assert not (cache / f"{pools.pool_name('train')}.npz").exists()  # refused before any pool is built
+def test_bad_arguments_are_refused_by_name_before_the_run(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr(evaluate, "evaluate", None)  # nothing may run
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["--backend", "cpu_reference", *argv])
+    assert stop.value.code == 2 and message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -123,6 +124,14 @@ def test_bad_arguments_are_clear_errors(argv, message, cache, monkeypatch, capsy
                                      "lap_time_s (a lap time where lapped))"),
     (["--from-result", "no_length.json"], "'no_length.json' is not an evaluate result (track_length_m must give "
                                           "each episode's track length)"),
+    (["--tracks", "2", "--worlds", "3"], "argument --worlds: at most one world an episode (2 in this run), got 3"),
+    (["--backend", "cpu_reference", "--worlds", "4"], "argument --worlds: cpu_reference runs one world, got 4"),
+    (["--no-isolate", "--call-timeout", "3"],
+     "argument --call-timeout: limits an isolated controller, and this run is not isolated (--no-isolate)"),
+    (["--level", "0", "--memory-limit", "2048"], "argument --memory-limit: limits an isolated controller, and this "
+                                                 "run is not isolated (Level 0 runs unisolated unless --isolate)"),
+    (["--record-fps", "5"], "argument --record-fps: sets --record's frame rate; give --record FILE"),
+    (["--controller", "bad_toml"], "argument --controller: "),
 ])
 def test_bad_options_are_usage_errors_naming_the_flag(argv, message, cache, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
@@ -132,6 +141,9 @@ def test_bad_options_are_usage_errors_naming_the_flag(argv, message, cache, tmp_
     (tmp_path / "file.txt").write_text("")
     os.mkfifo(tmp_path / "fifo")
     os.mkfifo(tmp_path / "fifo.png")
+    (tmp_path / "bad_toml").mkdir()
+    (tmp_path / "bad_toml" / "controller.py").write_text("")
+    (tmp_path / "bad_toml" / "config.toml").write_text("speed = \n")
     (tmp_path / "loop.json").symlink_to("loop2.json")
     (tmp_path / "loop2.json").symlink_to("loop.json")
     episode = {"track_id": 7, "termination_reason": "success", "lap_completed": True, "lap_time_s": 30.0}
@@ -160,9 +172,11 @@ def test_a_refused_run_leaves_an_earlier_runs_episodes_as_they_were(argv, cache,
     monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
     kept = tmp_path / "kept.json"
     evaluate.episodes_file(kept).write_text('{"earlier": "run"}\n')
-    assert evaluate.main(["--backend", "cpu_reference", *argv, "--out", str(kept)]) == 2
+    for out in (kept, tmp_path / "new.json"):
+        with pytest.raises(SystemExit) as stop:
+            evaluate.main(["--backend", "cpu_reference", *argv, "--out", str(out)])
+        assert stop.value.code == 2
     assert evaluate.episodes_file(kept).read_text() == '{"earlier": "run"}\n'
-    assert evaluate.main(["--backend", "cpu_reference", *argv, "--out", str(tmp_path / "new.json")]) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.episodes.jsonl"]
     capsys.readouterr()
 

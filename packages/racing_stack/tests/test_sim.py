@@ -66,6 +66,7 @@ def test_sim_with_the_pursuit_controller_completes_the_lap_and_records_it(tmp_pa
     (["--record", "lap.gif", "--record-fps", "0"], "argument --record-fps: must be in [0.1, 60], got 0"),
     (["--record", "lap.gif", "--record-fps", "nan"], "argument --record-fps: must be in [0.1, 60], got nan"),
     (["--record", "lap.gif", "--record-fps", "0.05"], "argument --record-fps: must be in [0.1, 60], got 0.05"),
+    (["--record-fps", "5"], "argument --record-fps: sets --record's frame rate; give --record FILE"),
 ])
 def test_bad_options_are_usage_errors_naming_the_flag(tmp_path, monkeypatch, capsys, args, match):
     monkeypatch.chdir(tmp_path)
@@ -77,6 +78,22 @@ def test_bad_options_are_usage_errors_naming_the_flag(tmp_path, monkeypatch, cap
     assert stop.value.code == 2
     assert match in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "taken"]  # nothing written
+
+
+@pytest.mark.parametrize("files, match", [
+    (None, "does not exist or is not a directory"),
+    ({"controller.py": ""}, "has no config.toml"),
+    ({"controller.py": "", "config.toml": "speed = \n"}, "is not valid TOML"),
+])
+def test_a_bad_controller_is_named_by_its_flag(tmp_path, capsys, files, match):
+    plugin = tmp_path / "plugin"
+    if files is not None:
+        plugin.mkdir()
+        for name, text in files.items():
+            (plugin / name).write_text(text)
+    assert sim.main(["--controller", str(plugin)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sim: argument --controller: ") and match in err, err
 
 
 def test_output_folders_are_made_before_the_run(tmp_path, monkeypatch, capsys):
@@ -216,5 +233,6 @@ def test_render_without_a_display_is_refused_before_any_work(tmp_path, command):
     env["RACING_STACK_CACHE"] = str(tmp_path / "cache")
     out = subprocess.run([sys.executable, "-m", f"racing_stack.{command}", "--render"], env=env,
                          capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and f"{command}: the window needs a display" in out.stderr, out.stderr[-3000:]
+    assert out.returncode == 2 and f"{command}: argument --render: the window needs a display" in out.stderr, \
+        out.stderr[-3000:]
     assert out.stdout == "" and not (tmp_path / "cache").exists()

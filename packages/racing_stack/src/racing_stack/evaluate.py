@@ -73,7 +73,7 @@ from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, chec
                                write_output)
 from racing_stack._files import save_figure
 from racing_stack._journal import Journal
-from racing_stack.viewing import add_view_arguments, open_view
+from racing_stack.viewing import add_view_arguments, check_view_arguments, open_view
 
 if TYPE_CHECKING:
     from racing_env.isolation import Isolation
@@ -322,18 +322,28 @@ def main(argv: list[str] | None = None) -> int:
                              "one child process)")
     parser.add_argument("--out", type=Path, default=None,
                         help="write the JSON result here (episodes appended to its .episodes.jsonl as they end)")
-    parser.add_argument("--plot", type=Path, default=None, help="draw the result as a PNG here")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="draw the result here, in the format its suffix names (.png, .pdf, .svg, ...)")
     parser.add_argument("--reference", type=Path, default=None, help="a reference JSON result for the picture")
     parser.add_argument("--from-result", type=Path, default=None,
-                        help="draw an existing JSON result instead of running")
+                        help="read an existing JSON result instead of running: its summary printed, drawn with "
+                             "--plot, copied with --out")
     add_view_arguments(parser)
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
-    _level_options(parser, args)
+    _check_options(parser, args)
+    check_view_arguments(parser, args)
     from matplotlib.backend_bases import FigureCanvasBase
     from racing_env import ProjectConfig
     from racing_env.isolation import Isolation
+    from racing_env.plugins import PluginError, load_plugin
     from racing_env.render import RECORD_SUFFIXES
+
+    if args.controller is not None and args.from_result is None:
+        try:  # its files only: an isolated run imports its code in a child
+            load_plugin(args.controller, import_code=False)
+        except PluginError as error:
+            parser.error(f"argument --controller: {error}")
 
     pictures = {f".{kind}" for kind in FigureCanvasBase.get_supported_filetypes()}
     journal_path = None if args.out is None or _special(args.out) else episodes_file(args.out)
@@ -433,10 +443,17 @@ def _run(args: argparse.Namespace, isolation: Isolation, view: EpisodeView | Non
     return result, status
 
 
-def _level_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse, as a usage error naming it, an option of the other Level
-    (it would be ignored): ``--tracks`` on Level 0, ``--episodes`` on
-    Level 1; then give ``--episodes`` its default, 1."""
+def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, as a usage error naming it, an option this run would ignore
+    or could not meet: ``--tracks`` on Level 0, ``--episodes`` on Level 1,
+    a split that does not exist or has fewer tracks, more worlds than
+    episodes (or than one on a one-world backend), an isolated
+    controller's limit on a run that is not isolated; then give
+    ``--episodes`` its default, 1."""
+    from racing_env.backends import backend_type
+
+    from racing_stack.pools import SPLITS
+
     if args.level == 0 and args.tracks is not None:
         parser.error("argument --tracks: Level 1 only (a split's first N tracks): Level 0 has one fixed track; "
                      "--episodes N drives it N times")
@@ -445,6 +462,25 @@ def _level_options(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
                      "its split once; --tracks N drives the first N")
     if args.episodes is None:
         args.episodes = 1
+    episodes = args.episodes
+    if args.level == 1:
+        if args.split not in SPLITS:
+            parser.error(f"argument --split: must be one of {', '.join(SPLITS)}, got {args.split!r}")
+        size = SPLITS[args.split].size
+        if args.tracks is not None and args.tracks > size:
+            parser.error(f"argument --tracks: the {args.split} split holds {size} tracks, got {args.tracks}")
+        episodes = args.tracks or size
+    if args.worlds is not None:
+        if backend_type(args.backend).one_world and args.worlds != 1:
+            parser.error(f"argument --worlds: {args.backend} runs one world, got {args.worlds}")
+        if args.worlds > episodes:
+            parser.error(f"argument --worlds: at most one world an episode ({episodes} in this run), got {args.worlds}")
+    isolated = args.isolate if args.isolate is not None else args.level == 1
+    for flag, value in (("--call-timeout", args.call_timeout), ("--start-timeout", args.start_timeout),
+                        ("--memory-limit", args.memory_limit)):
+        if value is not None and not isolated:
+            why = "--no-isolate" if args.isolate is False else "Level 0 runs unisolated unless --isolate"
+            parser.error(f"argument {flag}: limits an isolated controller, and this run is not isolated ({why})")
 
 
 def _special(out: Path) -> bool:

@@ -308,9 +308,13 @@ def _compare(split: str, committed: dict, built: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="materialize-track-pool", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--splits", nargs="+", choices=sorted(SPLITS), default=["train", "validation", "test"])
-    parser.add_argument("--cache", type=folder_path, default=None)
-    parser.add_argument("--write-manifests", action="store_true")
+    parser.add_argument("--splits", nargs="+", choices=sorted(SPLITS), default=["train", "validation", "test"],
+                        help="the pools to build or verify (default all three)")
+    parser.add_argument("--cache", type=folder_path, default=None,
+                        help="the pool cache (default $RACING_STACK_CACHE, else ~/.cache/racing_stack)")
+    parser.add_argument("--write-manifests", action="store_true",
+                        help="write the committed manifests from this build instead of checking against them "
+                             "(for a new benchmark version)")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
     if args.cache is None and not os.environ.get("RACING_STACK_CACHE", "unset").strip():

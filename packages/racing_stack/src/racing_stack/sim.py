@@ -40,7 +40,7 @@ from racing_env.backend_names import BACKEND_NAMES, CPU_REFERENCE, MJX_WARP
 from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, ctrl_c_not_lost, int_in,
                                quiet_warp, report_interrupted, say_gpu_backend_on_cpu, say_not_written,
                                write_output)
-from racing_stack.viewing import add_view_arguments, open_view
+from racing_stack.viewing import add_view_arguments, check_view_arguments, open_view
 
 #: The track_gen seed ``sim`` drives on.
 TRACK_SEED = 42
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     add_view_arguments(parser)
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
+    check_view_arguments(parser, args)
     from racing_env.render import RECORD_SUFFIXES
 
     pipes = check_outputs(parser, {"--out": args.out, "--record": args.record}, {"--record": RECORD_SUFFIXES},
@@ -124,8 +125,12 @@ def _simulate(args: argparse.Namespace) -> dict | None:
     config = ProjectConfig()
     try:
         plugin = load_plugin(args.controller or TEMPLATE)
+    except PluginError as error:
+        print(f"sim: argument --controller: {error}", file=sys.stderr)
+        return None
+    try:
         view = open_view(args, config)
-    except (PluginError, ValueError, RuntimeError, ImportError) as error:
+    except (ValueError, RuntimeError, ImportError) as error:
         print(f"sim: {error}", file=sys.stderr)
         return None
     with contextlib.ExitStack() as stack:

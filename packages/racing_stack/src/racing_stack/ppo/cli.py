@@ -29,7 +29,9 @@ __all__ = ["finish", "main"]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="train-ppo", description=train.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="cpu",
+                        help="the settings to start from: cpu (a short run on the CPU) or gpu (the recipe that "
+                             "learns Level 1, on one GPU) (default cpu)")
     parser.add_argument("--out", type=folder_path, default=Path("runs/ppo"), help="the run's folder (default runs/ppo)")
     parser.add_argument("--updates", type=int, default=None, help="override the preset's number of updates")
     parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
