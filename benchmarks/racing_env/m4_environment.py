@@ -345,7 +345,7 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=float) + "\n")
-    log(f"wrote {out}: passed={report['passed']}")
+    log(f"wrote {out}: passed={report['passed']}" + ("" if gpu else " (a smoke run: only a GPU run can pass)"))
     for g in gates:
         log(f"  {'PASS' if g['passed'] else 'FAIL'} {g['name']}: {g['value']} (gate {g['threshold']})")
 

@@ -82,6 +82,7 @@ calls, so what it costs does not hang on whether its policy drives) into
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import json
@@ -92,6 +93,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,26 +196,36 @@ def start_runner(plugin: Path, tracks: int, out: Path, batched: bool = False) ->
     Test tracks (``python -m racing_stack.evaluate``, the plugin in that
     process, ``mjx_warp`` with one world a track, Torch on one thread) in a
     child process, which runs beside this one and hears SIGINT
-    (`interruptible`); its result goes to ``out`` (`runner_result` reads
+    (`sigint_heard`); its result goes to ``out`` (`runner_result` reads
     it), its output to ``out``'s ``.log`` sibling. ``batched``: the
     plugin's `BatchController` drives every world in one call a step
     (``--batched``; the exported plugin's, on its ``cpu`` device, computes
     each world's row as its per-episode controller does, bit for bit)."""
-    with out.with_suffix(".log").open("w") as output:
+    with out.with_suffix(".log").open("w") as output, sigint_heard():
         return subprocess.Popen([sys.executable, "-m", "racing_stack.evaluate", "--controller", str(plugin),
                                  "--level", "1", "--split", "test", "--tracks", str(tracks), "--backend", "mjx_warp",
                                  "--worlds", str(tracks), "--no-isolate", "--out", str(out)]
                                 + (["--batched"] if batched else []),
-                                stdout=output, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                                preexec_fn=interruptible)
+                                stdout=output, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def interruptible() -> None:
-    """A child's SIGINT as a terminal's Ctrl-C gives it (the default), so
-    that `stop_runner` can interrupt it: a benchmark started in the
-    background ignores SIGINT, and its children would inherit that
-    (a ``preexec_fn``)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+@contextlib.contextmanager
+def sigint_heard() -> Iterator[None]:
+    """While a child starts: SIGINT caught here, not ignored, so that the
+    child hears it as a terminal's Ctrl-C gives it (an exec gives a caught
+    signal its default action, but keeps an ignored one ignored: a
+    benchmark started in the background ignores SIGINT, and its children
+    would inherit that), and `stop_runner` can interrupt it. Not a
+    ``preexec_fn``: that forks and runs Python in a JAX process, which JAX
+    warns of."""
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def runner_result(child: subprocess.Popen, out: Path) -> dict[str, Any]:
