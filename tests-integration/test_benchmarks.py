@@ -38,13 +38,13 @@ def test_the_cpu_smoke_runs_and_passes_its_gates(tmp_path, script, gates):
 
 def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     """The speed benchmark's CPU smoke: the env alone and with its
-    wrappers, each update path, precision and policy lag timed (its calls
-    replayed alone) and profiled, one time-to-skill run with its curve;
+    wrappers, each update path, precision, policy lag and rollout (Torch's
+    or one JAX program) timed (its calls replayed alone, bit for bit) and profiled, one time-to-skill run with its curve;
     no gate on a CPU."""
     out = tmp_path / "speed.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--profile", "--out",
                           str(out), "--paths", "eager/highest", "graph/high/lag1", "eager/highest/serial",
-                          "eager/highest/compiled", "--skill-path", "eager/high/lag1",
+                          "eager/highest/compiled", "graph/bf16/lag1/jax", "--skill-path", "eager/high/lag1",
                           "--trace", str(tmp_path / "trace.json"), "--warmup-updates", "3"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
@@ -53,7 +53,7 @@ def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     (throughput,) = report["throughput"]
     assert set(throughput["env"]) == {"env", "env_with_wrappers"} and min(throughput["env"].values()) > 0
     assert set(throughput["variants"]) == {"eager/highest", "graph/high/lag1", "eager/highest/serial",
-                                           "eager/highest/compiled"}
+                                           "eager/highest/compiled", "graph/bf16/lag1/jax"}
     # Reading an update's results before the next rollout is launched changes none of its numbers; the compiled
     # update changes their roundings alone.
     pipelined, serial, compiled = (throughput["variants"][v]["last_losses"]

@@ -11,8 +11,9 @@ trainer keeps, where an update's time goes, and how soon a policy laps.
      same with the training's reward and feature wrappers after every
      step (one jitted call, as a rollout makes it): the rate the trainer
      is held to, in this process, on these worlds;
-   - each ``--paths`` variant (``update_path/matmul_precision[/lagN][/compiled]``,
-     N the `PPOConfig.policy_lag`, compiled: `PPOConfig.compiled`): a
+   - each ``--paths`` variant (``update_path/matmul_precision[/lagN][/compiled][/jax]``,
+     N the `PPOConfig.policy_lag`, compiled: `PPOConfig.compiled`, jax:
+     `PPOConfig.act_in_jax`): a
      trainer on that env, ``--warmup-updates`` updates (the first two
      compile and capture; more take the run past the start, whose worlds
      are mostly held braked), then ``--updates`` updates timed end to end
@@ -88,7 +89,7 @@ from protocol import EnvStepper, environment, gate, logger, source_hashes  # noq
 
 from racing_stack._cli import check_outputs  # noqa: E402
 from racing_stack.ppo import PRESETS, PPOConfig, Trainer, make_env, make_validation_env  # noqa: E402
-from racing_stack.ppo.rollout import Clock, _after_step  # noqa: E402
+from racing_stack.ppo.env_step import Clock, after_step  # noqa: E402
 from racing_stack.ppo.validation import validate  # noqa: E402
 
 GATE_RATIO = 0.85
@@ -117,7 +118,7 @@ class WrappedEnvStepper(EnvStepper):
         for _ in range(steps):
             action = self.actions[self.calls % len(self.actions)]
             obs, reward, terminated, truncated, info = self.env.step(action)
-            self.out = _after_step(cfg.reward, cfg.features, self.endings, self.clock, reward, obs,
+            self.out = after_step(cfg.reward, cfg.features, self.endings, self.clock, reward, obs,
                                    info["termination_reason"], info["lap_time_s"], terminated, truncated, action,
                                    self.weight)
             self.endings, self.clock = self.out[1], self.out[2]
@@ -162,9 +163,9 @@ def replayed_rate(env, config: PPOConfig, start: dict[str, np.ndarray], actions:
 
 
 def variant_config(config: PPOConfig, variant: str) -> PPOConfig:
-    """``config`` on a variant ``update_path/matmul_precision[/lagN][/compiled][/serial]``
+    """``config`` on a variant ``update_path/matmul_precision[/lagN][/compiled][/jax][/serial]``
     (N: `PPOConfig.policy_lag`; ``compiled``: `PPOConfig.compiled`;
-    ``serial``: `serial`'s, not a setting).
+    ``jax``: `PPOConfig.act_in_jax`; ``serial``: `serial`'s, not a setting).
 
     Raises:
         ValueError: a variant of other parts, or one the config refuses.
@@ -172,12 +173,13 @@ def variant_config(config: PPOConfig, variant: str) -> PPOConfig:
     parts = variant.split("/")
     flags = parts[2:-1] if serial(variant) else parts[2:]
     lags = [f for f in flags if f.startswith("lag") and f[3:].isdigit()]
-    order = [*lags[:1], "compiled"]  # one name a variant: its parts in this order
+    order = [*lags[:1], "compiled", "jax"]  # one name a variant: its parts in this order
     if len(parts) < 2 or flags != [f for f in order if f in flags]:
-        raise ValueError("a variant is update_path/matmul_precision[/lagN][/compiled][/serial], "
-                         "e.g. graph/bf16/compiled")
+        raise ValueError("a variant is update_path/matmul_precision[/lagN][/compiled][/jax][/serial], "
+                         "e.g. graph/bf16/compiled/jax")
     return dataclasses.replace(config, update_path=parts[0], matmul_precision=parts[1],
-                               policy_lag=int(lags[0][3:]) if lags else 0, compiled="compiled" in flags)
+                               policy_lag=int(lags[0][3:]) if lags else 0, compiled="compiled" in flags,
+                               act_in_jax="jax" in flags)
 
 
 def serial(variant: str) -> bool:
@@ -302,9 +304,13 @@ def throughput(env, config: PPOConfig, variants: list[str], updates: int, profil
                     # The next as many updates, their env calls kept (the copies slow them: not timed), replayed.
                     sync()
                     start, trainer.rollout.env = env.snapshot(), RecordingEnv(env)
-                    recorded = [trainer._one_update() for _ in range(updates)]
+                    recorded, scanned = [], []
+                    for _ in range(updates):
+                        recorded.append(trainer._one_update())
+                        if cfg.act_in_jax:  # the env's actions of the rollout the update collected (a host copy)
+                            scanned += list(jax.numpy.asarray(trainer.rollout.sent.cpu().numpy()))
                     sync()
-                    actions, trainer.rollout.env, end = trainer.rollout.env.actions, env, env.snapshot()
+                    actions, trainer.rollout.env, end = trainer.rollout.env.actions or scanned, env, env.snapshot()
                     replayed = replayed_rate(env, cfg, start, actions)
                     again = env.snapshot()
                     result["variants"][variant] = {
@@ -452,7 +458,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worlds", type=int, nargs="*", default=[8192, 65536])
     parser.add_argument("--paths", nargs="+", default=["eager/highest", "graph/highest", "eager/high", "graph/high"],
-                        help="update_path/matmul_precision[/lagN][/compiled][/serial] variants (serial: the "
+                        help="update_path/matmul_precision[/lagN][/compiled][/jax][/serial] variants (serial: the "
                              "next rollout launched after an update's results are read)")
     parser.add_argument("--updates", type=int, default=8, help="timed updates a variant")
     parser.add_argument("--warmup-updates", type=int, default=2,

@@ -28,8 +28,8 @@ def test_the_table_is_the_names_in_their_order():
 
 
 def test_the_protocol_declares_what_the_env_calls():
-    assert METHODS == ["__init__", "by_world", "core_data", "device_bytes_per_world", "fields", "positions",
-                       "preload", "reset", "restore", "step", "velocities"]
+    assert METHODS == ["__init__", "by_world", "continue_core", "core_data", "device_bytes_per_world", "fields",
+                       "positions", "preload", "reset", "restore", "step", "velocities"]
     assert set(Backend.__annotations__) == {*CLASS_ATTRIBUTES, "physics", "home"}
 
 

@@ -55,6 +55,58 @@ def test_a_scan_of_the_core_is_the_env_call_by_call(mjx_pool_env):
     assert set(scanned[4]) == set(INFO_FIELDS) - {"benchmark_version"}
 
 
+def test_an_env_continues_from_where_a_scan_of_its_core_ended(mjx_pool_env):
+    """`VecCarRacingEnv.continue_from`: after a scan of `core.step` from its
+    own state, the env steps on, and snapshots, bitwise as it would have
+    after making those calls itself."""
+    env = mjx_pool_env
+    rng = np.random.default_rng(9)
+    actions = jnp.asarray(rng.uniform([-0.8, -10.0], [0.8, 6.0], (9, env.num_envs, 2)).astype(np.float32))
+    env.reset(seed=ROOT + 1)
+    start = env.snapshot()
+    params, physics = env.params, env.physics
+
+    def body(carry, action):
+        state, data, *_ = core.step(params, physics, *carry, action)
+        return (state, data), None
+
+    end, _ = jax.jit(lambda carry, a: jax.lax.scan(body, carry, a))(jax.tree.map(jnp.copy, env.core_state()),
+                                                                    actions[:6])
+    env.continue_from(*end)
+    scanned = env.snapshot()
+    after = [env.step(actions[t])[:4] for t in range(6, 9)]
+    env.restore(start)
+    for t in range(6):
+        env.step(actions[t])
+    assert scanned.keys() == env.snapshot().keys()
+    for key, value in env.snapshot().items():
+        equal(scanned[key], value, f"the snapshot's {key}")
+    for t, got in zip(range(6, 9), after):
+        for a, b in zip(got, env.step(actions[t])[:4]):
+            jax.tree.map(lambda x, y, t=t: equal(x, y, f"call {t + 1}"), a, b)
+
+
+def test_continue_from_refuses_another_layout_and_changes_nothing(config, mjx_pool_env, cpu_env):
+    env = mjx_pool_env
+    env.reset(seed=ROOT)
+    state, data = jax.tree.map(jnp.copy, env.core_state())
+    before = env.snapshot()
+    with pytest.raises(ValueError, match=r"data\.qpos must be a JAX float32\[.*\] array, got float32\[3, 7\]"):
+        env.continue_from(state, data._replace(qpos=jnp.zeros((3, 7), jnp.float32)))
+    with pytest.raises(ValueError, match=r"state\.steps must be a JAX int32\[.*\] array, got float32"):
+        env.continue_from(state._replace(steps=state.steps.astype(jnp.float32)), data)
+    with pytest.raises(ValueError, match="state must have core_state's structure"):
+        env.continue_from((state,), data)
+    for key, value in env.snapshot().items():
+        equal(before[key], value, f"the snapshot's {key}")
+    cpu_env.reset(seed=ROOT)
+    with pytest.raises(ValueError, match="continue_from needs the mjx_warp backend"):
+        cpu_env.continue_from(state, data)
+    fresh = VecCarRacingEnv(1, config=config, level=LEVEL_0, backend="mjx_warp", track=level0_track())
+    with pytest.raises(RuntimeError, match="call reset\\(\\) before continue_from\\(\\)"):
+        fresh.continue_from(state, data)
+
+
 def test_the_params_are_a_pytree_of_the_pool_arrays(mjx_pool_env, short_pool):
     params = mjx_pool_env.params
     assert isinstance(params, core.EnvParams)

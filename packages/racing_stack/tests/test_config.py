@@ -230,11 +230,12 @@ def test_a_network_of_more_than_max_weights_is_refused():
         BASE.override(["hidden=(16384, 16384, 16384, 16384, 16384)"])
 
 
+@pytest.mark.parametrize("name", ["compiled", "act_in_jax"])
 @pytest.mark.parametrize("value", [1, 0, "True", None, np.bool_(True)])
-def test_compiled_must_be_a_bool(value):
-    with pytest.raises(TypeError, match="compiled must be a bool"):
-        dataclasses.replace(BASE, compiled=value)
-    assert BASE.override(["compiled=True"]).compiled is True
+def test_compiled_and_act_in_jax_must_be_bools(name, value):
+    with pytest.raises(TypeError, match=f"{name} must be a bool"):
+        dataclasses.replace(BASE, **{name: value})
+    assert getattr(BASE.override([f"{name}=True"]), name) is True
     for removed in ("fused_mlp", "critic_beside_rollout"):  # an unknown setting, refused by name
         with pytest.raises(ValueError, match=removed):
             BASE.override([f"{removed}=True"])

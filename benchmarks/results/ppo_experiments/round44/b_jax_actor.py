@@ -15,7 +15,7 @@ sys.path.insert(0, "benchmarks/racing_stack")
 from protocol import random_actions  # noqa: E402
 from racing_env import core  # noqa: E402
 from racing_stack.ppo import PRESETS, make_env  # noqa: E402
-from racing_stack.ppo.rollout import Clock, _after_step  # noqa: E402
+from racing_stack.ppo.env_step import Clock, after_step  # noqa: E402
 
 sizes, steps, out = [int(x) for x in sys.argv[1].split(",")], int(sys.argv[2]), sys.argv[3]
 report = {"device": str(jax.devices()[0]), "steps": steps, "runs": {}}
@@ -43,7 +43,7 @@ for worlds in sizes:
             noise = jax.random.normal(jax.random.fold_in(keys[3], k), mean.shape)
             a = a + 1e-3 * jnp.tanh(mean + 0.5 * noise)
         state, data, obs, reward, term, trunc, info = core.step(params, physics, state, data, a)
-        pack, endings, clock, _ = _after_step(cfg.reward, cfg.features, endings, clock, reward, obs,
+        pack, endings, clock, _ = after_step(cfg.reward, cfg.features, endings, clock, reward, obs,
                                               info["termination_reason"], info["lap_time_s"], term, trunc, a, weight)
         return (state, data, endings, clock, pack[:, :D]), pack
 

@@ -106,6 +106,14 @@ class Backend(Protocol):
             ValueError: the physics state is not a JAX one (``cpu_reference``).
         """
 
+    def continue_core(self, data: PhysicsState) -> None:
+        """Continue from ``data``, a physics state `racing_env.core.step`
+        returned (taken as it is, uncopied: the next step donates it).
+
+        Raises:
+            ValueError: the physics state is not a JAX one (``cpu_reference``).
+        """
+
 
 def _reset_physics_first(params: core.EnvParams, physics, data, *args):
     """`core.reset`, its physics state returned first: (data, state, obs, info)."""
@@ -181,6 +189,9 @@ class MjxWarpBackend:
     def core_data(self) -> PhysicsState:
         return self.data
 
+    def continue_core(self, data: PhysicsState) -> None:
+        self.data = data
+
 
 class CpuReferenceBackend:
     """``cpu_reference``: MuJoCo's C library integrates on the host between
@@ -247,6 +258,10 @@ class CpuReferenceBackend:
 
     def core_data(self) -> PhysicsState:
         raise ValueError("core_state needs the mjx_warp backend: cpu_reference integrates in MuJoCo C, on the host")
+
+    def continue_core(self, data: PhysicsState) -> None:
+        raise ValueError("continue_from needs the mjx_warp backend: cpu_reference integrates in MuJoCo C, on the "
+                         "host")
 
 
 #: Each backend's class by name: the env's only dispatch on the backend.

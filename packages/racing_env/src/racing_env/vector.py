@@ -269,6 +269,40 @@ class VecCarRacingEnv(gymnasium.vector.VectorEnv):
             raise RuntimeError("call reset() before core_state()")
         return self._state, data
 
+    def continue_from(self, state: EnvState, data: PhysicsState) -> None:
+        """Continue from ``(state, data)``: what `racing_env.core.step`
+        returned to a JAX program that stepped this env on from
+        `core_state` (``mjx_warp`` only). The env's next `step`,
+        `snapshot` or `core_state` starts there, as if the env had made
+        those calls itself. The arrays become the env's own, uncopied (its
+        next step donates them). Nothing is checked but their layout: the
+        values are the caller's to have stepped from this env's state.
+
+        Raises:
+            RuntimeError: before the first reset.
+            ValueError: a ``cpu_reference`` env, or arrays whose structure,
+                shapes or dtypes differ from `core_state`'s (nothing is
+                changed then).
+        """
+        if self._state is None:
+            raise RuntimeError("call reset() before continue_from()")
+        try:
+            own = self._state, self._backend.core_data()
+        except ValueError:
+            raise ValueError("continue_from needs the mjx_warp backend: cpu_reference integrates in MuJoCo C, on "
+                             "the host") from None
+        for name, mine, theirs in (("state", own[0], state), ("data", own[1], data)):
+            if jax.tree.structure(theirs) != jax.tree.structure(mine):
+                raise ValueError(f"{name} must have core_state's structure {jax.tree.structure(mine)}, got "
+                                 f"{jax.tree.structure(theirs)}")
+            for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(mine)[0], jax.tree.leaves(theirs)):
+                if not isinstance(b, jax.Array) or b.shape != a.shape or b.dtype != a.dtype:
+                    shown = (f"{b.dtype}{list(b.shape)}" if isinstance(b, jax.Array) else type(b).__name__)
+                    raise ValueError(f"{name}{jax.tree_util.keystr(path)} must be a JAX {a.dtype}{list(a.shape)} "
+                                     f"array, got {shown}")
+        self._backend.continue_core(data)
+        self._state = state
+
     @property
     def clipped_action_count(self) -> jax.Array:
         """int32 [E]: finite out-of-range actions clipped in each world since

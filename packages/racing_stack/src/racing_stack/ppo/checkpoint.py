@@ -36,7 +36,7 @@ CHECKPOINT_FIELDS = {"config", "update", "policy", "acting", "best", "optimizer"
 HOW = ("update_path",)
 #: Settings added after checkpoints were first written, each with the value that runs as those runs did.
 WRITTEN_BEFORE = {"update_path": "eager", "matmul_precision": "highest", "policy_lag": 0,
-                  "compiled": False}
+                  "compiled": False, "act_in_jax": False}
 #: Settings of how an update ran that this version no longer has: a checkpoint's are dropped
 #: (``fused_mlp``: the update's MLPs as fused kernels, other roundings of autocast's bf16 maths,
 #: removed in racing-stack 0.4.0; a run that had them resumes on autocast's.

@@ -123,6 +123,14 @@ class PPOConfig:
             pass's output to bfloat16: other roundings, so other numbers).
             Compiled at the first update (seconds to a minute, in the
             first update's time). What, not how: a resume keeps it.
+        act_in_jax: the rollout as one JAX program
+            (`racing_stack.ppo.jax_rollout`): the policy's acting half
+            (normaliser, mean network, noise, log probability, the env's
+            action) inside the env's jitted step and all ``steps`` calls
+            one ``lax.scan``, the values computed after it in Torch over
+            all its rows; no host work and no framework crossing between
+            the env's calls. XLA's products, not Torch's: other roundings,
+            so other numbers. What, not how: a resume keeps it.
     """
 
     worlds: int = 8192
@@ -161,6 +169,7 @@ class PPOConfig:
     matmul_precision: str = "highest"
     policy_lag: int = 0
     compiled: bool = False
+    act_in_jax: bool = False
 
     def __post_init__(self) -> None:
         for name in ("worlds", "steps", "updates", "epochs", "minibatches", "max_episode_steps",
@@ -177,8 +186,9 @@ class PPOConfig:
             if value not in choices:
                 raise ValueError(f"{name} must be one of {choices}, got {checks.shown(value)}")
             object.__setattr__(self, name, str(value))
-        if not isinstance(self.compiled, bool):
-            raise TypeError(f"compiled must be a bool, got {checks.shown(self.compiled)}")
+        for name in ("compiled", "act_in_jax"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {checks.shown(getattr(self, name))}")
         object.__setattr__(self, "policy_lag", checks.integer_in(self.policy_lag, "policy_lag", 0, len(POLICY_LAGS)))
         if (self.worlds * self.steps) % self.minibatches:
             raise ValueError(f"minibatches ({self.minibatches}) must divide worlds x steps "

@@ -17,8 +17,7 @@ car would race on, so the finish line is not the end of the value.
 
 from __future__ import annotations
 
-import functools
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -29,26 +28,13 @@ from racing_env import TerminationReason
 from racing_stack.interop import Handover
 from racing_stack.ppo.config import PPOConfig
 from racing_stack.ppo.distributed import Group
+from racing_stack.ppo.env_step import PACK, Clock, after_step
 from racing_stack.ppo.graphs import capture_stream, captured, capturing, warm_up
+from racing_stack.ppo.jax_rollout import Carry, acting_vector, scan_rollout, spec_of
 from racing_stack.ppo.networks import ActorCritic
-from racing_stack.features import LocalTrack
-from racing_stack.reward import MARGIN, STALL, Endings, ShapedReward
+from racing_stack.reward import MARGIN, STALL, Endings
 
-__all__ = ["CapturedAct", "Clock", "Rollout", "episodes", "returns_bootstrapped", "returns_cut"]
-
-#: The pack's columns after the features (`_after_step`), in order.
-PACK = ("reward", "progress", "lap_time", "speed", "ending", "reason", "terminated", "truncated", "driven", "held")
-
-
-class Clock(NamedTuple):
-    """Which worlds the next call drives, kept in JAX beside the reward's
-    memory (`_after_step` reads and advances it): int32 [E] calls each
-    world is still held braked at the start, bool [E] whether the next
-    call only resets the world (NEXT_STEP, after a terminal call)."""
-
-    hold: jax.Array
-    pending: jax.Array
-
+__all__ = ["CapturedAct", "Rollout", "episodes", "returns_bootstrapped", "returns_cut"]
 
 class Rollout:
     """The rollout buffers and the state that carries from one rollout to
@@ -70,7 +56,7 @@ class Rollout:
         self.config, self.env, self.device, self.crossing, self.group = config, env, device, crossing, group
         t, e, d = config.steps, config.worlds, config.features.size
         z = dict(device=device)
-        # A step's outputs arrive in one pack (`_after_step`), whose columns
+        # A step's outputs arrive in one pack (`after_step`), whose columns
         # `keep` copies into these; the buffers below are views of them.
         self.floats = torch.zeros((t, 4, e), **z)
         self.ints = torch.zeros((t, 2, e), dtype=torch.int32, **z)
@@ -97,6 +83,9 @@ class Rollout:
         self.previous_action = jnp.zeros((e, 2), jnp.float32)
         space = env.single_action_space
         self.brake = torch.as_tensor(np.array([0.0, space.low[1]], np.float32), device=device)
+        #: float32 [T, E, 2]: the env's actions of the last rollout collected as one JAX program
+        #: (`PPOConfig.act_in_jax`; None on the Torch rollout, whose actions cross to the env one by one).
+        self.sent: torch.Tensor | None = None
         #: The CUDA stream the rollouts' Torch work runs on (None on the CPU).
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
@@ -127,6 +116,9 @@ class Rollout:
     def _collect(self, policy: ActorCritic, generator: torch.Generator, crash_weight: float) -> None:
         env, buf, cfg, cross = self.env, self.buf, self.config, self.crossing
         weight = jax.device_put(np.float32(crash_weight))  # once a rollout: no transfer inside the loop
+        if cfg.act_in_jax:
+            self._scan(policy, generator, weight)
+            return
         features = cfg.features(self.obs, self.previous_action)
         act = self._captured_act(policy, features) if captured(cfg, self.device, self.group) else None
         with torch.no_grad():
@@ -141,7 +133,7 @@ class Rollout:
                     action = act.replay(t)
                 sent = cross.to_jax(action)
                 obs, reward, terminated, truncated, info = env.step(sent)
-                pack, self.endings, self.clock, self.previous_action = _after_step(
+                pack, self.endings, self.clock, self.previous_action = after_step(
                     cfg.reward, cfg.features, self.endings, self.clock, reward, obs,
                     info["termination_reason"], info["lap_time_s"], terminated, truncated, sent, weight)
                 if act is None:
@@ -153,8 +145,46 @@ class Rollout:
             if act is not None:
                 act.replay_tail()
 
+    def _scan(self, policy: ActorCritic, generator: torch.Generator, weight: jax.Array) -> None:
+        """One rollout as one JAX program (`racing_stack.ppo.jax_rollout`):
+        the acting policy's vector and the noise [T, E, 2] cross to JAX, the
+        rows [T, E, ...] back to Torch, which keeps them and computes the
+        values over all of them at once; the env continues from where the
+        scan ended."""
+        cfg, cross, buf, d = self.config, self.crossing, self.buf, self.config.features.size
+        group, (t, e) = self.group, (cfg.steps, cfg.worlds)
+        with torch.no_grad():
+            whole = torch.randn((e * group.size, t, 2), generator=generator, device=self.device)
+            noise = group.share(whole).transpose(0, 1).contiguous()
+            vector = acting_vector(policy)
+            spec = spec_of(policy, cfg.features, cfg.reward, cfg.matmul_precision, t)
+            # The env's own state, donated: it continues from the scan's.
+            carry = Carry(*self.env.core_state(), self.endings, self.clock, self.previous_action, self.obs,
+                          cfg.features(self.obs, self.previous_action))
+            carry, rows = scan_rollout(spec, self.env.params, self.env.physics, carry, cross.to_jax(vector),
+                                       cross.to_jax(noise), cross.to_jax(self.brake), weight)
+            self.env.continue_from(carry.state, carry.data)
+            self.endings, self.clock, self.previous_action, self.obs = (carry.endings, carry.clock, carry.previous,
+                                                                         carry.obs)
+            rows, last = cross.to_torch(rows), cross.to_torch(carry.x)
+            buf["x"].copy_(rows[..., :d])
+            self.floats.copy_(rows[..., d:d + 4].transpose(1, 2))
+            self.ints.copy_(rows[..., d + 4:d + 6].transpose(1, 2))  # small integers, exact in float32
+            torch.ne(rows[..., d + 6:d + 8].transpose(1, 2), 0, out=self.done)
+            buf["valid"].copy_(rows[..., d + 8])
+            torch.ne(rows[-1, :, d + 9], 0, out=self.held)
+            acted = d + len(PACK)
+            buf["u"].copy_(rows[..., acted:acted + 2])
+            buf["logp"].copy_(rows[..., acted + 2])
+            if self.sent is None:
+                self.sent = torch.empty((t, e, 2), device=self.device)
+            self.sent.copy_(rows[..., acted + 3:])
+            buf["value"].copy_(policy.value(buf["x"].reshape(t * e, d)).reshape(t, e))
+            self.last_value.copy_(policy.value(last))
+            cross.fence()
+
     def keep(self, policy: ActorCritic, t: int, pack: torch.Tensor) -> None:
-        """What rollout step ``t`` keeps of its ``pack`` (`_after_step`'s,
+        """What rollout step ``t`` keeps of its ``pack`` (`after_step`'s,
         float32 [E, features + len(`PACK`)]): its columns into the
         buffers' slot ``t`` (whether the call was driven: ``valid``),
         whether the next call holds each world, and the next call's
@@ -348,39 +378,3 @@ class CapturedAct:
     def replay_tail(self) -> None:
         """`Rollout.keep` of the last step's pack."""
         self.graphs[-1].replay()
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _after_step(reward_wrapper: ShapedReward, features: LocalTrack, endings: Endings, clock: Clock, reward, obs,
-                reason, lap_time, terminated, truncated, sent, weight):
-    """What a rollout keeps of one env step, in one dispatch: one float32
-    pack [E, features + len(`PACK`)] (the next call's features, then the
-    shaped reward, the progress, the lap time, the speed, the reward
-    wrapper's ending, the termination reason, terminated, truncated,
-    whether this call drove the world and whether the next call holds it:
-    the last six small integers, exact in float32), the reward wrapper's
-    memory, the `Clock` of the next call and the previous action of the
-    next call. One pack a step: one crossing to Torch (`Rollout.keep`
-    reads it).
-
-    A call drives a world that is neither held (``clock.hold`` > 0) nor
-    only reset (``clock.pending``: the env ignores its action); the next
-    call's holds count one down, and it only resets the worlds this call
-    ended.
-
-    The previous action is a copy of ``sent`` where the world was driven;
-    zero where this call only reset it or held it, so that an episode's
-    first driven call sees zero, as the plugin's first does (a terminal
-    call keeps its action: the reset slot's input, which bootstraps a
-    timeout or a lap, is the terminal state as it was driven)."""
-    done = terminated | truncated
-    driven = ((clock.hold == 0) & ~clock.pending).astype(jnp.float32)
-    ahead = Clock(jnp.maximum(clock.hold - 1, 0), done)
-    shaped, ending, endings = reward_wrapper(endings, reward, obs, {"termination_reason": reason}, done, driven,
-                                             weight)
-    previous = jnp.where((driven == 0)[:, None], 0.0, sent).astype(jnp.float32)
-    speed = jnp.linalg.norm(obs["velocity_body"], axis=-1)
-    columns = jnp.stack([shaped, obs["track_progress"], lap_time, speed, ending, reason, terminated, truncated,
-                         driven, ahead.hold > 0], 1)
-    pack = jnp.concatenate([features(obs, previous), columns.astype(jnp.float32)], axis=1)
-    return pack, endings, ahead, previous

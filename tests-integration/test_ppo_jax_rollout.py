@@ -1,0 +1,124 @@
+"""The rollout as one JAX program (`PPOConfig.act_in_jax`), on the CPU:
+each rollout is the one a hand-built loop gives through the env's public
+API and the Torch policy on the same noise (features, actions, log
+probabilities, values, the env's actions, rewards, endings, holds and the
+env's state after it, within float32's rounding of XLA's products against Torch's), across
+start-up holds, timeouts and their reset slots; and a run cut and resumed
+is the uninterrupted run, bit for bit."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+
+from racing_env import TerminationReason
+from racing_stack.interop import to_torch
+from racing_stack.ppo import LOG_FIELDS, PRESETS, Trainer, make_env
+from racing_stack.ppo.env_step import after_step
+
+#: 4 worlds on the first 4 Train tracks, 10-call episodes, up to 3 calls held at the start: four rollouts of
+#: 8 calls hold worlds, time out and reset them.
+SMALL = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=8, updates=3, minibatches=2, tracks=4,
+                            max_episode_steps=10, stagger_steps=3, checkpoint_every=1, validate_every=0,
+                            act_in_jax=True)
+
+
+@pytest.fixture(scope="module")
+def env():
+    return make_env(SMALL)
+
+
+def reference_rollout(trainer: Trainer, noise: torch.Tensor) -> dict[str, np.ndarray]:
+    """The trainer's next rollout built by hand: Torch's `ActorCritic.act` on
+    ``noise`` [T, E, 2], the env's public ``step`` and the wrappers'
+    `after_step`, call by call (the rollout's state is left as it was)."""
+    rollout, cfg, policy = trainer.rollout, trainer.config, trainer.policy
+    endings, clock, previous, obs = rollout.endings, rollout.clock, rollout.previous_action, rollout.obs
+    weight = jnp.float32(trainer.crash_weight())
+    x = cfg.features(obs, previous)
+    out: dict[str, list] = {k: [] for k in ("x", "u", "logp", "value", "sent", "reward", "reason", "terminated",
+                                            "truncated", "valid", "held")}
+    with torch.no_grad():
+        for t in range(cfg.steps):
+            xt = to_torch(x).clone()
+            u, logp, value = policy.act(xt, noise[t])
+            held = torch.as_tensor(np.asarray(clock.hold) > 0)
+            action = torch.where(held[:, None], rollout.brake, policy.env_action(u, xt))
+            sent = jnp.asarray(action.numpy())
+            obs, reward, terminated, truncated, info = rollout.env.step(sent)
+            pack, endings, clock, previous = after_step(cfg.reward, cfg.features, endings, clock, reward, obs,
+                                                        info["termination_reason"], info["lap_time_s"],
+                                                        terminated, truncated, sent, weight)
+            pack = np.asarray(pack)
+            d = cfg.features.size
+            columns = {"x": xt.numpy(), "u": u.numpy(), "logp": logp.numpy(), "value": value.numpy(),
+                       "sent": action.numpy(), "reward": pack[:, d], "reason": pack[:, d + 5],
+                       "terminated": pack[:, d + 6], "truncated": pack[:, d + 7], "valid": pack[:, d + 8],
+                       "held": held.numpy()}
+            for key, value_t in columns.items():
+                out[key].append(value_t)
+            x = jnp.asarray(pack[:, :d])
+        out["last_value"] = [policy.value(to_torch(x).clone()).numpy()]
+    return {k: np.stack(v) for k, v in out.items()}
+
+
+def test_a_scanned_rollout_is_the_hand_built_one_on_the_same_noise(env, tmp_path):
+    trainer = Trainer(SMALL, env, tmp_path)
+    seen = set()
+    for _ in range(4):
+        start = env.snapshot()
+        carried = jax.tree.map(jnp.copy, (trainer.rollout.endings, trainer.rollout.clock,
+                                          trainer.rollout.previous_action, trainer.rollout.obs))  # the scan donates
+        draws = torch.Generator().set_state(trainer.generator.get_state())
+        noise = torch.randn((SMALL.worlds, SMALL.steps, 2), generator=draws).transpose(0, 1)
+        held_before = trainer.rollout.held.clone()
+        trainer.collect()
+        got, scanned = trainer.rollout.batch(), env.snapshot()
+        after = (trainer.rollout.endings, trainer.rollout.clock, trainer.rollout.previous_action)
+        env.restore(start)
+        kept = trainer.rollout.endings, trainer.rollout.clock, trainer.rollout.previous_action, trainer.rollout.obs
+        (trainer.rollout.endings, trainer.rollout.clock, trainer.rollout.previous_action,
+         trainer.rollout.obs) = carried
+        want = reference_rollout(trainer, noise)
+        (trainer.rollout.endings, trainer.rollout.clock, trainer.rollout.previous_action,
+         trainer.rollout.obs) = kept
+        close = dict(rtol=1e-4, atol=1e-4)
+        for key in ("x", "u", "logp", "value", "reward"):
+            np.testing.assert_allclose(got[key].numpy(), want[key], err_msg=key, **close)
+        np.testing.assert_allclose(got["last_value"].numpy(), want["last_value"][0], **close)
+        np.testing.assert_allclose(trainer.rollout.sent.numpy(), want["sent"], **close)
+        for key in ("reason", "terminated", "truncated", "valid"):
+            np.testing.assert_array_equal(got[key].numpy().astype(np.float32), want[key], err_msg=key)
+        # The next call's holds, as the Torch rollout keeps them.
+        np.testing.assert_array_equal(held_before.numpy(), want["held"][0])
+        for a, b in zip(jax.tree.leaves(after), jax.tree.leaves((trainer.rollout.endings, trainer.rollout.clock,
+                                                                   trainer.rollout.previous_action))):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        for key, value in env.snapshot().items():  # the env continued from where the scan ended
+            np.testing.assert_allclose(scanned[key], value, err_msg=key, **close)
+        env.restore(scanned)
+        seen |= set(want["reason"][want["terminated"] + want["truncated"] > 0].astype(int).tolist())
+        seen |= {"held"} if want["held"].any() else set()
+        seen |= {"reset slot"} if (want["valid"] == 0).any() and not want["held"].all() else set()
+    assert {TerminationReason.TIMEOUT, "held", "reset slot"} <= seen  # the test can fail: each case ran
+
+
+def test_a_scanned_run_cut_and_resumed_is_the_uninterrupted_run(env, tmp_path):
+    straight = Trainer(SMALL, env, tmp_path / "straight")
+    rows = straight.run()
+    cut = Trainer(SMALL, env, tmp_path / "resumed").run(seconds=0.0)
+    resumed = Trainer(SMALL, env, tmp_path / "resumed")
+    later = resumed.run(resume=True)
+    assert [r["update"] for r in cut + later] == [1, 2, 3]
+    for key, value in straight.policy.state_dict().items():
+        torch.testing.assert_close(resumed.policy.state_dict()[key], value, rtol=0, atol=0)
+    for mine, theirs in zip(cut + later, rows):
+        for key in LOG_FIELDS[4:]:
+            assert mine[key] == theirs[key] or (np.isnan(mine[key]) and np.isnan(theirs[key])), key
+    with pytest.raises(ValueError, match="other settings: \\['act_in_jax'\\]"):
+        Trainer(dataclasses.replace(SMALL, act_in_jax=False), env, tmp_path / "resumed").run(resume=True)
