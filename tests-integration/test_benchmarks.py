@@ -27,6 +27,7 @@ def test_the_cpu_smoke_runs_and_passes_its_gates(tmp_path, script, gates):
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_env" / script), "--out", str(out)],
                          capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "NVIDIA CUDA driver" not in run.stderr  # Warp's no-driver line: a CPU machine's normal state
     report = json.loads(out.read_text())
     assert report["passed"] is False  # a CPU smoke is never the formal report, and says so
     assert "passed=False (a smoke run: only a GPU run can pass)" in run.stdout
@@ -34,6 +35,18 @@ def test_the_cpu_smoke_runs_and_passes_its_gates(tmp_path, script, gates):
     failed = [g for g in report["gates"] if not g["passed"]]
     assert failed == []
     assert all(len(h) == 64 for h in report["source_sha256"].values())
+
+
+@pytest.mark.parametrize("script", ["generate.py", "step.py"])
+def test_the_track_gen_benchmarks_run_on_the_cpu_quietly(tmp_path, script):
+    """``make benchmark-track-gen``'s two scripts on one small CPU batch:
+    each writes its report, and Warp's no-driver line stays off stderr."""
+    out = tmp_path / "report.json"
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/track_gen" / script), "--sizes", "64",
+                          "--cpu-sizes", "64", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "NVIDIA CUDA driver" not in run.stderr and json.loads(out.read_text())
 
 
 def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):

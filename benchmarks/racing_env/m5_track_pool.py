@@ -390,7 +390,6 @@ def main() -> None:
     level = LEVEL_1
     pool_size = None
     if not gpu:
-        wp.config.log_level = wp.LOG_WARNING  # no banner or module lines (Warp 1.18 ignores config.quiet)
         args.worlds, args.steps, args.epochs, args.rounds, args.reset_events = 4, 10, 1, 2, 64
         pool_size = 64
         level = Level(level_id=LEVEL_1.level_id, name="m5-cpu-smoke", max_episode_steps=8)

@@ -14,7 +14,6 @@ def runs(sizes: str, cpu_sizes: str) -> tuple[list[str], list[tuple[str, int]]]:
     """The devices here (``cpu``, and ``cuda:0`` when there is one) and the
     ``(device, batch size)`` pairs to time: the comma-separated ``cpu_sizes``
     on ``cpu`` (none when empty), ``sizes`` on ``cuda:0``."""
-    wp.init()
     devices = ["cpu"] + (["cuda:0"] if wp.get_cuda_device_count() > 0 else [])
     pairs = [(d, int(size)) for d in devices for size in (cpu_sizes if d == "cpu" else sizes).split(",") if size]
     return devices, pairs

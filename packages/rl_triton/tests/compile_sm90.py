@@ -60,7 +60,7 @@ def compile_variant(kernel, constexprs: dict, num_warps: int) -> None:
     aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
                if signature[name][0] == "*" or name in ("T", "CHUNK_T")}
     src = ASTSource(kernel, signature, constexprs=constexprs, attrs=aligned)
-    triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "enable_fp_fusion": True})
 
 
 def variants(op: str, exhaustive: bool) -> list[tuple[tuple, tuple, bool, bool | None]]:

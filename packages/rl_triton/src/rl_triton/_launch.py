@@ -322,8 +322,10 @@ class _Launcher:
         grid = (p.row_blocks, p.num_chunks)
         if compiled is None:
             source = (*pointers, *supplied, *params)
+            # FP fusion (a * b + c as one FMA) named, not left to Triton's default (on so far, off from
+            # Triton 3.10): the kernels' tested numbers do not change with the Triton version.
             kernel = self.kernel[grid](*[source[i] for i in self.order], num_warps=p.num_warps,
-                                       maxnreg=p.max_registers)
+                                       maxnreg=p.max_registers, enable_fp_fusion=True)
             if all(hasattr(kernel, a) for a in _COMPILED_ATTRS):
                 self.compiled[key] = (kernel.run, kernel.function, kernel.packed_metadata, kernel)
             return
