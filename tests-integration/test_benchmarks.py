@@ -52,8 +52,8 @@ def test_the_track_gen_benchmarks_run_on_the_cpu_quietly(tmp_path, script):
 def test_the_ppo_speed_benchmark_smoke_runs_every_phase(tmp_path):
     """The speed benchmark's CPU smoke: the env alone and with its
     wrappers, each update path, precision, policy lag and rollout (Torch's
-    or one JAX program) timed (its calls replayed alone, bit for bit) and profiled, one time-to-skill run with its curve;
-    no gate on a CPU."""
+    or one JAX program) timed (its calls replayed alone, bit for bit) and
+    profiled, one time-to-skill run with its curve; no gate on a CPU."""
     out = tmp_path / "speed.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/racing_stack/ppo_speed.py"), "--profile", "--out",
                           str(out), "--paths", "eager/highest", "graph/high/lag1", "eager/highest/serial",

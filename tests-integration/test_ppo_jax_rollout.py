@@ -17,9 +17,13 @@ import pytest
 import torch
 
 from racing_env import TerminationReason
+from racing_stack.features import LocalTrack
 from racing_stack.interop import to_torch
 from racing_stack.ppo import LOG_FIELDS, PRESETS, Trainer, make_env
+from racing_stack.ppo import jax_rollout
 from racing_stack.ppo.env_step import after_step
+from racing_stack.ppo.networks import ActorCritic
+from racing_stack.reward import ShapedReward
 
 #: 4 worlds on the first 4 Train tracks, 10-call episodes, up to 3 calls held at the start: four rollouts of
 #: 8 calls hold worlds, time out and reset them.
@@ -31,6 +35,42 @@ SMALL = dataclasses.replace(PRESETS["cpu"], worlds=4, steps=8, updates=3, miniba
 @pytest.fixture(scope="module")
 def env():
     return make_env(SMALL)
+
+
+@pytest.mark.parametrize("residual", [0.0, 0.5])
+@pytest.mark.parametrize("precision", ["highest", "high", "bf16"])
+def test_the_jax_actor_acts_as_the_torch_policy(precision, residual):
+    """`jax_rollout.act` against `ActorCritic.act` and `env_action` (under
+    autocast at ``"bf16"``) on random weights, statistics, features near
+    the bounds, noise and holds, with bounds that float32 cannot hold
+    exactly: the normalised actions within float32's rounding (bfloat16's
+    products rounded once, as autocast rounds them), the log probabilities
+    and the held worlds' braking exactly, a residual's action within its
+    bounds."""
+    torch.manual_seed(3)
+    d, low, high = 40, np.array([-0.6, -9.81], np.float32), np.array([0.6, 3.3], np.float32)
+    policy = ActorCritic(d, (256, 256), -1.0, low, high, residual)
+    with torch.no_grad():
+        policy.normalizer.mean.copy_(torch.randn(d, dtype=torch.float64))
+        policy.normalizer.var.copy_(torch.rand(d, dtype=torch.float64) + 0.5)
+        for p in policy.actor.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    x, noise, held = torch.randn(4096, d), torch.randn(4096, 2), torch.rand(4096) < 0.2
+    x[:, -2:] = torch.as_tensor(high) - 0.05 + 0.1 * torch.randn(4096, 2)  # a residual's prior near its bounds
+    brake = torch.as_tensor([0.0, -9.81])
+    with torch.no_grad(), torch.autocast("cpu", torch.bfloat16, enabled=precision == "bf16"):
+        u, logp, _ = policy.act(x, noise)
+        action = torch.where(held[:, None], brake, policy.env_action(u, x))
+    spec = jax_rollout.spec_of(policy, LocalTrack(), ShapedReward(), precision, residual, 8)
+    got = jax_rollout.act(spec, jnp.asarray(jax_rollout.acting_vector(policy).numpy()), jnp.asarray(x.numpy()),
+                          jnp.asarray(noise.numpy()), jnp.asarray(held.numpy()), jnp.asarray(brake.numpy()))
+    ju, jlogp, jaction = (np.asarray(a) for a in got)
+    assert np.abs(ju - u.float().numpy()).max() <= 1e-5  # twice bfloat16's rounding would be about 1e-2
+    np.testing.assert_allclose(jlogp, logp.numpy(), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(jaction, action.numpy(), rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(jaction[held.numpy()], np.broadcast_to(brake.numpy(), (int(held.sum()), 2)))
+    if residual:
+        assert ((jaction >= low) & (jaction <= high)).all()
 
 
 def reference_rollout(trainer: Trainer, noise: torch.Tensor) -> dict[str, np.ndarray]:
@@ -122,3 +162,15 @@ def test_a_scanned_run_cut_and_resumed_is_the_uninterrupted_run(env, tmp_path):
             assert mine[key] == theirs[key] or (np.isnan(mine[key]) and np.isnan(theirs[key])), key
     with pytest.raises(ValueError, match="other settings: \\['act_in_jax'\\]"):
         Trainer(dataclasses.replace(SMALL, act_in_jax=False), env, tmp_path / "resumed").run(resume=True)
+
+
+def test_the_integrity_check_collects_a_scanned_rollout_twice_alike(env, tmp_path):
+    """`racing_stack.integrity.check_rollout` on the JAX rollout: rewound
+    (the env's snapshot, the rollout's state and observation, which the scan
+    does not consume), collected again through the host's copies, it is the
+    same rollout bit for bit."""
+    from racing_stack.integrity import check_rollout
+
+    found = check_rollout(Trainer(SMALL, env, tmp_path))
+    assert found["slots"] == 0, found["fields"]
+    assert found["rollout"]["valid"].shape == (SMALL.steps, SMALL.worlds)

@@ -157,12 +157,12 @@ class Rollout:
             whole = torch.randn((e * group.size, t, 2), generator=generator, device=self.device)
             noise = group.share(whole).transpose(0, 1).contiguous()
             vector = acting_vector(policy)
-            spec = spec_of(policy, cfg.features, cfg.reward, cfg.matmul_precision, t)
-            # The env's own state, donated: it continues from the scan's.
-            carry = Carry(*self.env.core_state(), self.endings, self.clock, self.previous_action, self.obs,
+            spec = spec_of(policy, cfg.features, cfg.reward, cfg.matmul_precision, cfg.residual, t)
+            carry = Carry(None, None, self.endings, self.clock, self.previous_action, self.obs,
                           cfg.features(self.obs, self.previous_action))
-            carry, rows = scan_rollout(spec, self.env.params, self.env.physics, carry, cross.to_jax(vector),
-                                       cross.to_jax(noise), cross.to_jax(self.brake), weight)
+            # The env's own state, donated: it continues from the scan's.
+            carry, rows = scan_rollout(spec, self.env.params, self.env.physics, self.env.core_state(), carry,
+                                       cross.to_jax(vector), cross.to_jax(noise), cross.to_jax(self.brake), weight)
             self.env.continue_from(carry.state, carry.data)
             self.endings, self.clock, self.previous_action, self.obs = (carry.endings, carry.clock, carry.previous,
                                                                          carry.obs)
