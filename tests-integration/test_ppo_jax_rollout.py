@@ -148,11 +148,15 @@ def test_a_scanned_rollout_is_the_hand_built_one_on_the_same_noise(env, tmp_path
     assert {TerminationReason.TIMEOUT, "held", "reset slot"} <= seen  # the test can fail: each case ran
 
 
-def test_a_scanned_run_cut_and_resumed_is_the_uninterrupted_run(env, tmp_path):
-    straight = Trainer(SMALL, env, tmp_path / "straight")
+@pytest.mark.parametrize("lag", [0, 1])
+def test_a_scanned_run_cut_and_resumed_is_the_uninterrupted_run(env, tmp_path, lag):
+    """With and without a policy lag (the next rollout collected, as one
+    JAX program, while the update optimises)."""
+    config = dataclasses.replace(SMALL, policy_lag=lag)
+    straight = Trainer(config, env, tmp_path / "straight")
     rows = straight.run()
-    cut = Trainer(SMALL, env, tmp_path / "resumed").run(seconds=0.0)
-    resumed = Trainer(SMALL, env, tmp_path / "resumed")
+    cut = Trainer(config, env, tmp_path / "resumed").run(seconds=0.0)
+    resumed = Trainer(config, env, tmp_path / "resumed")
     later = resumed.run(resume=True)
     assert [r["update"] for r in cut + later] == [1, 2, 3]
     for key, value in straight.policy.state_dict().items():
@@ -161,7 +165,7 @@ def test_a_scanned_run_cut_and_resumed_is_the_uninterrupted_run(env, tmp_path):
         for key in LOG_FIELDS[4:]:
             assert mine[key] == theirs[key] or (np.isnan(mine[key]) and np.isnan(theirs[key])), key
     with pytest.raises(ValueError, match="other settings: \\['act_in_jax'\\]"):
-        Trainer(dataclasses.replace(SMALL, act_in_jax=False), env, tmp_path / "resumed").run(resume=True)
+        Trainer(dataclasses.replace(config, act_in_jax=False), env, tmp_path / "resumed").run(resume=True)
 
 
 def test_the_integrity_check_collects_a_scanned_rollout_twice_alike(env, tmp_path):
