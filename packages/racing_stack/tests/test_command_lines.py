@@ -16,7 +16,7 @@ DEFAULTS = {
     evaluate.main: ["--controller", "--level", "--split", "--tracks", "--episodes", "--backend", "--worlds", "--seed",
                     "--isolate", "--call-timeout", "--start-timeout", "--memory-limit", "--record-fps"],
     sim.main: ["--backend", "--controller", "--seed", "--record-fps"],
-    train_ppo.main: ["--preset", "--out"],
+    train_ppo.main: ["--preset", "--out", "--updates"],
     pools.main: ["--splits", "--cache"],
 }
 

@@ -441,7 +441,8 @@ def test_isolation_is_on_by_default_for_level_1_and_its_plugin_check_runs_in_a_c
     monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
     plugin = _plugin(tmp_path, "broken", "import builtins\nbuiltins.broken_ran = True\nraise ImportError('nope')\n")
     assert evaluate.main(["--controller", str(plugin), "--backend", "cpu_reference", "--tracks", "1"]) == 2
-    assert "failed to import: ImportError: nope" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("evaluate: argument --controller: ") and "failed to import: ImportError: nope" in err
     assert not hasattr(builtins, "broken_ran")
 
 
@@ -702,7 +703,8 @@ def test_evaluate_batched_runs_in_process(tmp_path, capsys):
     result = json.loads(out.read_text())
     assert len(result["episodes"]) == 2 and result["summary"]["controller_errors"] == 0
     assert evaluate.main(["--level", "0", "--backend", "cpu_reference", "--batched"]) == 2  # pure pursuit: none
-    assert "defines no racing_env.BatchController" in capsys.readouterr().err
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith("evaluate: argument --batched: ") and "defines no racing_env.BatchController" in last
 
 
 def test_an_isolated_batched_evaluation_drives_a_world_a_track(monkeypatch):

@@ -96,18 +96,35 @@ def test_a_bad_controller_is_named_by_its_flag(tmp_path, capsys, files, match):
     assert err.startswith("sim: argument --controller: ") and match in err, err
 
 
+def test_an_episode_ended_by_a_controller_error_exits_1_after_the_result(tmp_path, capsys):
+    plugin = tmp_path / "boom"
+    plugin.mkdir()
+    (plugin / "controller.py").write_text("from racing_env.controller import Controller\n\n\n"
+                                          "class Boom(Controller):\n"
+                                          "    def compute_control(self, obs, info=None):\n"
+                                          "        raise RuntimeError('boom')\n")
+    (plugin / "config.toml").write_text("")
+    assert sim.main(["--controller", str(plugin)]) == 1
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["summary"]["controller_errors"] == 1  # the result still comes, first
+    assert "sim: every episode (1) ended with a controller error; the first:" in printed.err
+    assert "RuntimeError: boom" in printed.err
+
+
 def test_output_folders_are_made_before_the_run(tmp_path, monkeypatch, capsys):
     out = tmp_path / "runs" / "today" / "result.json"
-    monkeypatch.setattr(sim, "_simulate", lambda args: {"made": args.out.parent.is_dir()})
+    summary = {"episodes": 1, "controller_errors": 0}
+    monkeypatch.setattr(sim, "_simulate", lambda args: {"made": args.out.parent.is_dir(), "summary": summary})
     assert sim.main(["--out", str(out)]) == 0
-    assert json.loads(out.read_text()) == {"made": True}
+    assert json.loads(out.read_text()) == {"made": True, "summary": summary}
 
 
 def test_a_failed_result_write_is_one_line_and_exit_1_after_the_result(monkeypatch, capsys):
-    monkeypatch.setattr(sim, "_simulate", lambda args: {"ran": True})
+    ran = {"ran": True, "summary": {"episodes": 1, "controller_errors": 0}}
+    monkeypatch.setattr(sim, "_simulate", lambda args: ran)
     assert sim.main(["--out", "/dev/full"]) == 1
     printed = capsys.readouterr()
-    assert json.loads(printed.out) == {"ran": True}
+    assert json.loads(printed.out) == ran
     assert printed.err.splitlines() == ["sim: could not write the result to '/dev/full' (No space left on device)"]
 
 
@@ -198,7 +215,7 @@ def test_sim_render_opens_its_window_on_a_display(tmp_path):
     out = subprocess.run([runner, "-a", "-s", "-screen 0 1024x768x24", sys.executable, "-m", "racing_stack.sim",
                           "--render", "--controller", str(plugin)], env=env, capture_output=True, text=True,
                          timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 1, out.stderr[-3000:]  # the episode ended by the controller's error, said
     (episode,) = json.loads(out.stdout)["episodes"]
     assert episode["termination_reason"] == "invalid_action" and "RuntimeError: boom" in episode["error"]
     # Without a display the window is a clear error, before the track is built.
@@ -215,7 +232,7 @@ def test_warp_says_nothing_unless_asked(tmp_path, verbose):
     plugin = write_plugin(tmp_path, "boom", BOOM)
     out = subprocess.run([sys.executable, "-m", "racing_stack.sim", "--controller", str(plugin)]
                          + ["--verbose"] * verbose, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 1, out.stderr[-3000:]  # the controller raised (a short episode)
     json.loads(out.stdout)
     said = [line for line in out.stderr.splitlines() if line.startswith(("Warp 1.", "Module "))]
     assert bool(said) == verbose, out.stderr

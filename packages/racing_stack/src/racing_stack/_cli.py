@@ -419,3 +419,13 @@ def _check_output(parser: argparse.ArgumentParser, flag: str, path: Path, allowe
         parser.error(f"argument {flag}: cannot write in {str(folder)!r} ({error.strerror or error})")
 
 
+def said_controller_errors(prog: str, result: dict[str, Any]) -> int:
+    """1, after a line on stderr with the first one, when every episode of
+    a run's JSON ``result`` ended with a controller error (none drove:
+    the plugin is broken, not the driving); else 0."""
+    errors = result["summary"]["controller_errors"]
+    if not errors or errors != result["summary"]["episodes"]:
+        return 0
+    first = next(e["error"] for e in result["episodes"])
+    print(f"{prog}: every episode ({errors}) ended with a controller error; the first:\n{first}", file=sys.stderr)
+    return 1

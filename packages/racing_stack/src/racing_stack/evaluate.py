@@ -69,8 +69,8 @@ from typing import TYPE_CHECKING, Any
 from racing_env.backend_names import BACKEND_NAMES, CPU_REFERENCE, MJX_WARP
 
 from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, ctrl_c_not_lost, float_in,
-                               int_in, quiet_warp, report_interrupted, say_gpu_backend_on_cpu, say_not_written,
-                               write_output)
+                               int_in, quiet_warp, report_interrupted, said_controller_errors, say_gpu_backend_on_cpu,
+                               say_not_written, write_output)
 from racing_stack._files import save_figure
 from racing_stack._journal import Journal
 from racing_stack.viewing import add_view_arguments, check_view_arguments, open_view
@@ -429,18 +429,16 @@ def _run(args: argparse.Namespace, isolation: Isolation, view: EpisodeView | Non
                               args.backend, args.worlds, args.seed, progress, view, args.isolate,
                               isolation, record, on_build=lambda line: print(f"evaluate: {line}", file=sys.stderr),
                               batched=args.batched)
-    except (ValueError, PluginError) as error:
+    except PluginError as error:  # the plugin, or its BatchController that --batched asks for
+        flag = "--batched" if args.batched and "BatchController" in str(error) else "--controller"
+        print(f"evaluate: argument {flag}: {error}", file=sys.stderr)
+        return None
+    except ValueError as error:
         print(f"evaluate: {error}", file=sys.stderr)
         return None
     except Interrupted as stop:
         result, status = report_interrupted("evaluate", stop)
-    errors = result["summary"]["controller_errors"]
-    if status == 0 and errors == result["summary"]["episodes"]:
-        first = next(e["error"] for e in result["episodes"])
-        print(f"evaluate: every episode ({errors}) ended with a controller error; the first:\n{first}",
-              file=sys.stderr)
-        status = 1
-    return result, status
+    return result, status or said_controller_errors("evaluate", result)
 
 
 def _check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

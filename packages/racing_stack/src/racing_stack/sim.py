@@ -19,7 +19,9 @@ written, is a usage error (exit 2) naming it, before anything runs;
 missing folders of the output files are made. ``--out`` may be a named
 pipe that a process reads (opened before the run, written after it); a
 failed write of it is a line on stderr naming it, after the result is
-printed, and exit status 1. Exit status 130 after Ctrl-C
+printed, and exit status 1; so is an episode that ended with a
+controller error (the plugin raised or returned no valid action: the
+first error on stderr, after the result). Exit status 130 after Ctrl-C
 during the episode: the result of the episodes that had ended (none, unless
 the one episode had) is still printed and written, with ``"interrupted":
 true``, and so is the recording of the frames drawn. Warp's banner, its
@@ -38,8 +40,8 @@ from pathlib import Path
 from racing_env.backend_names import BACKEND_NAMES, CPU_REFERENCE, MJX_WARP
 
 from racing_stack._cli import (SEED_END, Interrupted, add_verbose_argument, check_outputs, ctrl_c_not_lost, int_in,
-                               quiet_warp, report_interrupted, say_gpu_backend_on_cpu, say_not_written,
-                               write_output)
+                               quiet_warp, report_interrupted, said_controller_errors, say_gpu_backend_on_cpu,
+                               say_not_written, write_output)
 from racing_stack.viewing import add_view_arguments, check_view_arguments, open_view
 
 #: The track_gen seed ``sim`` drives on.
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         text = json.dumps(result, indent=2)
         print(text, flush=True)  # before the file: a failed write cannot lose it
+        status = status or said_controller_errors("sim", result)
         if args.out is not None:
             try:
                 write_output(args.out, text + "\n", pipes.get("--out"))

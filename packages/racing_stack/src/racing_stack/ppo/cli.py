@@ -33,8 +33,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the settings to start from: cpu (a short run on the CPU) or gpu (the recipe that "
                              "learns Level 1, on one GPU) (default cpu)")
     parser.add_argument("--out", type=folder_path, default=Path("runs/ppo"), help="the run's folder (default runs/ppo)")
-    parser.add_argument("--updates", type=int, default=None, help="override the preset's number of updates")
-    parser.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    parser.add_argument("--updates", type=int, default=None,
+                        help="the run's number of updates (default: the preset's, "
+                             + ", ".join(f"{name} {preset.updates}" for name, preset in sorted(PRESETS.items())) + ")")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from OUT/checkpoint.pt, to --updates (not the first run's --updates: "
+                             "give it again)")
     parser.add_argument("--overwrite", action="store_true", help="delete the run already in OUT and start anew")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a preset's setting, e.g. --set learning_rate=1e-4 "
