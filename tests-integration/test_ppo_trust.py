@@ -365,7 +365,8 @@ def test_a_resume_with_fewer_updates_is_refused_naming_updates(env, straight, tm
 
 
 def test_a_damaged_weights_file_of_an_exported_plugin_is_refused(env, straight, tmp_path):
-    from racing_env.plugins import challenge_values, load_plugin
+    from racing_env.plugins import load_plugin
+    from racing_env.runner import challenge_values
 
     from racing_stack.ppo.export import export_plugin
 

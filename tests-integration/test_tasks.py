@@ -104,7 +104,8 @@ class Boom(Controller):
 
 def test_make_sim_prints_only_json(tmp_path):
     """`make sim > run.json` is valid JSON: make echoes no command on stdout
-    (a controller that raises at once keeps the episode short)."""
+    (a controller that raises at once keeps the episode short; sim then
+    exits 1, after the result, and make says its recipe failed)."""
     import json
     import subprocess
     import sys
@@ -116,7 +117,7 @@ def test_make_sim_prints_only_json(tmp_path):
     # This interpreter instead of .venv's, and no venv to build first.
     out = subprocess.run(["make", "--no-print-directory", "sim", f"PY={sys.executable}", "STAMP=",
                           f"ARGS=--controller {plugin}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == 2 and "sim] Error 1" in out.stderr, out.stderr[-3000:]
     (episode,) = json.loads(out.stdout)["episodes"]
     assert episode["termination_reason"] == "invalid_action"
 
