@@ -75,20 +75,6 @@ def test_the_command_line_writes_the_result_and_draws_it(first_two, tmp_path, ca
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--level", "1", "--split", "nope"], "argument --split: must be one of train, validation, test, got 'nope'"),
-    (["--split", "test", "--tracks", "1001"], "argument --tracks: the test split holds 1000 tracks, got 1001"),
-    (["--controller", "/nonexistent/plugin"],
-     "argument --controller: plugin directory /nonexistent/plugin does not exist"),
-    (["--split", "train", "--tracks", "10001"], "argument --tracks: the train split holds 10000 tracks, got 10001"),
-])
-def test_bad_arguments_are_refused_by_name_before_the_run(argv, message, monkeypatch, capsys):
-    monkeypatch.setattr(evaluate, "evaluate", None)  # nothing may run
-    with pytest.raises(SystemExit) as stop:
-        evaluate.main(["--backend", "cpu_reference", *argv])
-    assert stop.value.code == 2 and message in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("argv,message", [
     (["--seed", "-1"], "argument --seed: must be in [0, 2**32), got -1"),
     (["--tracks", "0"], "argument --tracks: must be >= 1, got 0"),
     (["--episodes", "0"], "argument --episodes: must be >= 1, got 0"),
@@ -124,6 +110,11 @@ def test_bad_arguments_are_refused_by_name_before_the_run(argv, message, monkeyp
                                      "lap_time_s (a lap time where lapped))"),
     (["--from-result", "no_length.json"], "'no_length.json' is not an evaluate result (track_length_m must give "
                                           "each episode's track length)"),
+    (["--level", "1", "--split", "nope"], "argument --split: must be one of train, validation, test, got 'nope'"),
+    (["--split", "test", "--tracks", "1001"], "argument --tracks: the test split holds 1000 tracks, got 1001"),
+    (["--tracks", "10001"], "argument --tracks: the train split holds 10000 tracks, got 10001"),
+    (["--controller", "/nonexistent/plugin"],
+     "argument --controller: plugin directory /nonexistent/plugin does not exist"),
     (["--tracks", "2", "--worlds", "3"], "argument --worlds: at most one world an episode (2 in this run), got 3"),
     (["--backend", "cpu_reference", "--worlds", "4"], "argument --worlds: cpu_reference runs one world, got 4"),
     (["--no-isolate", "--call-timeout", "3"],

@@ -35,7 +35,6 @@ from racing_stack.reward import Endings, ShapedReward
 __all__ = ["ActingSpec", "Carry", "act", "acting_vector", "scan_rollout", "spec_of"]
 
 
-
 class ActingSpec(NamedTuple):
     """What the scanned rollout's program is compiled for (static):
     the layer shapes of the mean network ((out, in) each), the features,
@@ -58,8 +57,7 @@ def acting_vector(policy: ActorCritic) -> torch.Tensor:
     them, in float32), then the action's middle, half range, low and high
     bounds [2 each]."""
     norm = policy.normalizer
-    parts = [p.detach().reshape(-1) for layer in policy.actor if isinstance(layer, torch.nn.Linear)
-             for p in (layer.weight, layer.bias)]
+    parts = [p.detach().reshape(-1) for layer in _linears(policy) for p in (layer.weight, layer.bias)]
     parts += [policy.log_std.detach(), norm.mean.float(), (norm.var + 1e-8).rsqrt().float(),
               policy.action_middle.float(), policy.action_half.float(), policy.action_low, policy.action_high]
     return torch.cat(parts)
@@ -70,9 +68,13 @@ def spec_of(policy: ActorCritic, features: LocalTrack, reward: ShapedReward, pre
     """The `ActingSpec` of ``policy`` (its mean network's layers), trained
     with ``residual`` (the config's, which the policy's buffer holds: no
     read of the device)."""
-    layers = tuple((layer.out_features, layer.in_features) for layer in policy.actor
-                   if isinstance(layer, torch.nn.Linear))
+    layers = tuple((layer.out_features, layer.in_features) for layer in _linears(policy))
     return ActingSpec(layers, features, reward, precision, float(residual), steps)
+
+
+def _linears(policy: ActorCritic) -> list[torch.nn.Linear]:
+    """The mean network's affine layers, in order."""
+    return [layer for layer in policy.actor if isinstance(layer, torch.nn.Linear)]
 
 
 def _unpack(spec: ActingSpec, vector: jax.Array):

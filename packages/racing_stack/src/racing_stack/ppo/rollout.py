@@ -36,6 +36,7 @@ from racing_stack.reward import MARGIN, STALL, Endings
 
 __all__ = ["CapturedAct", "Rollout", "episodes", "returns_bootstrapped", "returns_cut"]
 
+
 class Rollout:
     """The rollout buffers and the state that carries from one rollout to
     the next (the observation, the pending resets, the start-up holds, the
@@ -168,12 +169,8 @@ class Rollout:
                                                                          carry.obs)
             rows, last = cross.to_torch(rows), cross.to_torch(carry.x)
             buf["x"].copy_(rows[..., :d])
-            self.floats.copy_(rows[..., d:d + 4].transpose(1, 2))
-            self.ints.copy_(rows[..., d + 4:d + 6].transpose(1, 2))  # small integers, exact in float32
-            torch.ne(rows[..., d + 6:d + 8].transpose(1, 2), 0, out=self.done)
-            buf["valid"].copy_(rows[..., d + 8])
-            torch.ne(rows[-1, :, d + 9], 0, out=self.held)
             acted = d + len(PACK)
+            self._keep_columns(slice(None), rows[..., d:acted])
             buf["u"].copy_(rows[..., acted:acted + 2])
             buf["logp"].copy_(rows[..., acted + 2])
             if self.sent is None:
@@ -191,15 +188,22 @@ class Rollout:
         features into slot ``t + 1`` (after the last step, V of them into
         `last_value`). No host read."""
         d, last = self.config.features.size, t + 1 == self.config.steps
-        self.floats[t] = pack[:, d:d + 4].T
-        self.ints[t] = pack[:, d + 4:d + 6].T  # small integers, exact in float32
-        torch.ne(pack[:, d + 6:d + 8].T, 0, out=self.done[t])
-        self.buf["valid"][t] = pack[:, d + 8]
-        torch.ne(pack[:, d + 9], 0, out=self.held)  # in place: a captured step reads it
+        self._keep_columns(slice(t, t + 1), pack[None, :, d:])
         if last:
             self.last_value.copy_(policy.value(pack[:, :d]))  # in place: an update may read the kept copy
         else:
             self.buf["x"][t + 1] = pack[:, :d]
+
+    def _keep_columns(self, steps: slice, columns: torch.Tensor) -> None:
+        """The pack columns after the features (`PACK`) of the rollout's
+        ``steps``, float32 [n, E, len(PACK)], into the buffers' slots (whether
+        each call was driven: ``valid``), and whether the call after the
+        last of them holds each world. No host read."""
+        self.floats[steps] = columns[..., 0:4].transpose(1, 2)
+        self.ints[steps] = columns[..., 4:6].transpose(1, 2)  # small integers, exact in float32
+        torch.ne(columns[..., 6:8].transpose(1, 2), 0, out=self.done[steps])
+        self.buf["valid"][steps] = columns[..., 8]
+        torch.ne(columns[-1, :, 9], 0, out=self.held)  # in place: a captured step reads it
 
     def act(self, policy: ActorCritic, t: int, noise: torch.Tensor) -> torch.Tensor:
         """The policy's work of rollout step ``t`` on the features in the
