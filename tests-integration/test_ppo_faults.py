@@ -289,8 +289,8 @@ def test_a_full_disk_stops_the_run_and_its_last_checkpoint_resumes(reference, tm
 def test_an_interrupt_before_training_exits_130_without_a_traceback(tmp_path, child_env):
     """Ctrl-C, once, while train-ppo builds its env (its progress line says
     it started), long before the first update: one that lands inside a
-    garbage collector callback, where Python prints and drops it, is raised
-    again (`racing_stack._cli.ctrl_c_not_lost`)."""
+    garbage collector callback, where Python would print and drop it, is
+    raised again without a word of the drop (`racing_stack._cli.ctrl_c_not_lost`)."""
     child = Child(tmp_path / "run", [], child_env, tmp_path / "out.txt")
     try:
         # The line comes once train-ppo's imports are done (an interrupt
@@ -302,7 +302,6 @@ def test_an_interrupt_before_training_exits_130_without_a_traceback(tmp_path, ch
         rc = child.wait()
     finally:
         child.stop()
-    text = child.text()
-    ignored = text.count("Exception ignored in")
-    assert rc == 130 and text.count("Traceback (most recent call last)") == ignored, (rc, text[-3000:])
+    text = child.text()  # a drop raised again is not printed: no traceback at all
+    assert rc == 130 and "Traceback" not in text and "Exception ignored" not in text, (rc, text[-3000:])
     assert "interrupted before training; no checkpoint was written yet: start it again" in text, text[-3000:]

@@ -44,9 +44,10 @@ def test_the_jax_actor_acts_as_the_torch_policy(precision, residual):
     autocast at ``"bf16"``) on random weights, statistics, features near
     the bounds, noise and holds, with bounds that float32 cannot hold
     exactly: the normalised actions within float32's rounding (bfloat16's
-    products rounded once, as autocast rounds them), the log probabilities
-    and the held worlds' braking exactly, a residual's action within its
-    bounds."""
+    products rounded once, as autocast rounds them; a few rows within one
+    bfloat16 rounding of a hidden unit; TF32's on a GPU at ``"high"``), the
+    log probabilities and the held worlds' braking exactly, a residual's
+    action within its bounds."""
     torch.manual_seed(3)
     d, low, high = 40, np.array([-0.6, -9.81], np.float32), np.array([0.6, 3.3], np.float32)
     policy = ActorCritic(d, (256, 256), -1.0, low, high, residual)
@@ -65,9 +66,16 @@ def test_the_jax_actor_acts_as_the_torch_policy(precision, residual):
     got = jax_rollout.act(spec, jnp.asarray(jax_rollout.acting_vector(policy).numpy()), jnp.asarray(x.numpy()),
                           jnp.asarray(noise.numpy()), jnp.asarray(held.numpy()), jnp.asarray(brake.numpy()))
     ju, jlogp, jaction = (np.asarray(a) for a in got)
-    assert np.abs(ju - u.float().numpy()).max() <= 1e-5  # twice bfloat16's rounding would be about 1e-2
+    # On a GPU, XLA's default float32 products ("high") are TF32's: inputs rounded to 11 bits, about 1e-3 here
+    # (Torch's CPU reference rounds none). At "bf16" the float32 sums, added in another order, round a hidden
+    # unit that lies near a bfloat16 tie the other way in a few rows: one bfloat16 rounding there (about 2e-3),
+    # float32's everywhere else; twice bfloat16's rounding everywhere would be about 1e-2.
+    tolerance = 5e-3 if precision == "high" and jax.default_backend() == "gpu" else 1e-5
+    for got_, want, scale in ((ju, u.float().numpy(), 1.0), (jaction, action.numpy(), 6.6)):  # half ranges <= 6.6
+        error = np.abs(got_ - want)
+        assert np.quantile(error, 0.99) <= tolerance * scale, np.quantile(error, 0.99)
+        assert error.max() <= (5e-3 if precision == "bf16" else tolerance) * scale, error.max()
     np.testing.assert_allclose(jlogp, logp.numpy(), rtol=0, atol=1e-6)
-    np.testing.assert_allclose(jaction, action.numpy(), rtol=0, atol=1e-5)
     np.testing.assert_array_equal(jaction[held.numpy()], np.broadcast_to(brake.numpy(), (int(held.sum()), 2)))
     if residual:
         assert ((jaction >= low) & (jaction <= high)).all()

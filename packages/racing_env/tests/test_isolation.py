@@ -237,6 +237,33 @@ def test_check_plugin_imports_in_a_child_only(tmp_path):
         check_plugin(broken.directory, FAST)
 
 
+def test_a_batched_check_refuses_a_plugin_without_a_batch_controller(tmp_path):
+    """Batched, the child's check also asks for the BatchController that
+    a batched run's `ChildBatchController` needs, and the refusal is its."""
+    one = """
+        class One(Controller):
+            def compute_control(self, obs, info=None):
+                return np.zeros(2, np.float32)
+    """
+    single = make_plugin(tmp_path, "single", one, import_code=False)
+    both = make_plugin(tmp_path, "both", one + """
+        from racing_env.controller import BatchController
+        class Many(BatchController):
+            def start(self, worlds, obs, info):
+                pass
+            def compute_controls(self, worlds, obs, info):
+                return np.zeros((len(worlds), 2), np.float32)
+    """, import_code=False)
+    check_plugin(single.directory, FAST)  # not batched: a Controller is enough
+    check_plugin(both.directory, FAST, batched=True)
+    with pytest.raises(PluginError) as refused:
+        check_plugin(single.directory, FAST, batched=True)
+    assert str(refused.value) == f"{single.directory / 'controller.py'} defines no racing_env.BatchController"
+    with pytest.raises(PluginError, match="failed to import: ImportError: nope"):  # batched, the import is checked too
+        check_plugin(make_plugin(tmp_path, "broken", "raise ImportError('nope')\n", import_code=False).directory,
+                     FAST, batched=True)
+
+
 @pytest.mark.parametrize("kwargs,error,match", [
     ({"call_timeout_s": 0}, ValueError, "call_timeout_s must be finite and > 0"),
     ({"start_timeout_s": float("inf")}, ValueError, "start_timeout_s"),

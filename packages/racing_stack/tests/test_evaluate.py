@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from plugin_dirs import CTRL_C_DROPPED_IN_GC, ctrl_c_on, write_plugin
+from plugin_dirs import CTRL_C_DROPPED_IN_GC, DROPPED_LINE, ctrl_c_on, write_plugin
 
 from racing_stack import evaluate, pools
 
@@ -380,7 +380,7 @@ def test_a_ctrl_c_dropped_in_a_gc_callback_still_stops_the_command(tmp_path):
     with the partial result and exit 130, not after 100,000 episodes."""
     out = tmp_path / "dropped.json"
     stdout, stderr, code, _ = _long_run(tmp_path, out, 3, None, DROPPED)
-    assert "Exception ignored" in stderr and "KeyboardInterrupt" in stderr  # it was dropped once
+    assert DROPPED_LINE in stderr and "Traceback" not in stderr, stderr[-3000:]  # dropped once, not printed
     assert code == 130, stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["interrupted"] is True and 2 <= len(result["episodes"]) < 100000
@@ -698,11 +698,36 @@ def test_evaluate_batched_runs_in_process(tmp_path, capsys):
     assert last.startswith("evaluate: argument --batched: ") and "defines no racing_env.BatchController" in last
 
 
-def test_an_isolated_batched_evaluation_drives_a_world_a_track(monkeypatch):
+def test_an_isolated_batched_run_of_a_plugin_without_a_batch_controller_is_refused_before_any_pool(
+        tmp_path, monkeypatch, capsys):
+    """Level 1 isolates: the plugin's check in a child asks for its
+    BatchController, so the usage error (exit 2) comes at once, before
+    the split's pool is built into an empty cache (minutes)."""
+    from racing_env.plugins import PURSUIT, load_plugin
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a pool was built before the plugin's check")
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("RACING_STACK_CACHE", str(cache))
+    monkeypatch.setattr(pools, "build_pool", no_pool)
+    start = time.monotonic()
+    assert evaluate.main(["--backend", "cpu_reference", "--batched"]) == 2  # pure pursuit: none
+    assert time.monotonic() - start < 60  # the check's child, not the validation split's 1,000 tracks
+    err = capsys.readouterr().err
+    assert "building" not in err and not any(cache.iterdir())
+    controller = load_plugin(PURSUIT, import_code=False).directory / "controller.py"
+    assert err.splitlines()[-1] == f"evaluate: argument --batched: {controller} defines no racing_env.BatchController"
+
+
+def test_an_isolated_batched_evaluation_drives_a_world_a_track(tmp_path, monkeypatch):
     """Isolated one episode at a time, a world is a process: 16 worlds at
     once by default. Batched, one child serves every world, so isolated or
     not it drives as many worlds as tracks (at most 1,024), not 16 waves."""
     import racing_stack.levels
+
+    plugin = _learned_plugin(tmp_path).directory  # a BatchController, which a batched plugin's check asks for
 
     class Built(Exception):
         pass
@@ -716,9 +741,9 @@ def test_an_isolated_batched_evaluation_drives_a_world_a_track(monkeypatch):
     monkeypatch.setattr(racing_stack.levels, "level_env", level_env)
     for batched, isolate in ((False, None), (True, None), (False, False), (True, False)):
         with pytest.raises(Built):
-            evaluate.evaluate(level=1, split="test", tracks=40, batched=batched, isolate=isolate)
+            evaluate.evaluate(plugin, level=1, split="test", tracks=40, batched=batched, isolate=isolate)
     with pytest.raises(Built):
-        evaluate.evaluate(level=1, split="test", batched=True)
+        evaluate.evaluate(plugin, level=1, split="test", batched=True)
     assert worlds == [evaluate.ISOLATED_WORLDS, 40, 40, 40, 1000] and evaluate.ISOLATED_WORLDS == 16  # Test: 1,000
 
 

@@ -329,7 +329,7 @@ class ChildBatchController(BatchController):
             raise
         if not defined:
             child.close()
-            raise PluginError(f"{self._args[0] / 'controller.py'} defines no racing_env.BatchController")
+            raise PluginError(_no_batch_controller(self._args[0]))
         return child
 
     def _call(self, method: str, args: tuple, timeout_s: float) -> Any:
@@ -466,23 +466,36 @@ class ChildControllers:
             raise errors[0]
 
 
-def check_plugin(directory: Path, isolation: Isolation) -> None:
+def check_plugin(directory: Path, isolation: Isolation, batched: bool = False) -> None:
     """Import the plugin in a child, as `racing_env.plugins.load_plugin`
     does in this process, so that its code never runs here.
 
+    Args:
+        directory: the plugin directory.
+        isolation: the child's limits (the check within ``start_timeout_s``).
+        batched: also check that it defines a BatchController (a batched
+            run's `ChildBatchController` needs one).
+
     Raises:
         PluginError: it does not import, or does not define exactly one
-            concrete Controller subclass; or the child failed within its limits.
+            concrete Controller subclass (nor more than one BatchController);
+            batched, it defines no BatchController (`ChildBatchController`'s
+            message); or the child failed within its limits.
     """
     child = _Child(directory, {}, isolation)
     try:
-        refused = child.call("check", (), isolation.start_timeout_s)
+        refused = child.call("check", (batched,), isolation.start_timeout_s)
     except ControllerFailed as error:
         raise PluginError(f"plugin {directory} could not be checked in a child process: {error}") from None
     finally:
         child.close()
     if refused is not None:
         raise PluginError(str(refused))
+
+
+def _no_batch_controller(directory: Path) -> str:
+    """Why a batched isolated run cannot drive the plugin in ``directory``."""
+    return f"{Path(directory) / 'controller.py'} defines no racing_env.BatchController"
 
 
 def _detach(parent: int, reaper: int) -> str | None:
@@ -579,8 +592,12 @@ def _serve(conn: Connection, directory: Path, challenge: dict[str, Any], memory_
         try:
             value = None
             if method == "check":
+                batched = args[0]
                 try:
-                    load_plugin(directory)
+                    # Batched, `load_batch_class` imports the code once, as `load_class` would.
+                    plugin = load_plugin(directory, import_code=not batched)
+                    if batched and plugin.load_batch_class() is None:
+                        value = _no_batch_controller(directory)
                 except PluginError as error:
                     value = str(error)
             elif method == "__init__":

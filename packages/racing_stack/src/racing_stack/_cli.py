@@ -96,9 +96,10 @@ def ctrl_c_not_lost() -> Iterator[None]:
     again. Python raises `KeyboardInterrupt` in whatever code runs next,
     and one raised inside a garbage collector callback (JAX registers
     one), a ``__del__`` or a weakref callback is printed ("Exception
-    ignored ...") and dropped: without the guard the command would run on
-    as if the key had not been pressed. The guard sees the drop (through
-    `sys.unraisablehook`, which still prints it) and sends the main thread
+    ignored ...", a traceback) and dropped: without the guard the command
+    would run on as if the key had not been pressed. The guard sees the
+    drop (through `sys.unraisablehook`, without the traceback: the
+    Ctrl-C is not lost, so its drop is not news) and sends the main thread
     SIGINT again (a real signal: it also wakes a blocking wait), so that
     the next code raises it. A Ctrl-C that was not dropped is raised once,
     as by Python's own handler, so the code that handles it (a partial
@@ -131,10 +132,13 @@ def ctrl_c_not_lost() -> Iterator[None]:
     def dropped(unraisable: Any) -> None:
         in_hook.set()
         try:
-            print_unraisable(unraisable)
-        finally:
-            if pressed.is_set() and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+                print_unraisable(unraisable)
+            elif pressed.is_set():  # raised again, so its drop is not news: no traceback
                 redo.set()  # not from here: the handler would run, and raise, inside this hook
+            else:  # not ours (raised by other code): Python's report
+                print_unraisable(unraisable)
+        finally:
             in_hook.clear()
 
     def again() -> None:

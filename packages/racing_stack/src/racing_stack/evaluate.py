@@ -154,7 +154,7 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     isolation = (isolation or Isolation()) if isolate else None
     plugin = load_plugin(controller or PURSUIT, import_code=not isolate)
     if isolation is not None:
-        _check_beside_imports(plugin.directory, isolation, backend_type(backend))
+        _check_beside_imports(plugin.directory, isolation, backend_type(backend), batched)
     if level == 0:
         source, total, rows = {"track": level0_track()}, episodes, None
     else:
@@ -191,11 +191,14 @@ def evaluate(controller: Path | None = None, level: int = 1, split: str = "valid
     return out
 
 
-def _check_beside_imports(directory: Path, isolation, backend) -> None:
+def _check_beside_imports(directory: Path, isolation, backend, batched: bool = False) -> None:
     """`racing_env.isolation.check_plugin` in a thread while this one
     imports the backend's engine (``backend.preload()``: about 5 s each of
     a learned plugin's check and MuJoCo Warp's import on an H100 host), so
     that the two overlap; nothing is built before the check has passed.
+    ``batched`` (`evaluate`'s): the check also asks for the plugin's
+    BatchController, so that a plugin without one is refused before a
+    track pool is built.
 
     Raises:
         PluginError: as `check_plugin`.
@@ -206,7 +209,7 @@ def _check_beside_imports(directory: Path, isolation, backend) -> None:
 
     def check() -> None:
         try:
-            check_plugin(directory, isolation)
+            check_plugin(directory, isolation, batched)
         except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
             outcome.append(error)
         else:
