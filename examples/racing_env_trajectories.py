@@ -49,10 +49,10 @@ def main() -> None:
     outputs = parser.add_mutually_exclusive_group()
     outputs.add_argument("--out", default=None, help="the picture (default examples/out/racing_env_trajectories.png)")
     outputs.add_argument("--publish", action="store_true", help="write the docs' picture, docs/assets/")
-    parser.add_argument("--seconds", type=float, default=60.0, help="the longest episode, s (> 0, default 60)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="the longest episode, s (in (0, 3600], default 60)")
     args = parser.parse_args()
-    if not args.seconds > 0:
-        parser.error("--seconds must be > 0")
+    if not 0 < args.seconds <= 3600:  # NaN and inf too
+        parser.error(f"argument --seconds: must be in (0, 3600], got {args.seconds}")
     folder = Path("docs/assets" if args.publish else "examples/out")
     out = Path(args.out) if args.out else folder / "racing_env_trajectories.png"
     try:  # before any work: a folder that cannot be made is a usage error

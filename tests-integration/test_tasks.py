@@ -206,5 +206,13 @@ def test_each_example_refuses_an_out_it_cannot_write_by_name_before_any_work(exa
                             text=True, timeout=120, cwd=tmp_path).stdout
     first = (ROOT / "examples" / example).read_text().split('"""')[1].split("\n\n")[0]
     assert " ".join(first.split()) in " ".join(helped.split())
-    bounds = re.findall(r"\((?:>|>=) [^)]*\)", " ".join(helped.split()))  # a number's help: its range...
+    bounds = re.findall(r"\((?:>|>=|in) [^)]*\)", " ".join(helped.split()))  # a number's help: its range...
     assert bounds and all(", default " in bound for bound in bounds), bounds  # ...and its default
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "inf", "nan", "3601"])
+def test_the_trajectories_example_refuses_seconds_out_of_range_by_name(seconds, tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / "racing_env_trajectories.py"), "--seconds", seconds,
+                          "--out", str(tmp_path / "x.png")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "error: argument --seconds: must be in (0, 3600], got" in run.stderr, run.stderr
+    assert list(tmp_path.iterdir()) == []

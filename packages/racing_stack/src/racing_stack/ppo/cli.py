@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = _config(parser, args)
     if not 0 < args.timeout <= 86400:  # NaN and inf too
-        parser.error(f"--timeout must be in (0, 86400] seconds, got {args.timeout}")
+        parser.error(f"argument --timeout: must be in (0, 86400] seconds, got {args.timeout}")
     group = distributed.start(args.timeout)  # before JAX picks its GPU
     try:
         return _train(parser, args, config, group)
@@ -83,7 +83,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
             except ValueError as error:  # CorruptFile too
                 if not args.resume or trainer.saved_update is not None:
                     raise
-                parser.error(f"--resume: {error}")  # the checkpoint's fields, checked against the env
+                parser.error(f"argument --resume: {error}")  # the checkpoint's fields, checked against the env
             except GuardError as error:
                 say(str(error))
                 return 1
@@ -176,11 +176,11 @@ def _config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PPOCon
         try:
             config = dataclasses.replace(config, updates=args.updates)
         except ValueError as error:
-            parser.error(f"--updates: {error}")
+            parser.error(f"argument --updates: {error}")
     try:
         return config.override(args.set)
     except ValueError as error:
-        parser.error(f"--set: {error}")
+        parser.error(f"argument --set: {error}")
 
 
 def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PPOConfig) -> int | None:
@@ -194,22 +194,23 @@ def _check_out(parser: argparse.ArgumentParser, args: argparse.Namespace, config
         parser.error("--resume and --overwrite exclude each other")
     check_folder(parser, "--out", out)  # a file, under a file, read-only, a name the system refuses
     if args.resume and not (out / "checkpoint.pt").is_file():
-        parser.error(f"--resume: {out} holds no checkpoint.pt to continue from")
+        parser.error(f"argument --resume: {out} holds no checkpoint.pt to continue from")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        parser.error(f"--out {out} cannot be created: {error.strerror}")
+        parser.error(f"argument --out: {out} cannot be created: {error.strerror}")
     found = [name for name in RUN_FILES if (out / name).exists()]
     if args.resume:
         try:
             state = checkpoint.read(out / "checkpoint.pt", config, distributed.Group())  # config is the whole run's
         except ValueError as error:  # CorruptFile too
-            parser.error(f"--resume: {error}")
+            parser.error(f"argument --resume: {error}")
         except OSError as error:
-            parser.error(f"--resume: {out / 'checkpoint.pt'} cannot be read: {error.strerror}")
+            parser.error(f"argument --resume: {out / 'checkpoint.pt'} cannot be read: {error.strerror}")
         update = state.get("update")
         return update if type(update) is int else None
     if found and not args.overwrite:
         resumable = "pass --resume to continue it or " if "checkpoint.pt" in found else "it has no checkpoint; pass "
-        parser.error(f"--out {out} already holds a run ({', '.join(found)}): {resumable}--overwrite to replace it")
+        parser.error(f"argument --out: {out} already holds a run ({', '.join(found)}): {resumable}--overwrite to "
+                     "replace it")
 
