@@ -33,8 +33,9 @@ def main() -> None:
     parser.add_argument("--verbose", action="store_true",
                         help="let Warp print its banner, its module loads and its no-driver line")
     args = parser.parse_args()
-    if args.steps < 1 or args.envs < 1:
-        parser.error("--steps and --envs must be >= 1")
+    for flag, value in (("--steps", args.steps), ("--envs", args.envs)):
+        if value < 1:
+            parser.error(f"argument {flag}: must be >= 1, got {value}")
     out = Path(args.out or ("docs/assets" if args.publish else "examples/out"))
     try:  # before any work: a folder that cannot be made is a usage error
         out.mkdir(parents=True, exist_ok=True)

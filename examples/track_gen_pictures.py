@@ -37,7 +37,7 @@ def main() -> None:
     outputs.add_argument("--publish", action="store_true", help="write the docs' pictures, docs/assets/")
     args = parser.parse_args()
     if args.num_envs < 1:
-        parser.error("--num-envs must be >= 1")
+        parser.error(f"argument --num-envs: must be >= 1, got {args.num_envs}")
     out = Path(args.out or ("docs/assets" if args.publish else "examples/out"))
     try:  # before any work: a folder that cannot be made is a usage error
         out.mkdir(parents=True, exist_ok=True)

@@ -210,9 +210,17 @@ def test_each_example_refuses_an_out_it_cannot_write_by_name_before_any_work(exa
     assert bounds and all(", default " in bound for bound in bounds), bounds  # ...and its default
 
 
-@pytest.mark.parametrize("seconds", ["0", "-1", "inf", "nan", "3601"])
-def test_the_trajectories_example_refuses_seconds_out_of_range_by_name(seconds, tmp_path):
-    run = subprocess.run([sys.executable, str(ROOT / "examples" / "racing_env_trajectories.py"), "--seconds", seconds,
-                          "--out", str(tmp_path / "x.png")], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2 and "error: argument --seconds: must be in (0, 3600], got" in run.stderr, run.stderr
+@pytest.mark.parametrize("example, flag, value, said", [
+    ("racing_env_trajectories.py", "--seconds", "0", "must be in (0, 3600], got 0.0"),
+    ("racing_env_trajectories.py", "--seconds", "inf", "must be in (0, 3600], got inf"),
+    ("racing_env_trajectories.py", "--seconds", "nan", "must be in (0, 3600], got nan"),
+    ("racing_env_trajectories.py", "--seconds", "3601", "must be in (0, 3600], got 3601.0"),
+    ("track_gen_drive.py", "--steps", "-3", "must be >= 1, got -3"),
+    ("track_gen_drive.py", "--envs", "0", "must be >= 1, got 0"),
+    ("track_gen_pictures.py", "--num-envs", "0", "must be >= 1, got 0"),
+])
+def test_each_example_refuses_a_number_out_of_range_by_its_flag(example, flag, value, said, tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / example), flag, value, "--out", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and f"error: argument {flag}: {said}" in run.stderr, run.stderr
     assert list(tmp_path.iterdir()) == []

@@ -157,6 +157,15 @@ def test_an_out_holding_a_run_is_refused_without_resume_or_overwrite(capsys, env
     assert snapshot(run) == files and envs == []
 
 
+def test_an_empty_cache_variable_is_refused(capsys, envs, tmp_path, monkeypatch):
+    """It would build the pools into the working folder."""
+    monkeypatch.setenv("RACING_STACK_CACHE", "")
+    monkeypatch.chdir(tmp_path)
+    message = usage_error(capsys, FLAGS + ["--out", str(tmp_path / "out")])
+    assert message == "$RACING_STACK_CACHE is set but empty: it must name a folder (or be unset)"
+    assert envs == [] and list(tmp_path.iterdir()) == []
+
+
 def test_resume_without_a_checkpoint_is_refused(capsys, envs, tmp_path):
     message = usage_error(capsys, FLAGS + ["--out", str(tmp_path / "empty"), "--resume"])
     assert message.startswith("argument --resume: ") and "no checkpoint.pt" in message

@@ -154,6 +154,21 @@ def test_bad_options_are_usage_errors_naming_the_flag(argv, message, cache, tmp_
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written
 
 
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_cache_variable_is_a_usage_error_before_any_work(empty, tmp_path, monkeypatch, capsys):
+    """An empty ``$RACING_STACK_CACHE`` would build the pools into the
+    working folder: refused as `materialize-track-pool` refuses it."""
+    monkeypatch.setenv("RACING_STACK_CACHE", empty)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(evaluate, "evaluate", None)  # nothing may run
+    with pytest.raises(SystemExit) as stop:
+        evaluate.main(["--backend", "cpu_reference", "--tracks", "1"])
+    assert stop.value.code == 2
+    assert "evaluate: error: $RACING_STACK_CACHE is set but empty: it must name a folder (or be unset)" in \
+        capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("argv", [["--split", "bogus"], ["--tracks", "5000"], ["--level", "0", "--worlds", "2"],
                                   ["--level", "0", "--controller", "/nonexistent/plugin"]])
 def test_a_refused_run_leaves_an_earlier_runs_episodes_as_they_were(argv, cache, tmp_path, monkeypatch, capsys):

@@ -336,6 +336,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _check_options(parser, args)
     check_view_arguments(parser, args)
+    if args.from_result is None:
+        from racing_stack.pools import cache_dir
+
+        try:  # an empty $RACING_STACK_CACHE would build the pools into the working folder
+            cache_dir()
+        except ValueError as error:
+            parser.error(str(error))
     from matplotlib.backend_bases import FigureCanvasBase
     from racing_env import ProjectConfig
     from racing_env.isolation import Isolation
@@ -405,7 +412,20 @@ def main(argv: list[str] | None = None) -> int:
                 except (OSError, RuntimeError) as error:  # a full disk, a pipe whose reader left, ffmpeg's failure
                     say_not_written("evaluate", what, path, error)
                     status = status or 1
+                else:
+                    print(f"evaluate: wrote {what} to {str(path)!r}{_beside(what, path, journal, view)}",
+                          file=sys.stderr)
     return status
+
+
+def _beside(what: str, path: Path, journal: Journal | None, view: EpisodeView | None) -> str:
+    """What `main`'s line on a written ``what`` adds: the episodes file
+    beside the result, the recording's frames."""
+    if what == "the result" and journal is not None:
+        return f" (its episodes, one a line, in {str(episodes_file(path))!r})"
+    if what == "the recording" and view is not None:
+        return f" ({view.frames_recorded} frames at {view.record_fps:g} frames/s)"
+    return ""
 
 
 def _run(args: argparse.Namespace, isolation: Isolation, view: EpisodeView | None,

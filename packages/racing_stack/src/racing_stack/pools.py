@@ -70,8 +70,17 @@ SPLITS = {
 
 
 def cache_dir() -> Path:
-    """Where pool files live: ``$RACING_STACK_CACHE`` or ``~/.cache/racing_stack``."""
-    return Path(os.environ.get("RACING_STACK_CACHE", Path.home() / ".cache" / "racing_stack"))
+    """Where pool files live: ``$RACING_STACK_CACHE`` or ``~/.cache/racing_stack``.
+
+    Raises:
+        ValueError: ``$RACING_STACK_CACHE`` is set but empty (it would put
+            the pools in the working folder).
+    """
+    if "RACING_STACK_CACHE" not in os.environ:
+        return Path.home() / ".cache" / "racing_stack"
+    if not os.environ["RACING_STACK_CACHE"].strip():
+        raise ValueError("$RACING_STACK_CACHE is set but empty: it must name a folder (or be unset)")
+    return Path(os.environ["RACING_STACK_CACHE"])
 
 
 def pool_name(split: str) -> str:
@@ -317,11 +326,13 @@ def main(argv: list[str] | None = None) -> int:
                              "(for a new benchmark version)")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
-    if args.cache is None and not os.environ.get("RACING_STACK_CACHE", "unset").strip():
-        parser.error("$RACING_STACK_CACHE is set but empty: it must name a folder (or be unset)")
+    try:
+        cache = cache_dir() if args.cache is None else args.cache
+    except ValueError as error:
+        parser.error(str(error))
     source = "--cache" if args.cache is not None else (
         "$RACING_STACK_CACHE" if "RACING_STACK_CACHE" in os.environ else "--cache (by default ~/.cache/racing_stack)")
-    check_folder(parser, source, cache_dir() if args.cache is None else args.cache)
+    check_folder(parser, source, cache)
     quiet_warp(args.verbose)
     for split in args.splits:
         try:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from racing_stack import levels
+from racing_stack import levels, pools
 from racing_stack._cli import add_verbose_argument, check_folder, ctrl_c_not_lost, folder_path, quiet_warp
 from racing_stack.ppo import checkpoint, distributed, train
 from racing_stack.ppo.checkpoint import whole_config
@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
     config = _config(parser, args)
+    try:  # an empty $RACING_STACK_CACHE would build the pools into the working folder
+        pools.cache_dir()
+    except ValueError as error:
+        parser.error(str(error))
     if not 0 < args.timeout <= 86400:  # NaN and inf too
         parser.error(f"argument --timeout: must be in (0, 86400] seconds, got {args.timeout}")
     group = distributed.start(args.timeout)  # before JAX picks its GPU
@@ -100,7 +104,7 @@ def _train(parser: argparse.ArgumentParser, args: argparse.Namespace, config: PP
             if group.lead:
                 if trainer.best is not None:
                     say(f"exporting update {trainer.best['update']}'s policy (validation success "
-                        f"{trainer.best['validation_success_rate']:.2f})")
+                        f"{trainer.best['validation_success_rate']:.3f})")
                 try:
                     made = finish(trainer, say=say)
                 except OSError as error:  # a full disk: each file is whole or as it was (written atomically)

@@ -105,7 +105,7 @@ def progress_line(row: dict[str, Any], updates: int) -> str:
                          for k, d in (("success_rate", 2), ("mean_progress", 3)))
     return (f"ppo [{bar}] {row['update']}/{updates}  {row['transitions_per_s']:,.0f} transitions/s  "
             f"episodes {row['episodes']}  success {success}  "
-            f"progress {progress}  margin endings {row['margin_endings']}{validated}")
+            f"progress {progress}  edge-band endings {row['margin_endings']}{validated}")
 
 
 def write_log(path: Path, rows: list[dict[str, str]]) -> None:
