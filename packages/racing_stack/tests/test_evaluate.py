@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import re
 import os
 import select
 import sys
@@ -477,6 +478,23 @@ def _nan_run(tmp_path, episodes=2):
     """evaluate's arguments for a run of ``episodes`` one-step episodes on Level 0."""
     plugin = _plugin(tmp_path, "nan", NAN)
     return ["--controller", str(plugin), "--level", "0", "--episodes", str(episodes), "--backend", "cpu_reference"]
+
+
+def test_each_written_file_is_said_on_stderr(tmp_path, capsys):
+    """The result with its episodes file, the picture and the recording
+    with its frames: one line each, after the summary; the summary alone
+    on stdout."""
+    out, plot, record = tmp_path / "r.json", tmp_path / "r.png", tmp_path / "r.gif"
+    assert evaluate.main(_nan_run(tmp_path) + ["--out", str(out), "--plot", str(plot), "--record", str(record)]) == 0
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["summary"]["episodes"] == 2
+    frames = int(re.search(r"\((\d+) frames at 10 frames/s\)", printed.err).group(1))
+    assert printed.err.splitlines()[-3:] == [
+        f"evaluate: wrote the result to {str(out)!r} (its episodes, one a line, in "
+        f"{str(evaluate.episodes_file(out))!r})",
+        f"evaluate: wrote the picture to {str(plot)!r}",
+        f"evaluate: wrote the recording to {str(record)!r} ({frames} frames at 10 frames/s)"]
+    assert frames >= 1 and out.exists() and plot.exists() and record.exists()
 
 
 def test_a_failed_result_write_is_one_line_and_exit_1_after_the_summary(tmp_path, capsys):

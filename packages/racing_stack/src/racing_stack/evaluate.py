@@ -63,6 +63,7 @@ import dataclasses
 import json
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -336,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _check_options(parser, args)
     check_view_arguments(parser, args)
-    if args.from_result is None:
+    if args.from_result is None and args.level == 1:  # Level 0's one track needs no pool
         from racing_stack.pools import cache_dir
 
         try:  # an empty $RACING_STACK_CACHE would build the pools into the working folder
@@ -397,35 +398,28 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(printed, indent=2), flush=True)  # before any file: a failed write cannot lose it
         if journal is not None:
             journal.finish(result["episodes"])
-        writes = []
+        # Each write: what it is, where, how, and what the line saying it was written adds.
+        writes: list[tuple[str, Path, Callable[[], object], Callable[[], str]]] = []
         if args.out is not None:
             text = json.dumps(result, indent=1) + "\n"
-            writes.append(("the result", args.out, lambda: write_output(args.out, text, pipes.get("--out"))))
+            beside = "" if journal is None else f" (its episodes, one a line, in {str(journal_path)!r})"
+            writes.append(("the result", args.out, lambda: write_output(args.out, text, pipes.get("--out")),
+                           lambda: beside))
         if args.plot is not None:
-            writes.append(("the picture", args.plot, lambda: draw(result, args.plot, reference)))
+            writes.append(("the picture", args.plot, lambda: draw(result, args.plot, reference), lambda: ""))
         if view is not None and view.record is not None:
-            writes.append(("the recording", view.record, view.close))
+            writes.append(("the recording", view.record, view.close,
+                           lambda: f" ({view.frames_recorded} frames at {view.record_fps:g} frames/s)"))
         with contextlib.redirect_stdout(sys.stderr):
-            for what, path, write in writes:
+            for what, path, write, said in writes:
                 try:
                     write()
                 except (OSError, RuntimeError) as error:  # a full disk, a pipe whose reader left, ffmpeg's failure
                     say_not_written("evaluate", what, path, error)
                     status = status or 1
                 else:
-                    print(f"evaluate: wrote {what} to {str(path)!r}{_beside(what, path, journal, view)}",
-                          file=sys.stderr)
+                    print(f"evaluate: wrote {what} to {str(path)!r}{said()}", file=sys.stderr)
     return status
-
-
-def _beside(what: str, path: Path, journal: Journal | None, view: EpisodeView | None) -> str:
-    """What `main`'s line on a written ``what`` adds: the episodes file
-    beside the result, the recording's frames."""
-    if what == "the result" and journal is not None:
-        return f" (its episodes, one a line, in {str(episodes_file(path))!r})"
-    if what == "the recording" and view is not None:
-        return f" ({view.frames_recorded} frames at {view.record_fps:g} frames/s)"
-    return ""
 
 
 def _run(args: argparse.Namespace, isolation: Isolation, view: EpisodeView | None,
