@@ -132,11 +132,9 @@ def ctrl_c_not_lost() -> Iterator[None]:
     def dropped(unraisable: Any) -> None:
         in_hook.set()
         try:
-            if not isinstance(unraisable.exc_value, KeyboardInterrupt):
-                print_unraisable(unraisable)
-            elif pressed.is_set():  # raised again, so its drop is not news: no traceback
-                redo.set()  # not from here: the handler would run, and raise, inside this hook
-            else:  # not ours (raised by other code): Python's report
+            if pressed.is_set() and isinstance(unraisable.exc_value, KeyboardInterrupt):
+                redo.set()  # raised again (not from here: the handler would raise inside this hook), no traceback
+            else:  # anything else, a KeyboardInterrupt of other code's too: Python's report
                 print_unraisable(unraisable)
         finally:
             in_hook.clear()

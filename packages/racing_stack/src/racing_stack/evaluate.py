@@ -338,12 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     _check_options(parser, args)
     check_view_arguments(parser, args)
     if args.from_result is None and args.level == 1:  # Level 0's one track needs no pool
-        from racing_stack.pools import cache_dir
+        from racing_stack.pools import cache_dir_for
 
-        try:  # an empty $RACING_STACK_CACHE would build the pools into the working folder
-            cache_dir()
-        except ValueError as error:
-            parser.error(str(error))
+        cache_dir_for(parser)  # an empty $RACING_STACK_CACHE would build the pools into the working folder
     from matplotlib.backend_bases import FigureCanvasBase
     from racing_env import ProjectConfig
     from racing_env.isolation import Isolation

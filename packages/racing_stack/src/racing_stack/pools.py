@@ -83,6 +83,15 @@ def cache_dir() -> Path:
     return Path(os.environ["RACING_STACK_CACHE"])
 
 
+def cache_dir_for(parser: argparse.ArgumentParser) -> Path:
+    """`cache_dir`, its `ValueError` a usage error of ``parser``'s command
+    (exit 2, before any work)."""
+    try:
+        return cache_dir()
+    except ValueError as error:
+        parser.error(str(error))
+
+
 def pool_name(split: str) -> str:
     from racing_env import BENCHMARK_VERSION
 
@@ -326,10 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(for a new benchmark version)")
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
-    try:
-        cache = cache_dir() if args.cache is None else args.cache
-    except ValueError as error:
-        parser.error(str(error))
+    cache = cache_dir_for(parser) if args.cache is None else args.cache
     source = "--cache" if args.cache is not None else (
         "$RACING_STACK_CACHE" if "RACING_STACK_CACHE" in os.environ else "--cache (by default ~/.cache/racing_stack)")
     check_folder(parser, source, cache)

@@ -49,10 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     add_verbose_argument(parser)
     args = parser.parse_args(argv)
     config = _config(parser, args)
-    try:  # an empty $RACING_STACK_CACHE would build the pools into the working folder
-        pools.cache_dir()
-    except ValueError as error:
-        parser.error(str(error))
+    pools.cache_dir_for(parser)  # an empty $RACING_STACK_CACHE would build the pools into the working folder
     if not 0 < args.timeout <= 86400:  # NaN and inf too
         parser.error(f"argument --timeout: must be in (0, 86400] seconds, got {args.timeout}")
     group = distributed.start(args.timeout)  # before JAX picks its GPU
